@@ -1,0 +1,75 @@
+/*
+ * api_internal.h — helpers shared by the files of the API layer: error
+ * reporting, argument checks, scope registration and op recording.
+ */
+#ifndef KILN_API_INTERNAL_H
+#define KILN_API_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "graph.h"
+#include "kiln/kiln.h"
+
+/* ---- errors (errors.c) ---- */
+
+/** Records the thread's first error: "<fn>: <formatted message>". Later
+ *  errors are ignored until kiln_clear_error. Returns `status`. */
+int api_error(kiln_status status, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** Formats sizes as "[3, 4]" into buf (returns buf). */
+const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
+/** Checks a tensor argument: NULL keeps the first error (or sets
+ *  KILN_ERR_ARG naming `arg` when none is set). */
+bool api_check(const kiln_tensor *t, const char *fn, const char *arg);
+/** Normalises a dim in [-ndim, ndim) to [0, ndim); -1 and an error if out
+ *  of range. `ndim` 0 accepts -1 and 0 as in Torch. */
+int api_wrap_dim(int dim, int ndim, const char *fn);
+/** Checks ndim/sizes for a creation call. */
+bool api_check_sizes(int ndim, const int64_t *sizes, const char *fn);
+bool api_check_dtype(kiln_dtype d, const char *fn);
+
+/* ---- lifetime (lifetime.c) ---- */
+
+/** Registers a new tensor with the innermost open scope (if any) and
+ *  returns it. NULL-safe. Every public function returning a new tensor
+ *  passes it through here. */
+kiln_tensor *api_track(kiln_tensor *t);
+/** Between these, api_track does nothing: a public function composed of
+ *  other public calls owns (and releases) its intermediates itself, then
+ *  passes only its result to api_track. Nestable. */
+void api_untracked_begin(void);
+void api_untracked_end(void);
+/** New tensor over storage s with view v, tracked. NULL (+ KILN_ERR_OOM) on
+ *  OOM. */
+kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn);
+/** New tensor over a fresh storage whose contents are the pending node
+ *  (takes the node reference): view = contiguous node sizes. */
+kiln_tensor *api_tensor_from_node(graph_node *n, const char *fn);
+
+/* ---- ops (record.c) ---- */
+
+/** The pending node read by `t` right now (its storage's version); its view
+ *  is t's view. */
+static inline graph_node *api_version(const kiln_tensor *t) { return t->storage->version; }
+/** Records an in-place write of `value` (its view already broadcast to the
+ *  region's sizes) into `dst`'s view: the storage gets a new ASSIGN version.
+ *  Returns KILN_OK or an error. */
+int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn);
+/** Forces the storage of t (runtime) and returns its realized buffer node;
+ *  NULL with the error set on failure. */
+graph_node *api_force(kiln_tensor *t, const char *fn);
+
+/* ---- views.c ---- */
+
+/** Lazy contiguous copy of t converted to dtype: a CAST node whose one
+ *  input is (api_version(t), t->view) and whose sizes are t's sizes, over a
+ *  fresh storage; the result is contiguous with t's sizes. New tracked
+ *  reference, or NULL with the error set. Used by reshape/flatten and by
+ *  kiln_clone/kiln_contiguous/kiln_to_dtype. */
+kiln_tensor *api_copy_contiguous(kiln_tensor *t, kiln_dtype dtype, const char *fn);
+/** Checks a view against a storage of storage_numel elements: sizes,
+ *  strides and offset non-negative and (when not empty) the last element
+ *  touched, overflow-checked, inside the storage. False with the error set. */
+bool api_check_view(const graph_view *v, int64_t storage_numel, const char *fn);
+
+#endif /* KILN_API_INTERNAL_H */

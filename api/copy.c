@@ -1,0 +1,98 @@
+/*
+ * copy.c — copies, conversions and in-place writes (clone, contiguous,
+ * to_dtype, to_device, copy_, fill_, zero_).
+ *
+ * In-place writes record an ASSIGN version on the destination's storage
+ * (api_assign): lazy, seen by every tensor over that storage, invisible to
+ * ops recorded before them.
+ */
+#include "api_internal.h"
+
+KILN_API kiln_tensor *kiln_clone(kiln_tensor *t) {
+  if (!api_check(t, "kiln_clone", "t")) return NULL;
+  return api_copy_contiguous(t, t->storage->dtype, "kiln_clone");
+}
+
+KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t) {
+  if (!api_check(t, "kiln_contiguous", "t")) return NULL;
+  if (graph_view_is_contiguous(&t->view)) return api_track(kiln_retain(t));
+  return api_copy_contiguous(t, t->storage->dtype, "kiln_contiguous");
+}
+
+KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype) {
+  if (!api_check(t, "kiln_to_dtype", "t") || !api_check_dtype(dtype, "kiln_to_dtype")) return NULL;
+  if (dtype == t->storage->dtype) return api_track(kiln_retain(t));
+  return api_copy_contiguous(t, dtype, "kiln_to_dtype");
+}
+
+KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device) {
+  if (!api_check(t, "kiln_to_device", "t")) return NULL;
+  if (device == KILN_CPU) return api_track(kiln_retain(t));
+  api_error(KILN_ERR_DEVICE, "kiln_to_device", "device %d is not available in this build", (int)device);
+  return NULL;
+}
+
+/* src's view as seen through dst's sizes: broadcast when src broadcasts to
+ * them, else the same elements in row-major order (a reshape of the view,
+ * or of a contiguous copy when the view cannot be reshaped). *owned gets a
+ * tensor the caller releases (NULL when none was made). */
+static bool source_view(kiln_tensor *dst, kiln_tensor *src, graph_view *out, kiln_tensor **owned) {
+  const graph_view *d = &dst->view, *s = &src->view;
+  *owned = NULL;
+  bool broadcasts = s->ndim <= d->ndim;
+  for (int i = 0; broadcasts && i < s->ndim; i++) {
+    int64_t ss = s->sizes[s->ndim - 1 - i], ds = d->sizes[d->ndim - 1 - i];
+    broadcasts = ss == ds || ss == 1;
+  }
+  if (broadcasts) {
+    *out = (graph_view){.ndim = d->ndim, .offset = s->offset};
+    for (int i = 0; i < d->ndim; i++) {
+      int si = i - (d->ndim - s->ndim);
+      out->sizes[i] = d->sizes[i];
+      out->strides[i] = (si < 0 || s->sizes[si] != d->sizes[i]) ? 0 : s->strides[si];
+    }
+    return true;
+  }
+  if (graph_view_numel(s) != graph_view_numel(d)) {
+    char a[256], b[256];
+    api_error(KILN_ERR_SHAPE, "kiln_copy_", "source sizes %s (%lld elements) do not match destination sizes %s (%lld elements)",
+              api_fmt_sizes(a, sizeof a, s->ndim, s->sizes), (long long)graph_view_numel(s),
+              api_fmt_sizes(b, sizeof b, d->ndim, d->sizes), (long long)graph_view_numel(d));
+    return false;
+  }
+  if (graph_view_reshape(s, d->ndim, d->sizes, out)) return true;
+  api_untracked_begin();
+  *owned = api_copy_contiguous(src, src->storage->dtype, "kiln_copy_");
+  api_untracked_end();
+  if (!*owned) return false;
+  *out = graph_view_contiguous(d->ndim, d->sizes);
+  return true;
+}
+
+KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src) {
+  if (!api_check(dst, "kiln_copy_", "dst") || !api_check(src, "kiln_copy_", "src")) return kiln_last_status();
+  graph_view v;
+  kiln_tensor *owned;
+  if (!source_view(dst, src, &v, &owned)) return kiln_last_status();
+  kiln_tensor *from = owned ? owned : src;
+  int st = api_assign(dst, from->storage->version, &v, "kiln_copy_");
+  kiln_release(owned);
+  return st;
+}
+
+KILN_API int kiln_fill_(kiln_tensor *t, double value) {
+  if (!api_check(t, "kiln_fill_", "t")) return KILN_ERR_ARG;
+  graph_node *val = graph_node_new(GRAPH_OP_FULL, KILN_F64, 0, NULL);
+  if (!val) return api_error(KILN_ERR_OOM, "kiln_fill_", "out of memory");
+  val->attr.scalar = value;
+  graph_view bv = {.ndim = t->view.ndim}; /* every stride 0 */
+  for (int d = 0; d < bv.ndim; d++) bv.sizes[d] = t->view.sizes[d];
+  int st = api_assign(t, val, &bv, "kiln_fill_");
+  graph_node_release(val);
+  return st;
+}
+
+KILN_API int kiln_zero_(kiln_tensor *t) {
+  if (!api_check(t, "kiln_zero_", "t")) return KILN_ERR_ARG;
+  return kiln_fill_(t, 0);
+}

@@ -1,0 +1,104 @@
+/*
+ * errors.c — the thread-local first error and argument checks shared by
+ * every API function. Errors never abort: a function that fails records its
+ * message here and returns NULL or a negative kiln_status.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "api_internal.h"
+
+static _Thread_local kiln_status last_status = KILN_OK;
+static _Thread_local char last_message[512];
+
+int api_error(kiln_status status, const char *fn, const char *fmt, ...) {
+  if (last_status != KILN_OK) return status;
+  last_status = status;
+  int n = snprintf(last_message, sizeof last_message, "%s: ", fn);
+  if (n < 0 || (size_t)n >= sizeof last_message) return status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_message + n, sizeof last_message - (size_t)n, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+KILN_API const char *kiln_last_error(void) { return last_status == KILN_OK ? "" : last_message; }
+KILN_API kiln_status kiln_last_status(void) { return last_status; }
+KILN_API void kiln_clear_error(void) {
+  last_status = KILN_OK;
+  last_message[0] = 0;
+}
+
+KILN_API const char *kiln_status_name(kiln_status s) {
+  switch (s) {
+  case KILN_OK: return "KILN_OK";
+  case KILN_ERR_ARG: return "KILN_ERR_ARG";
+  case KILN_ERR_SHAPE: return "KILN_ERR_SHAPE";
+  case KILN_ERR_DTYPE: return "KILN_ERR_DTYPE";
+  case KILN_ERR_OOM: return "KILN_ERR_OOM";
+  case KILN_ERR_DEVICE: return "KILN_ERR_DEVICE";
+  case KILN_ERR_COMPILE: return "KILN_ERR_COMPILE";
+  case KILN_ERR_IO: return "KILN_ERR_IO";
+  case KILN_ERR_UNSUPPORTED: return "KILN_ERR_UNSUPPORTED";
+  case KILN_ERR_INDEX: return "KILN_ERR_INDEX";
+  }
+  return "KILN_ERR_UNKNOWN";
+}
+
+const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes) {
+  size_t used = 0;
+  buf[0] = 0;
+  used += (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < ndim && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, i ? ", %lld" : "%lld", (long long)sizes[i]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+bool api_check(const kiln_tensor *t, const char *fn, const char *arg) {
+  if (t) return true;
+  api_error(KILN_ERR_ARG, fn, "argument %s is NULL", arg);
+  return false;
+}
+
+int api_wrap_dim(int dim, int ndim, const char *fn) {
+  int n = ndim > 0 ? ndim : 1;
+  if (dim < -n || dim >= n) {
+    api_error(KILN_ERR_ARG, fn, "dim %d out of range for a %d-d tensor (expected [%d, %d])", dim, ndim, -n, n - 1);
+    return -1;
+  }
+  return dim < 0 ? dim + n : dim;
+}
+
+bool api_check_dtype(kiln_dtype d, const char *fn) {
+  if (graph_dtype_valid(d)) return true;
+  api_error(KILN_ERR_DTYPE, fn, "invalid dtype %d", (int)d);
+  return false;
+}
+
+bool api_check_sizes(int ndim, const int64_t *sizes, const char *fn) {
+  if (ndim < 0 || ndim > KILN_MAX_DIMS) {
+    api_error(KILN_ERR_ARG, fn, "ndim %d outside [0, %d]", ndim, KILN_MAX_DIMS);
+    return false;
+  }
+  if (ndim > 0 && !sizes) {
+    api_error(KILN_ERR_ARG, fn, "sizes is NULL for ndim %d", ndim);
+    return false;
+  }
+  int64_t numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (sizes[i] < 0) {
+      char b[256];
+      api_error(KILN_ERR_SHAPE, fn, "negative size in %s", api_fmt_sizes(b, sizeof b, ndim, sizes));
+      return false;
+    }
+    if (sizes[i] > 0 && numel > INT64_MAX / 8 / sizes[i]) {
+      char b[256];
+      api_error(KILN_ERR_SHAPE, fn, "sizes %s overflow the element count", api_fmt_sizes(b, sizeof b, ndim, sizes));
+      return false;
+    }
+    numel *= sizes[i];
+  }
+  return true;
+}

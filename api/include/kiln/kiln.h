@@ -1,0 +1,451 @@
+/*
+ * kiln.h — the public C API of Kiln, a lazy, graph-compiling tensor engine.
+ *
+ * Conventions that hold for every function below unless its comment says
+ * otherwise (docs/api.md is the long form):
+ *
+ *  - A tensor is a view (sizes, strides in elements, storage offset in
+ *    elements) of a flat storage, exactly as in Torch. Views share storage;
+ *    an in-place write through one view is seen by every tensor over it.
+ *  - Nothing is computed until a value is forced (kiln_realize, kiln_read,
+ *    kiln_item, kiln_get, kiln_data, printing). An op recorded before an
+ *    in-place write does not see that write (program order).
+ *  - Ownership: a function returning `kiln_tensor *` returns a NEW reference;
+ *    release it with kiln_release. Inside kiln_scope_begin()/kiln_scope_end()
+ *    returned tensors are owned by the scope instead (see kiln_keep).
+ *    Tensor arguments are borrowed, never stolen.
+ *  - Errors never abort. A function returning a pointer returns NULL; one
+ *    returning int returns a negative kiln_status. The thread's first error
+ *    is kept (kiln_last_error) until kiln_clear_error. A NULL tensor argument
+ *    makes an op return NULL (or KILN_ERR_ARG) and keeps the first error, so
+ *    a chain of calls can be checked once at its end. On error, inputs are
+ *    left unchanged and out-parameters untouched.
+ *  - Dimensions are 0-based; a negative dim counts from the end (-1 = last).
+ *  - At most KILN_MAX_DIMS dimensions per tensor.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KILN_BUILDING_LIBRARY)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+/** Largest number of dimensions a tensor may have. */
+#define KILN_MAX_DIMS 16
+
+/* ------------------------------------------------------------------ types */
+
+/** Opaque, reference-counted tensor handle (a view of a storage). */
+typedef struct kiln_tensor kiln_tensor;
+/** Opaque, reference-counted flat storage. */
+typedef struct kiln_storage kiln_storage;
+
+/** Element types. Torch names: Bool, Byte=U8, Char=I8, Short=I16, Int=I32,
+ *  Long=I64, Half=F16, BFloat16=BF16, Float=F32, Double=F64. F16 and BF16
+ *  compute in F32 and round (to nearest even) when stored. */
+typedef enum kiln_dtype {
+  KILN_BOOL = 0,
+  KILN_U8 = 1,
+  KILN_I8 = 2,
+  KILN_I16 = 3,
+  KILN_I32 = 4,
+  KILN_I64 = 5,
+  KILN_F16 = 6,
+  KILN_BF16 = 7,
+  KILN_F32 = 8,
+  KILN_F64 = 9,
+  KILN_DTYPE_COUNT = 10
+} kiln_dtype;
+
+/** Devices. */
+typedef enum kiln_device { KILN_CPU = 0, KILN_CUDA = 1 } kiln_device;
+
+/** Status codes: KILN_OK or a negative error. */
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERR_ARG = -1,         /* bad argument: NULL, out-of-range dim, ... */
+  KILN_ERR_SHAPE = -2,       /* sizes that do not fit the op */
+  KILN_ERR_DTYPE = -3,       /* dtype the op does not accept */
+  KILN_ERR_OOM = -4,         /* an allocation failed */
+  KILN_ERR_DEVICE = -5,      /* device unavailable or mismatched */
+  KILN_ERR_COMPILE = -6,     /* kernel compilation failed */
+  KILN_ERR_IO = -7,          /* file error */
+  KILN_ERR_UNSUPPORTED = -8, /* not implemented for these arguments */
+  KILN_ERR_INDEX = -9        /* index out of range */
+} kiln_status;
+
+/* ------------------------------------------------------ lifetime, errors */
+
+/** Adds a reference to `t` and returns it (Torch `retain`). NULL-safe. */
+KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
+/** Drops a reference (Torch `free`); the last one frees the handle. The
+ *  storage lives while any tensor or pending op uses it. NULL-safe. */
+KILN_API void kiln_release(kiln_tensor *t);
+/** Opens a scope on this thread: every tensor returned by a Kiln function
+ *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
+KILN_API void kiln_scope_begin(void);
+/** Closes the innermost scope, releasing every tensor it owns that was not
+ *  passed to kiln_keep. Without an open scope it does nothing. */
+KILN_API void kiln_scope_end(void);
+/** Takes `t` out of the innermost scope: it moves to the enclosing scope, or
+ *  to the caller (who then releases it) when there is none. Returns `t`
+ *  (borrowed: no new reference). A tensor not owned by the scope is returned
+ *  unchanged. NULL-safe. */
+KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
+
+/** Message of this thread's first error since the last kiln_clear_error,
+ *  e.g. "kiln_add: sizes [3, 4] and [5] cannot be broadcast"; "" if none.
+ *  Borrowed; valid until the next kiln_clear_error on this thread. */
+KILN_API const char *kiln_last_error(void);
+/** Status of this thread's first error, KILN_OK if none. */
+KILN_API kiln_status kiln_last_status(void);
+/** Forgets this thread's error. */
+KILN_API void kiln_clear_error(void);
+/** Name of a status code, e.g. "KILN_ERR_SHAPE". Static string. */
+KILN_API const char *kiln_status_name(kiln_status s);
+
+/* ------------------------------------------------------------- dtypes */
+
+/** Name of a dtype ("f32", "i64", ...). Static string; "?" if invalid. */
+KILN_API const char *kiln_dtype_name(kiln_dtype d);
+/** Bytes per element of a dtype (BOOL: 1); 0 if invalid. */
+KILN_API size_t kiln_dtype_size(kiln_dtype d);
+/** Sets the dtype that float results of integer inputs take (default F32),
+ *  like torch.set_default_dtype. Only F16, BF16, F32, F64 are accepted;
+ *  returns KILN_ERR_DTYPE otherwise. Process-wide. */
+KILN_API int kiln_set_default_dtype(kiln_dtype d);
+/** The current default float dtype. */
+KILN_API kiln_dtype kiln_default_dtype(void);
+
+/* ------------------------------------------------------------ creation */
+
+/** Uninitialised contiguous tensor of `sizes` [ndim] (contents are zeros in
+ *  Kiln, never garbage). Torch: torch.empty. Errors: ndim outside
+ *  [0, KILN_MAX_DIMS], negative size, bad dtype. */
+KILN_API kiln_tensor *kiln_empty(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** Contiguous tensor of zeros. Torch: torch.zeros. Errors as kiln_empty. */
+KILN_API kiln_tensor *kiln_zeros(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** Contiguous tensor of ones. Torch: torch.ones. Errors as kiln_empty. */
+KILN_API kiln_tensor *kiln_ones(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** Contiguous tensor filled with `value` (converted to dtype as a cast
+ *  does). Torch: torch.full. Errors as kiln_empty. */
+KILN_API kiln_tensor *kiln_full(kiln_dtype dtype, int ndim, const int64_t *sizes, double value);
+/** 0-d tensor holding `value`. Torch: torch.tensor(value, dtype=...). */
+KILN_API kiln_tensor *kiln_scalar(kiln_dtype dtype, double value);
+/** 1-d tensor start, start+step, ... up to but excluding `end`; size
+ *  ceil((end-start)/step). Torch: torch.arange. Errors: step 0, or a step
+ *  whose sign does not lead from start to end (KILN_ERR_ARG). */
+KILN_API kiln_tensor *kiln_arange(kiln_dtype dtype, double start, double end, double step);
+/** 1-d tensor of `steps` evenly spaced values from start to end inclusive.
+ *  Torch: torch.linspace. Errors: steps < 0. */
+KILN_API kiln_tensor *kiln_linspace(kiln_dtype dtype, double start, double end, int64_t steps);
+/** Seeds this process's generator for kiln_rand/kiln_randn. */
+KILN_API void kiln_manual_seed(uint64_t seed);
+/** Uniform samples in [0, 1). Float dtypes only (KILN_ERR_DTYPE otherwise).
+ *  Torch: torch.rand. Deterministic for a seed. */
+KILN_API kiln_tensor *kiln_rand(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** Standard normal samples. Float dtypes only. Torch: torch.randn. */
+KILN_API kiln_tensor *kiln_randn(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** Contiguous tensor whose elements are copied from row-major `data`
+ *  (numel × dtype size bytes, dtype's own layout; BOOL = 1 byte 0/1).
+ *  Torch: torch.tensor(data). `data` may be NULL only when numel is 0. */
+KILN_API kiln_tensor *kiln_from_data(kiln_dtype dtype, int ndim, const int64_t *sizes, const void *data);
+/** Wraps caller memory without copying. `strides` (in elements, ≥ 0) may be
+ *  NULL for contiguous. Kiln reads and writes `data` in place; when the last
+ *  user of the storage is gone, `deleter(data, ctx)` is called (deleter may
+ *  be NULL: the caller keeps ownership and must keep `data` alive as long as
+ *  the tensor or anything computed from it is alive). Writes through Kiln
+ *  land in `data` once forced. Torch: torch.from_blob. */
+KILN_API kiln_tensor *kiln_from_blob(kiln_dtype dtype, int ndim, const int64_t *sizes,
+                                     const int64_t *strides, void *data,
+                                     void (*deleter)(void *data, void *ctx), void *ctx);
+
+/** New zero-filled storage of `numel` elements. Returns a new reference
+ *  (release with kiln_storage_release). Torch: torch.Storage(n). */
+KILN_API kiln_storage *kiln_storage_new(kiln_dtype dtype, int64_t numel);
+/** The storage of `t`, as a NEW reference. Torch: t.storage(). */
+KILN_API kiln_storage *kiln_storage_of(const kiln_tensor *t);
+/** Adds a reference to a storage. NULL-safe. */
+KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s);
+/** Drops a storage reference. NULL-safe. */
+KILN_API void kiln_storage_release(kiln_storage *s);
+/** Elements in a storage (-1 and an error for NULL). */
+KILN_API int64_t kiln_storage_numel(const kiln_storage *s);
+/** dtype of a storage. */
+KILN_API kiln_dtype kiln_storage_dtype(const kiln_storage *s);
+/** A view of `s` (the storage is shared, not copied): `sizes`/`strides`
+ *  [ndim] in elements (strides NULL = contiguous), `offset` in elements.
+ *  Errors: negative sizes/strides/offset, or a view reaching past the
+ *  storage's end. Torch: torch.Tensor(storage, offset, sizes, strides). */
+KILN_API kiln_tensor *kiln_tensor_from_storage(kiln_storage *s, int64_t offset, int ndim,
+                                               const int64_t *sizes, const int64_t *strides);
+/** Makes `dst` view the same storage with the same view as `src` (Torch
+ *  `set`). Other tensors that shared dst's old storage are unaffected. */
+KILN_API int kiln_set_(kiln_tensor *dst, kiln_tensor *src);
+/** Torch `resize_`: gives `t` contiguous `sizes` [ndim] at its current
+ *  offset. If the storage is too small it grows (old contents kept, new
+ *  elements zero). Errors: negative size. */
+KILN_API int kiln_resize_(kiln_tensor *t, int ndim, const int64_t *sizes);
+
+/* ----------------------------------------------- queries (never force) */
+
+/** Number of dimensions (-1 and an error for NULL). Torch: dim(). */
+KILN_API int kiln_dim(const kiln_tensor *t);
+/** Size of dim (negative counts from the end); -1 and an error if out of
+ *  range. Torch: size(dim). */
+KILN_API int64_t kiln_size(const kiln_tensor *t, int dim);
+/** Sizes [dim()], borrowed (valid while `t` lives and is not resized). */
+KILN_API const int64_t *kiln_sizes(const kiln_tensor *t);
+/** Stride of dim in elements; -1 and an error if out of range. */
+KILN_API int64_t kiln_stride(const kiln_tensor *t, int dim);
+/** Strides [dim()] in elements, borrowed like kiln_sizes. */
+KILN_API const int64_t *kiln_strides(const kiln_tensor *t);
+/** Storage offset in elements. Torch: storage_offset(). */
+KILN_API int64_t kiln_storage_offset(const kiln_tensor *t);
+/** Number of elements (1 for 0-d). Torch: numel(). */
+KILN_API int64_t kiln_numel(const kiln_tensor *t);
+/** Element type. */
+KILN_API kiln_dtype kiln_dtype_of(const kiln_tensor *t);
+/** Device. */
+KILN_API kiln_device kiln_device_of(const kiln_tensor *t);
+/** True when the view is row-major contiguous (size-1 dims ignored).
+ *  Torch: is_contiguous(). */
+KILN_API bool kiln_is_contiguous(const kiln_tensor *t);
+/** True when sizes are equal. Torch: isSameSizeAs. */
+KILN_API bool kiln_is_same_size(const kiln_tensor *a, const kiln_tensor *b);
+/** True when a and b view the same storage with the same offset, sizes and
+ *  strides. Torch: isSetTo. */
+KILN_API bool kiln_is_set_to(const kiln_tensor *a, const kiln_tensor *b);
+
+/* ---------------------------------------- views (no copy, share storage) */
+
+/** Elements start..start+length-1 of dim. Torch: narrow. */
+KILN_API kiln_tensor *kiln_narrow(kiln_tensor *t, int dim, int64_t start, int64_t length);
+/** Removes dim by taking `index` (negative counts from the end).
+ *  Torch: select, t[i]. */
+KILN_API kiln_tensor *kiln_select(kiln_tensor *t, int dim, int64_t index);
+/** Python slice start:end:step of dim (step > 0; start/end clamp and may be
+ *  negative as in Python). Torch: t[a:b:s]. */
+KILN_API kiln_tensor *kiln_slice(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+/** Swaps two dims. Torch: transpose. */
+KILN_API kiln_tensor *kiln_transpose(kiln_tensor *t, int d0, int d1);
+/** Transpose of a ≤ 2-d tensor. Torch: t(). Error for ndim > 2. */
+KILN_API kiln_tensor *kiln_t(kiln_tensor *t);
+/** Reorders dims: `dims` [ndim] is a permutation. Torch: permute. */
+KILN_API kiln_tensor *kiln_permute(kiln_tensor *t, int ndim, const int *dims);
+/** Sliding windows of `size` with `step` along dim, as a new last dim.
+ *  Torch: unfold. */
+KILN_API kiln_tensor *kiln_unfold(kiln_tensor *t, int dim, int64_t size, int64_t step);
+/** Broadcasts size-1 dims to `sizes` [ndim ≥ t's] with stride 0; -1 keeps a
+ *  size. Torch: expand. Error if a non-1 size would change. */
+KILN_API kiln_tensor *kiln_expand(kiln_tensor *t, int ndim, const int64_t *sizes);
+/** kiln_expand to other's sizes. Torch: expand_as. */
+KILN_API kiln_tensor *kiln_expand_as(kiln_tensor *t, const kiln_tensor *other);
+/** Same storage, new sizes [ndim] (one may be -1). Error (KILN_ERR_SHAPE)
+ *  when the strides cannot express it: call kiln_contiguous first or use
+ *  kiln_reshape. Torch: view. */
+KILN_API kiln_tensor *kiln_view(kiln_tensor *t, int ndim, const int64_t *sizes);
+/** kiln_view to other's sizes. Torch: view_as. */
+KILN_API kiln_tensor *kiln_view_as(kiln_tensor *t, const kiln_tensor *other);
+/** A view when possible, else a lazy contiguous copy. Torch: reshape. */
+KILN_API kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *sizes);
+/** Removes all size-1 dims. Torch: squeeze(). */
+KILN_API kiln_tensor *kiln_squeeze(kiln_tensor *t);
+/** Removes dim if its size is 1 (else returns an equal view). Torch:
+ *  squeeze(dim). */
+KILN_API kiln_tensor *kiln_squeeze_dim(kiln_tensor *t, int dim);
+/** Inserts a size-1 dim at `dim` (in [-ndim-1, ndim]). Torch: unsqueeze. */
+KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *t, int dim);
+/** Merges dims start_dim..end_dim; a view when possible, else a lazy copy.
+ *  Torch: flatten. */
+KILN_API kiln_tensor *kiln_flatten(kiln_tensor *t, int start_dim, int end_dim);
+/** Any view of t's storage: sizes/strides [ndim] (≥ 0), `offset` absolute in
+ *  elements. Error if it reaches past the storage. Torch: as_strided. */
+KILN_API kiln_tensor *kiln_as_strided(kiln_tensor *t, int ndim, const int64_t *sizes,
+                                      const int64_t *strides, int64_t offset);
+/** Splits dim into pieces of `size` (the last may be smaller); stores up to
+ *  max_out new references in out[] and returns the piece count (which may
+ *  exceed max_out: only max_out are stored). Torch: split. */
+KILN_API int kiln_split(kiln_tensor *t, int64_t size, int dim, kiln_tensor **out, int max_out);
+/** Splits dim into n pieces of ceil(size/n) (fewer if it runs out); returns
+ *  the count as kiln_split does. Torch: chunk. */
+KILN_API int kiln_chunk(kiln_tensor *t, int n, int dim, kiln_tensor **out, int max_out);
+
+/* ------------------------------------------ copies, conversion, in-place */
+
+/** Lazy contiguous copy with its own storage. Torch: clone. */
+KILN_API kiln_tensor *kiln_clone(kiln_tensor *t);
+/** `t` itself (new reference) when contiguous, else a lazy contiguous copy.
+ *  Torch: contiguous. */
+KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
+/** Lazy conversion (new storage; a new reference to `t` if already that
+ *  dtype). Float→int truncates toward zero, →BOOL is x != 0. Torch: to. */
+KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype);
+/** Moves to a device. Only KILN_CPU is available in this build; KILN_CUDA
+ *  gives KILN_ERR_DEVICE. Torch: to(device). */
+KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device);
+/** Copies src's elements into dst (row-major order of each), converting the
+ *  dtype. Element counts must match; sizes may differ. If src broadcasts to
+ *  dst's sizes it is broadcast. Lazy. Torch: copy_. */
+KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src);
+/** Sets every element of t's view to value. Lazy. Torch: fill_. */
+KILN_API int kiln_fill_(kiln_tensor *t, double value);
+/** kiln_fill_(t, 0). Torch: zero_. */
+KILN_API int kiln_zero_(kiln_tensor *t);
+
+/* ------------------------------------------------------------ elementwise
+ * Lazy, broadcasting (NumPy/Torch rules) and with Torch's type promotion:
+ * bool < integer < float categories; among dimensioned tensors the wider
+ * type wins (U8 with I8 gives I16, F16 with BF16 gives F32); a 0-d tensor or
+ * a double scalar only lifts the category (int tensor + 2.5 gives the
+ * default float dtype). Float-only functions (exp, sin, sqrt, div, ...)
+ * give the default float dtype for integer or bool inputs. Comparisons and
+ * logical_* return BOOL. Integer division by zero gives 0 (Torch raises).
+ * Errors: NULL input, sizes that cannot broadcast (KILN_ERR_SHAPE). */
+
+/** Unary functions: each returns a new tensor of t's sizes. */
+KILN_API kiln_tensor *kiln_neg(kiln_tensor *t);        /* Torch neg (error for BOOL) */
+KILN_API kiln_tensor *kiln_abs(kiln_tensor *t);        /* abs */
+KILN_API kiln_tensor *kiln_sign(kiln_tensor *t);       /* sign: -1, 0, 1 */
+KILN_API kiln_tensor *kiln_exp(kiln_tensor *t);        /* exp */
+KILN_API kiln_tensor *kiln_exp2(kiln_tensor *t);       /* exp2 */
+KILN_API kiln_tensor *kiln_log(kiln_tensor *t);        /* log */
+KILN_API kiln_tensor *kiln_log2(kiln_tensor *t);       /* log2 */
+KILN_API kiln_tensor *kiln_log1p(kiln_tensor *t);      /* log1p */
+KILN_API kiln_tensor *kiln_expm1(kiln_tensor *t);      /* expm1 */
+KILN_API kiln_tensor *kiln_sqrt(kiln_tensor *t);       /* sqrt */
+KILN_API kiln_tensor *kiln_rsqrt(kiln_tensor *t);      /* rsqrt: 1/sqrt */
+KILN_API kiln_tensor *kiln_reciprocal(kiln_tensor *t); /* reciprocal: 1/x */
+KILN_API kiln_tensor *kiln_sin(kiln_tensor *t);        /* sin */
+KILN_API kiln_tensor *kiln_cos(kiln_tensor *t);        /* cos */
+KILN_API kiln_tensor *kiln_tan(kiln_tensor *t);        /* tan */
+KILN_API kiln_tensor *kiln_tanh(kiln_tensor *t);       /* tanh */
+KILN_API kiln_tensor *kiln_sigmoid(kiln_tensor *t);    /* sigmoid: 1/(1+exp(-x)) */
+KILN_API kiln_tensor *kiln_relu(kiln_tensor *t);       /* relu: max(x, 0), keeps dtype */
+KILN_API kiln_tensor *kiln_gelu(kiln_tensor *t);       /* gelu (exact, erf form) */
+KILN_API kiln_tensor *kiln_silu(kiln_tensor *t);       /* silu: x*sigmoid(x) */
+KILN_API kiln_tensor *kiln_erf(kiln_tensor *t);        /* erf */
+KILN_API kiln_tensor *kiln_floor(kiln_tensor *t);      /* floor (integers unchanged) */
+KILN_API kiln_tensor *kiln_ceil(kiln_tensor *t);       /* ceil */
+KILN_API kiln_tensor *kiln_round(kiln_tensor *t);      /* round half to even */
+KILN_API kiln_tensor *kiln_trunc(kiln_tensor *t);      /* trunc */
+KILN_API kiln_tensor *kiln_logical_not(kiln_tensor *t);/* logical_not → BOOL */
+
+/** Binary functions of two broadcastable tensors. */
+KILN_API kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);     /* a + b */
+KILN_API kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);     /* a - b (error for BOOL) */
+KILN_API kiln_tensor *kiln_mul(kiln_tensor *a, kiln_tensor *b);     /* a * b */
+KILN_API kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);     /* true division: float result */
+KILN_API kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);     /* a ** b */
+KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b); /* max, NaN propagates */
+KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b); /* min, NaN propagates */
+KILN_API kiln_tensor *kiln_fmod(kiln_tensor *a, kiln_tensor *b);    /* C fmod: sign of a */
+KILN_API kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);/* Python %: sign of b */
+KILN_API kiln_tensor *kiln_atan2(kiln_tensor *a, kiln_tensor *b);   /* atan2(a, b), float */
+KILN_API kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);      /* == → BOOL */
+KILN_API kiln_tensor *kiln_ne(kiln_tensor *a, kiln_tensor *b);      /* != → BOOL */
+KILN_API kiln_tensor *kiln_lt(kiln_tensor *a, kiln_tensor *b);      /* <  → BOOL */
+KILN_API kiln_tensor *kiln_le(kiln_tensor *a, kiln_tensor *b);      /* <= → BOOL */
+KILN_API kiln_tensor *kiln_gt(kiln_tensor *a, kiln_tensor *b);      /* >  → BOOL */
+KILN_API kiln_tensor *kiln_ge(kiln_tensor *a, kiln_tensor *b);      /* >= → BOOL */
+KILN_API kiln_tensor *kiln_logical_and(kiln_tensor *a, kiln_tensor *b); /* → BOOL */
+KILN_API kiln_tensor *kiln_logical_or(kiln_tensor *a, kiln_tensor *b);  /* → BOOL */
+KILN_API kiln_tensor *kiln_logical_xor(kiln_tensor *a, kiln_tensor *b); /* → BOOL */
+
+/** Scalar forms: `t op s`, with s treated as a Python number. */
+KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_div_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_pow_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_maximum_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_minimum_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_eq_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_ne_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_lt_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_le_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_gt_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_ge_scalar(kiln_tensor *t, double s);
+
+/** cond ? a : b, broadcasting all three; cond is BOOL or U8 (nonzero =
+ *  true); result dtype promotes a and b. Torch: where. */
+KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
+/** min(max(t, lo), hi); keeps t's dtype (integers: lo/hi truncated). NaN
+ *  bounds are ignored. Torch: clamp. */
+KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
+
+/* ------------------------------------------------------------ reductions
+ * `dims` [ndims] lists the dims to reduce (negative allowed, no repeats);
+ * ndims 0 reduces all. keepdim keeps them as size 1. Lazy.
+ * Result dtypes as in Torch: sum/prod of BOOL or integers give I64; mean
+ * needs a float dtype (KILN_ERR_DTYPE otherwise); amax/amin keep the dtype;
+ * all/any give BOOL. An empty reduction gives the identity (sum 0, prod 1);
+ * amax/amin of an empty dim are an error. */
+KILN_API kiln_tensor *kiln_sum(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+KILN_API kiln_tensor *kiln_mean(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+KILN_API kiln_tensor *kiln_prod(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+KILN_API kiln_tensor *kiln_amax(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+KILN_API kiln_tensor *kiln_amin(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+KILN_API kiln_tensor *kiln_all(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+KILN_API kiln_tensor *kiln_any(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+/** Index (I64) of the first maximum along dim. Torch: argmax(dim).
+ *  Error for an empty dim. */
+KILN_API kiln_tensor *kiln_argmax(kiln_tensor *t, int dim, bool keepdim);
+/** Index (I64) of the first minimum along dim. Torch: argmin(dim). */
+KILN_API kiln_tensor *kiln_argmin(kiln_tensor *t, int dim, bool keepdim);
+
+/* ----------------------------------------------- forcing, reading values */
+
+/** Computes t's storage contents now. Returns KILN_OK or an error. */
+KILN_API int kiln_realize(kiln_tensor *t);
+/** Computes several tensors in one schedule: shared work runs once. */
+KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n);
+/** Forces t and copies its elements in row-major order of its view, in its
+ *  dtype, to dst. Error (KILN_ERR_ARG) if dst_bytes < numel × dtype size. */
+KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes);
+/** The single element of a 1-element tensor as a double (forces). NaN and
+ *  an error otherwise. Torch: item(). */
+KILN_API double kiln_item(kiln_tensor *t);
+/** Element at `index` [dim()] as a double (forces). NaN and an error
+ *  (KILN_ERR_INDEX) when out of range. Torch: t[i][j]... */
+KILN_API double kiln_get(kiln_tensor *t, const int64_t *index);
+/** Writes one element through the view (lazy, seen by every tensor sharing
+ *  the storage). Torch: t[i][j] = v. */
+KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value);
+/** Forces t and returns a pointer to element 0 of its view in host memory
+ *  (borrowed: valid until the next in-place write to the storage or its
+ *  release). Strided: index it with kiln_strides. NULL on error. */
+KILN_API const void *kiln_data(kiln_tensor *t);
+
+/* ------------------------------------------------------------- printing */
+
+/** Prints t (forcing it) in Torch7's format, ending with a line such as
+ *  "[kiln.FloatTensor of size 4x5]". Returns KILN_OK or an error. */
+KILN_API int kiln_print(kiln_tensor *t, FILE *f);
+/** The text kiln_print writes, as a malloc'ed string the caller frees with
+ *  free(); NULL on error. */
+KILN_API char *kiln_to_string(kiln_tensor *t);
+
+/* ----------------------------------------------------------- execution */
+
+/** Selects the backend: "llvm" (default; env KILN_BACKEND). "cuda" is not
+ *  available in this build: KILN_ERR_DEVICE. */
+KILN_API int kiln_set_backend(const char *name);
+/** Threads for kernels (env KILN_NUM_THREADS); n ≥ 1. */
+KILN_API int kiln_set_num_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_KILN_H */

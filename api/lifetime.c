@@ -1,0 +1,132 @@
+/*
+ * lifetime.c — reference counting of tensors and storages, and scopes.
+ *
+ * A scope is a thread-local list of tensors it owns (one reference each).
+ * Scopes nest as a stack; kiln_keep moves a tensor from the innermost scope
+ * to the enclosing one (or to the caller when there is none).
+ */
+#include <stdlib.h>
+
+#include "api_internal.h"
+
+typedef struct api_scope {
+  kiln_tensor **items;
+  int n, cap;
+} api_scope;
+
+static _Thread_local api_scope *scopes;
+static _Thread_local int n_scopes, cap_scopes;
+static _Thread_local int untracked_depth;
+
+void api_untracked_begin(void) { untracked_depth++; }
+void api_untracked_end(void) { untracked_depth--; }
+
+KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
+  if (t) t->refcount++;
+  return t;
+}
+
+KILN_API void kiln_release(kiln_tensor *t) {
+  if (!t || --t->refcount > 0) return;
+  kiln_storage_release(t->storage);
+  free(t);
+}
+
+KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s) {
+  if (s) s->refcount++;
+  return s;
+}
+
+KILN_API void kiln_storage_release(kiln_storage *s) {
+  if (!s || --s->refcount > 0) return;
+  graph_node_release(s->version);
+  free(s);
+}
+
+static bool scope_push(api_scope *s, kiln_tensor *t) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    kiln_tensor **items = realloc(s->items, sizeof *items * (size_t)cap);
+    if (!items) return false;
+    s->items = items;
+    s->cap = cap;
+  }
+  s->items[s->n++] = t;
+  return true;
+}
+
+KILN_API void kiln_scope_begin(void) {
+  if (n_scopes == cap_scopes) {
+    int cap = cap_scopes ? cap_scopes * 2 : 8;
+    api_scope *bigger = realloc(scopes, sizeof *bigger * (size_t)cap);
+    if (!bigger) {
+      api_error(KILN_ERR_OOM, "kiln_scope_begin", "out of memory");
+      return;
+    }
+    scopes = bigger;
+    cap_scopes = cap;
+  }
+  scopes[n_scopes++] = (api_scope){0};
+}
+
+KILN_API void kiln_scope_end(void) {
+  if (n_scopes == 0) return;
+  api_scope *s = &scopes[--n_scopes];
+  for (int i = 0; i < s->n; i++) kiln_release(s->items[i]);
+  free(s->items);
+  if (n_scopes == 0) {
+    free(scopes);
+    scopes = NULL;
+    cap_scopes = 0;
+  }
+}
+
+KILN_API kiln_tensor *kiln_keep(kiln_tensor *t) {
+  if (!t || n_scopes == 0) return t;
+  api_scope *s = &scopes[n_scopes - 1];
+  for (int i = s->n - 1; i >= 0; i--) {
+    if (s->items[i] != t) continue;
+    s->items[i] = s->items[--s->n];
+    if (n_scopes > 1 && !scope_push(&scopes[n_scopes - 2], t)) {
+      api_error(KILN_ERR_OOM, "kiln_keep", "out of memory");
+      s->items[s->n++] = t; /* stays owned by the inner scope */
+    }
+    return t;
+  }
+  return t;
+}
+
+kiln_tensor *api_track(kiln_tensor *t) {
+  if (!t || n_scopes == 0 || untracked_depth > 0) return t;
+  if (!scope_push(&scopes[n_scopes - 1], t)) {
+    api_error(KILN_ERR_OOM, "kiln_scope", "out of memory registering a tensor");
+    kiln_release(t);
+    return NULL;
+  }
+  return t;
+}
+
+kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn) {
+  kiln_tensor *t = graph_tensor_new(s, v);
+  if (!t) {
+    api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
+  }
+  return api_track(t);
+}
+
+kiln_tensor *api_tensor_from_node(graph_node *n, const char *fn) {
+  if (!n) {
+    api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
+  }
+  graph_view v = graph_view_contiguous(n->ndim, n->sizes);
+  kiln_storage *s = graph_storage_new(n->dtype, n->numel, n);
+  if (!s) {
+    api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
+  }
+  kiln_tensor *t = api_tensor(s, &v, fn);
+  kiln_storage_release(s);
+  return t;
+}

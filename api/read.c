@@ -1,0 +1,150 @@
+/*
+ * read.c — forcing and reading values, and single-element writes.
+ *
+ * Forcing hands the storages' current versions to the runtime; reading
+ * then walks the realized buffer through the tensor's view in row-major
+ * order. kiln_set records an ASSIGN like any other in-place write, so it
+ * is lazy and seen by every tensor sharing the storage.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+#include "runtime.h"
+
+int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn) {
+  kiln_storage *s = dst->storage;
+  int64_t numel = s->numel;
+  graph_node *n = graph_node_new(GRAPH_OP_ASSIGN, s->dtype, 1, &numel);
+  if (!n) return api_error(KILN_ERR_OOM, fn, "out of memory");
+  graph_view flat = graph_view_contiguous(1, &numel);
+  graph_node_add_input(n, s->version, &flat);
+  graph_node_add_input(n, value, value_view);
+  n->attr.region = dst->view;
+  graph_storage_set_version(s, n);
+  return KILN_OK;
+}
+
+static int force_nodes(graph_node *const *nodes, int n, const char *fn) {
+  char err[512];
+  int st = rt_realize(nodes, n, err, sizeof err);
+  if (st != KILN_OK) api_error((kiln_status)st, fn, "%s", err);
+  return st;
+}
+
+graph_node *api_force(kiln_tensor *t, const char *fn) {
+  graph_node *v = t->storage->version;
+  if (force_nodes(&v, 1, fn) != KILN_OK) return NULL;
+  return t->storage->version;
+}
+
+KILN_API int kiln_realize(kiln_tensor *t) {
+  if (!api_check(t, "kiln_realize", "t")) return KILN_ERR_ARG;
+  return api_force(t, "kiln_realize") ? KILN_OK : kiln_last_status();
+}
+
+KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
+  if (n < 0 || (n > 0 && !ts)) return api_error(KILN_ERR_ARG, "kiln_realize_many", "bad tensor list (n = %d)", n);
+  graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
+  if (!nodes) return api_error(KILN_ERR_OOM, "kiln_realize_many", "out of memory");
+  for (int i = 0; i < n; i++) {
+    if (!ts[i]) {
+      free(nodes);
+      return api_error(KILN_ERR_ARG, "kiln_realize_many", "tensor %d is NULL", i);
+    }
+    nodes[i] = ts[i]->storage->version;
+  }
+  int st = force_nodes(nodes, n, "kiln_realize_many");
+  free(nodes);
+  return st;
+}
+
+/* Copies the view's elements, row-major, from the realized base. */
+static void gather(const graph_view *v, const char *base, size_t esize, char *dst) {
+  int64_t numel = graph_view_numel(v);
+  int64_t idx[KILN_MAX_DIMS] = {0};
+  int64_t off = v->offset;
+  for (int64_t e = 0; e < numel; e++) {
+    memcpy(dst + (size_t)e * esize, base + (size_t)off * esize, esize);
+    for (int d = v->ndim - 1; d >= 0; d--) {
+      off += v->strides[d];
+      if (++idx[d] < v->sizes[d]) break;
+      off -= v->strides[d] * v->sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes) {
+  if (!api_check(t, "kiln_read", "t")) return KILN_ERR_ARG;
+  size_t esize = (size_t)graph_dtypes[t->storage->dtype].size;
+  size_t need = (size_t)graph_view_numel(&t->view) * esize;
+  if (dst_bytes < need || (need > 0 && !dst))
+    return api_error(KILN_ERR_ARG, "kiln_read", "destination of %zu bytes is too small for %zu bytes", dst_bytes, need);
+  graph_node *v = api_force(t, "kiln_read");
+  if (!v) return kiln_last_status();
+  if (need > 0) gather(&t->view, v->buffer->data, esize, dst);
+  return KILN_OK;
+}
+
+/* Storage element of `index` [ndim] in t's view, or -1 (error set). */
+static int64_t element_offset(const kiln_tensor *t, const int64_t *index, const char *fn) {
+  int64_t off = t->view.offset;
+  if (t->view.ndim > 0 && !index) {
+    api_error(KILN_ERR_ARG, fn, "index is NULL for a %d-d tensor", t->view.ndim);
+    return -1;
+  }
+  for (int d = 0; d < t->view.ndim; d++) {
+    int64_t i = index[d], size = t->view.sizes[d];
+    if (i < -size || i >= size) {
+      api_error(KILN_ERR_INDEX, fn, "index %lld is out of range for dim %d of size %lld", (long long)i, d,
+                (long long)size);
+      return -1;
+    }
+    off += (i < 0 ? i + size : i) * t->view.strides[d];
+  }
+  return off;
+}
+
+KILN_API double kiln_get(kiln_tensor *t, const int64_t *index) {
+  if (!api_check(t, "kiln_get", "t")) return NAN;
+  int64_t off = element_offset(t, index, "kiln_get");
+  if (off < 0) return NAN;
+  graph_node *v = api_force(t, "kiln_get");
+  if (!v) return NAN;
+  kiln_dtype d = t->storage->dtype;
+  return graph_load_scalar(d, (const char *)v->buffer->data + off * graph_dtypes[d].size);
+}
+
+KILN_API double kiln_item(kiln_tensor *t) {
+  if (!api_check(t, "kiln_item", "t")) return NAN;
+  if (graph_view_numel(&t->view) != 1) {
+    api_error(KILN_ERR_SHAPE, "kiln_item", "a tensor with %lld elements cannot be converted to a scalar",
+              (long long)graph_view_numel(&t->view));
+    return NAN;
+  }
+  int64_t zero[KILN_MAX_DIMS] = {0};
+  return kiln_get(t, zero);
+}
+
+KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value) {
+  if (!api_check(t, "kiln_set", "t")) return KILN_ERR_ARG;
+  int64_t off = element_offset(t, index, "kiln_set");
+  if (off < 0) return kiln_last_status();
+  graph_node *val = graph_node_new(GRAPH_OP_FULL, t->storage->dtype, 0, NULL);
+  if (!val) return api_error(KILN_ERR_OOM, "kiln_set", "out of memory");
+  val->attr.scalar = value;
+  kiln_tensor elem = {.storage = t->storage, .view = {.ndim = 0, .offset = off}};
+  graph_view vv = {0};
+  int st = api_assign(&elem, val, &vv, "kiln_set");
+  graph_node_release(val);
+  return st;
+}
+
+KILN_API const void *kiln_data(kiln_tensor *t) {
+  if (!api_check(t, "kiln_data", "t")) return NULL;
+  graph_node *v = api_force(t, "kiln_data");
+  if (!v) return NULL;
+  return (const char *)v->buffer->data + t->view.offset * graph_dtypes[t->storage->dtype].size;
+}

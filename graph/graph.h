@@ -1,0 +1,195 @@
+/*
+ * graph.h — Kiln's graph layer: dtype traits, views, storages, version
+ * nodes and tensor handles. Internal; nothing here knows a backend exists.
+ *
+ * Model (DESIGN.md): a storage's contents are a *version*, a graph_node that
+ * produces the whole flat storage (numel elements, contiguous). A node is
+ * either realized (node->buffer set) or pending (an op over inputs). Each
+ * input is (node, view) captured when the op was recorded, so later writes
+ * never change an already recorded op. Tensors hold a storage and a view.
+ */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+/* ------------------------------------------------------------- dtypes */
+
+typedef enum graph_category { GRAPH_CAT_BOOL = 0, GRAPH_CAT_INT = 1, GRAPH_CAT_FLOAT = 2 } graph_category;
+
+typedef struct graph_dtype_traits {
+  const char *name;       /* "f32" */
+  const char *torch_name; /* "Float": printed as kiln.FloatTensor */
+  int size;               /* bytes */
+  graph_category category;
+  bool is_signed;         /* signed integer or float */
+  int bits;               /* value bits: 1 for bool, 8..64 */
+} graph_dtype_traits;
+
+extern const graph_dtype_traits graph_dtypes[KILN_DTYPE_COUNT];
+
+static inline bool graph_dtype_valid(kiln_dtype d) { return (unsigned)d < KILN_DTYPE_COUNT; }
+static inline bool graph_is_float(kiln_dtype d) { return graph_dtypes[d].category == GRAPH_CAT_FLOAT; }
+static inline bool graph_is_int(kiln_dtype d) { return graph_dtypes[d].category == GRAPH_CAT_INT; }
+
+/** Torch's promote_types for two dtypes. */
+kiln_dtype graph_promote(kiln_dtype a, kiln_dtype b);
+/** The dtype arithmetic runs in: F16 and BF16 compute in F32. */
+kiln_dtype graph_compute_dtype(kiln_dtype d);
+/** Process-wide default float dtype (F32 unless changed). */
+kiln_dtype graph_default_float(void);
+void graph_set_default_float(kiln_dtype d);
+
+/** Element at p as a double (exact for all but I64 beyond 2^53). */
+double graph_load_scalar(kiln_dtype d, const void *p);
+/** Stores v at p converted as a cast does: float→int truncates toward zero
+ *  (out of range: wraps modulo 2^bits via int64), →BOOL is v != 0, floats
+ *  round to nearest even. */
+void graph_store_scalar(kiln_dtype d, void *p, double v);
+uint16_t graph_f32_to_f16(float f);
+float graph_f16_to_f32(uint16_t h);
+uint16_t graph_f32_to_bf16(float f);
+float graph_bf16_to_f32(uint16_t h);
+
+/* --------------------------------------------------------------- views */
+
+/** A strided window of a flat storage: element (i0..in-1) lives at
+ *  offset + sum(ik * strides[k]). Sizes, strides and offset in elements. */
+typedef struct graph_view {
+  int ndim;
+  int64_t offset;
+  int64_t sizes[KILN_MAX_DIMS];
+  int64_t strides[KILN_MAX_DIMS];
+} graph_view;
+
+int64_t graph_view_numel(const graph_view *v);
+/** Contiguous view of sizes [ndim] at offset 0. */
+graph_view graph_view_contiguous(int ndim, const int64_t *sizes);
+bool graph_view_is_contiguous(const graph_view *v);
+/** Largest element index + 1 the view touches (0 when empty). */
+int64_t graph_view_extent(const graph_view *v);
+/** Row-major contiguous strides for sizes [ndim] into strides. */
+void graph_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+/** Torch's view rule: strides for new sizes over the same memory, or false
+ *  when the old strides cannot express them. */
+bool graph_view_reshape(const graph_view *v, int ndim, const int64_t *sizes, graph_view *out);
+
+/* --------------------------------------------------------------- nodes */
+
+typedef enum graph_op {
+#define X(name, arity, kind, result) GRAPH_OP_##name,
+#include "ops.def"
+#undef X
+  GRAPH_OP_COUNT
+} graph_op;
+
+typedef enum graph_kind {
+  GRAPH_SOURCE, GRAPH_UNARY, GRAPH_BINARY, GRAPH_TERNARY, GRAPH_CAST, GRAPH_REDUCE, GRAPH_ASSIGN
+} graph_kind;
+
+typedef enum graph_result { GRAPH_RES_SAME, GRAPH_RES_FLOAT, GRAPH_RES_BOOL, GRAPH_RES_LONG, GRAPH_RES_NODE } graph_result;
+
+typedef struct graph_op_info {
+  const char *name; /* "add" */
+  int arity;
+  graph_kind kind;
+  graph_result result;
+} graph_op_info;
+
+extern const graph_op_info graph_ops[GRAPH_OP_COUNT];
+
+#define GRAPH_MAX_INPUTS 3
+
+struct graph_node;
+
+/** One recorded input: the version read and the view it was read through.
+ *  For elementwise ops the view is already broadcast (stride 0) to the
+ *  node's sizes. */
+typedef struct graph_input {
+  struct graph_node *node; /* holds a reference */
+  graph_view view;
+} graph_input;
+
+/** A realized, reference-counted buffer (host memory). */
+typedef struct graph_buffer {
+  int refcount;
+  void *data;
+  int64_t bytes;
+  void (*deleter)(void *data, void *ctx); /* NULL: Kiln's allocator owns data */
+  void *ctx;
+  bool borrowed; /* from_blob without deleter: never freed by Kiln */
+} graph_buffer;
+
+typedef struct graph_node {
+  int refcount;
+  uint64_t id;          /* creation order, for stable printing */
+  graph_op op;
+  kiln_dtype dtype;     /* dtype of the produced buffer */
+  kiln_dtype cdtype;    /* elementwise: dtype operands are promoted to */
+  int64_t numel;        /* elements of the produced (flat, contiguous) buffer */
+  /* Logical shape of the result: elementwise and cast nodes produce
+   * contiguous [sizes]; reductions produce the keepdim shape; ASSIGN and
+   * sources produce [numel] (ndim 1). */
+  int ndim;
+  int64_t sizes[KILN_MAX_DIMS];
+  int n_inputs;
+  graph_input inputs[GRAPH_MAX_INPUTS];
+  struct {
+    double scalar, scalar2;
+    uint32_t reduce_mask; /* REDUCE: bit k set = input dim k reduced */
+    graph_view region;    /* ASSIGN: where the value is written */
+  } attr;
+  graph_buffer *buffer; /* set once realized; inputs are then dropped */
+  struct graph_node *free_next; /* work list while releasing */
+  int sched_mark;               /* scratch for the scheduler */
+} graph_node;
+
+/** A pending node with no inputs yet (refcount 1). NULL on OOM. */
+graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** A realized node over a buffer (takes the caller's buffer reference). */
+graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel);
+/** Appends an input (retains node). */
+void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view);
+graph_node *graph_node_retain(graph_node *n);
+/** Drops a reference; frees the node (and, iteratively, inputs it held the
+ *  last reference to) at zero. */
+void graph_node_release(graph_node *n);
+/** Marks n realized with buf (takes the reference) and drops its inputs. */
+void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
+/** Live pending (unrealized) nodes in the process, for tests and the
+ *  auto-realize threshold. */
+int64_t graph_pending_count(void);
+
+/** Zero-filled buffer of bytes (64-byte aligned). NULL on OOM. */
+graph_buffer *graph_buffer_alloc(int64_t bytes);
+graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void *, void *), void *ctx);
+graph_buffer *graph_buffer_retain(graph_buffer *b);
+void graph_buffer_release(graph_buffer *b);
+
+/* ------------------------------------------------ storages and tensors */
+
+struct kiln_storage {
+  int refcount;
+  kiln_dtype dtype;
+  kiln_device device;
+  int64_t numel;
+  graph_node *version; /* current contents; holds a reference */
+};
+
+struct kiln_tensor {
+  int refcount;
+  kiln_storage *storage; /* holds a reference */
+  graph_view view;
+};
+
+/** New storage whose contents are `version` (takes the reference). */
+kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *version);
+/** Replaces the storage's version (takes the reference to v). */
+void graph_storage_set_version(kiln_storage *s, graph_node *v);
+/** New tensor handle (refcount 1) over s (retained) with view v. */
+kiln_tensor *graph_tensor_new(kiln_storage *s, const graph_view *v);
+
+#endif /* KILN_GRAPH_H */

@@ -1,0 +1,174 @@
+/*
+ * node.c — version nodes, buffers, storages and tensor handles, with their
+ * reference counts.
+ *
+ * Invariants: a pending node holds a reference to each input node; once
+ * realized (buffer set) it drops them, so a realized graph is freed as soon
+ * as no tensor needs it. Releasing a long chain is iterative, never
+ * recursive, so a million-node chain cannot overflow the C stack.
+ * Reference counts are not atomic: a graph is used from one thread at a
+ * time (as a Torch tensor is).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+
+const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
+#define X(name, arity, kind, result) {#name, arity, GRAPH_##kind, GRAPH_RES_##result},
+#include "ops.def"
+#undef X
+};
+
+static uint64_t next_node_id = 1;
+static int64_t pending_nodes = 0;
+
+int64_t graph_pending_count(void) { return pending_nodes; }
+
+/* ------------------------------------------------------------ buffers */
+
+graph_buffer *graph_buffer_alloc(int64_t bytes) {
+  graph_buffer *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  size_t n = (size_t)(bytes > 0 ? bytes : 1);
+  n = (n + 63) / 64 * 64;
+  b->data = aligned_alloc(64, n);
+  if (!b->data) {
+    free(b);
+    return NULL;
+  }
+  memset(b->data, 0, n);
+  b->refcount = 1;
+  b->bytes = bytes;
+  return b;
+}
+
+graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void *, void *), void *ctx) {
+  graph_buffer *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->refcount = 1;
+  b->data = data;
+  b->bytes = bytes;
+  b->deleter = deleter;
+  b->ctx = ctx;
+  b->borrowed = deleter == NULL;
+  return b;
+}
+
+graph_buffer *graph_buffer_retain(graph_buffer *b) {
+  if (b) b->refcount++;
+  return b;
+}
+
+void graph_buffer_release(graph_buffer *b) {
+  if (!b || --b->refcount > 0) return;
+  if (b->deleter) b->deleter(b->data, b->ctx);
+  else if (!b->borrowed) free(b->data);
+  free(b);
+}
+
+/* -------------------------------------------------------------- nodes */
+
+graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes) {
+  graph_node *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  n->refcount = 1;
+  n->id = next_node_id++;
+  n->op = op;
+  n->dtype = dtype;
+  n->cdtype = dtype;
+  n->ndim = ndim;
+  n->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    n->sizes[i] = sizes[i];
+    n->numel *= sizes[i];
+  }
+  pending_nodes++;
+  return n;
+}
+
+graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel) {
+  graph_node *n = graph_node_new(GRAPH_OP_BUFFER, dtype, 1, &numel);
+  if (!n) {
+    graph_buffer_release(buf);
+    return NULL;
+  }
+  n->buffer = buf;
+  pending_nodes--;
+  return n;
+}
+
+void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view) {
+  graph_input *in = &n->inputs[n->n_inputs++];
+  in->node = graph_node_retain(src);
+  in->view = *view;
+}
+
+graph_node *graph_node_retain(graph_node *n) {
+  if (n) n->refcount++;
+  return n;
+}
+
+/* Frees n and every input whose last reference it held, through an
+ * intrusive work list (no recursion, no allocation). */
+void graph_node_release(graph_node *n) {
+  if (!n || --n->refcount > 0) return;
+  n->free_next = NULL;
+  graph_node *work = n;
+  while (work) {
+    graph_node *cur = work;
+    work = cur->free_next;
+    for (int i = 0; i < cur->n_inputs; i++) {
+      graph_node *in = cur->inputs[i].node;
+      if (--in->refcount > 0) continue;
+      in->free_next = work;
+      work = in;
+    }
+    if (!cur->buffer) pending_nodes--;
+    graph_buffer_release(cur->buffer);
+    free(cur);
+  }
+}
+
+void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
+  if (!n->buffer) pending_nodes--;
+  graph_buffer_release(n->buffer);
+  n->buffer = buf;
+  for (int i = 0; i < n->n_inputs; i++) {
+    graph_node_release(n->inputs[i].node);
+    n->inputs[i].node = NULL;
+  }
+  n->n_inputs = 0;
+}
+
+/* ------------------------------------------------ storages and tensors */
+
+kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *version) {
+  kiln_storage *s = calloc(1, sizeof *s);
+  if (!s) {
+    graph_node_release(version);
+    return NULL;
+  }
+  s->refcount = 1;
+  s->dtype = dtype;
+  s->device = KILN_CPU;
+  s->numel = numel;
+  s->version = version;
+  return s;
+}
+
+void graph_storage_set_version(kiln_storage *s, graph_node *v) {
+  graph_node *old = s->version;
+  s->version = v;
+  graph_node_release(old);
+}
+
+kiln_tensor *graph_tensor_new(kiln_storage *s, const graph_view *v) {
+  kiln_tensor *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->refcount = 1;
+  t->storage = s;
+  s->refcount++;
+  t->view = *v;
+  return t;
+}

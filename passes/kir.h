@@ -1,0 +1,125 @@
+/*
+ * kir.h — Kiln's kernel IR: the backend-neutral form every kernel takes
+ * before the LLVM or CUDA backend lowers it.
+ *
+ * A kernel is a linear list of micro-ops (uops) in SSA form: each uop's
+ * result is referred to by its index in the list. Loops are RANGE ... END
+ * pairs that nest like brackets; every value is defined before it is used
+ * and a value defined inside a loop is used only inside that loop.
+ * Accumulators (ACC) are the only mutable values: defined before their loop,
+ * updated with ACC_SET inside it, read after it (a use of an ACC index reads
+ * its current value).
+ *
+ * Types are kiln_dtype values plus KIR_INDEX (int64 index arithmetic) and
+ * KIR_PTR (a buffer parameter). Values of BOOL type are 1-bit truths in
+ * registers and 1 byte (0/1) in memory. ALU uops never take F16 or BF16
+ * operands: lowering casts them to F32 (CAST to and from F16/BF16 rounds to
+ * nearest even).
+ *
+ * Calling convention of a compiled kernel:
+ *   void kernel(void *const *bufs, int64_t start, int64_t end);
+ * bufs[i] is the base pointer of PARAM i. The first RANGE uop flagged
+ * `parallel` iterates [start, end) instead of [0, extent), so a runtime can
+ * split it across threads; a kernel without one ignores start/end.
+ */
+#ifndef KILN_KIR_H
+#define KILN_KIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+#define KIR_INDEX ((kiln_dtype)100) /* int64 index arithmetic */
+#define KIR_PTR ((kiln_dtype)101)   /* buffer parameter */
+#define KIR_VOID ((kiln_dtype)102)  /* no value: END, ACC_SET, STORE */
+#define KIR_MAX_PARAMS 16
+
+typedef enum kir_op {
+  /* definitions */
+  KIR_PARAM,   /* arg = param index; type KIR_PTR; elem = element dtype */
+  KIR_CONST,   /* cval (floats/bool) or ival (ints, KIR_INDEX) of `type` */
+  KIR_RANGE,   /* loop var 0..ival-1 (type KIR_INDEX); `parallel` flag */
+  KIR_END,     /* closes src[0] (a RANGE) */
+  KIR_ACC,     /* mutable accumulator of `type`, initial value src[0] */
+  KIR_ACC_SET, /* src[0] = ACC, src[1] = new value */
+  /* memory */
+  KIR_LOAD,    /* src[0] = PARAM, src[1] = element index (KIR_INDEX) */
+  KIR_STORE,   /* src[0] = PARAM, src[1] = index, src[2] = value */
+  /* conversion */
+  KIR_CAST,    /* src[0] converted to `type` (C semantics: float→int
+                  truncates, →BOOL is != 0, BOOL→x is 0/1) */
+  /* ALU: operands and result of `type` unless noted */
+  KIR_NEG, KIR_ADD, KIR_SUB, KIR_MUL,
+  KIR_DIV,     /* floats: IEEE; ints: truncating (divisor 0 gives 0) */
+  KIR_MOD,     /* floats: C fmod; ints: truncating remainder (÷0 gives 0) */
+  KIR_MAX, KIR_MIN, /* floats: NaN propagates */
+  KIR_CMPLT, KIR_CMPLE, KIR_CMPEQ, KIR_CMPNE, /* result BOOL; operands of
+                                                 the type of src[0] */
+  KIR_AND, KIR_OR, KIR_XOR, /* bitwise on ints and BOOL */
+  KIR_WHERE,   /* src[0] BOOL ? src[1] : src[2] */
+  /* float-only math, F32 or F64 */
+  KIR_SQRT, KIR_EXP, KIR_EXP2, KIR_LOG, KIR_LOG2, KIR_LOG1P, KIR_EXPM1,
+  KIR_SIN, KIR_COS, KIR_TAN, KIR_TANH, KIR_ERF,
+  KIR_FLOOR, KIR_CEIL, KIR_RINT /* half to even */, KIR_TRUNC,
+  KIR_POW, KIR_ATAN2,
+  KIR_OP_COUNT
+} kir_op;
+
+typedef struct kir_uop {
+  kir_op op;
+  kiln_dtype type;  /* result type */
+  kiln_dtype elem;  /* PARAM: element dtype of the buffer */
+  int src[3];       /* operand uop indices, -1 if unused */
+  int64_t ival;     /* CONST (ints, KIR_INDEX), RANGE extent, PARAM index */
+  double cval;      /* CONST (floats, BOOL) */
+  bool parallel;    /* RANGE */
+} kir_uop;
+
+typedef struct kir_kernel {
+  char name[96];
+  int n_params;
+  kiln_dtype param_dtype[KIR_MAX_PARAMS];
+  bool param_written[KIR_MAX_PARAMS];
+  int n_uops, cap;
+  kir_uop *uops;
+  bool oom; /* set when a builder call could not allocate */
+} kir_kernel;
+
+/** Builder. Each call appends a uop and returns its index (or -1 when the
+ *  kernel ran out of memory; `oom` is then set and later calls are no-ops).
+ *  The builder does not check anything (kir_verify does). kir_const_f and
+ *  kir_const_i accept any value type (converting as a CAST would); kir_alu
+ *  gives CMP ops type BOOL whatever `type` says; unused operands are -1. */
+void kir_init(kir_kernel *k, const char *name);
+void kir_free(kir_kernel *k);
+int kir_param(kir_kernel *k, kiln_dtype elem, bool written);
+int kir_const_f(kir_kernel *k, kiln_dtype type, double v);
+int kir_const_i(kir_kernel *k, kiln_dtype type, int64_t v);
+int kir_range(kir_kernel *k, int64_t extent, bool parallel);
+void kir_end(kir_kernel *k, int range);
+int kir_acc(kir_kernel *k, kiln_dtype type, int init);
+void kir_acc_set(kir_kernel *k, int acc, int value);
+int kir_load(kir_kernel *k, int param, int index);
+void kir_store(kir_kernel *k, int param, int index, int value);
+int kir_cast(kir_kernel *k, kiln_dtype type, int a);
+int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c);
+
+/** Canonical text of the kernel (one line per uop). Equal text means the
+ *  same machine code: it is the compile-cache key and the KILN_DEBUG=3
+ *  listing. The kernel's name is not part of it (kernels that differ only
+ *  in name share code). Returns a malloc'ed string (caller frees) or NULL
+ *  on OOM. */
+char *kir_to_string(const kir_kernel *k);
+/** Checks the invariants in the header comment; returns NULL or a message
+ *  describing the first violation ("uop 7 (add): operand types differ"),
+ *  in a thread-local buffer valid until this thread's next kir_verify. */
+const char *kir_verify(const kir_kernel *k);
+const char *kir_op_name(kir_op op);
+/** Number of operands op takes (0..3); -1 for an invalid op. */
+int kir_op_arity(kir_op op);
+/** Name of a uop type: "f32", ..., "index", "ptr", "void"; "?" if invalid. */
+const char *kir_type_name(kiln_dtype t);
+
+#endif /* KILN_KIR_H */

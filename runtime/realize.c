@@ -1,0 +1,150 @@
+/*
+ * realize.c — turns pending version nodes into buffers: collects the
+ * pending nodes a request needs (post-order, so producers run first),
+ * lowers each to one kernel, compiles it through the cache, allocates its
+ * output and runs it.
+ *
+ * In-place writes: an ASSIGN whose old version is realized and read by
+ * nobody else (node and buffer referenced once) writes its region straight
+ * into the old buffer; otherwise it copies the old contents first.
+ * Inlined sources (pending FULL/ARANGE) are computed inside their readers'
+ * kernels and never get a buffer of their own unless requested.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lower.h"
+#include "runtime.h"
+
+static int sched_epoch;
+
+int rt_debug_level(void) {
+  static int level = -1;
+  if (level < 0) {
+    const char *e = getenv("KILN_DEBUG");
+    level = e ? atoi(e) : 0;
+  }
+  return level;
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+typedef struct node_list {
+  graph_node **items;
+  int n, cap;
+} node_list;
+
+static bool list_push(node_list *l, graph_node *x) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 64;
+    graph_node **items = realloc(l->items, sizeof *items * (size_t)cap);
+    if (!items) return false;
+    l->items = items;
+    l->cap = cap;
+  }
+  l->items[l->n++] = x;
+  return true;
+}
+
+/* Pending inputs this node needs realized before its kernel runs. */
+static bool needs(const graph_node *in) { return in && !in->buffer && !pass_is_inlined(in); }
+
+/* Iterative post-order DFS from the roots: `order` receives each pending
+ * node after all the pending nodes it reads. */
+static bool collect(graph_node *const *roots, int n, node_list *order) {
+  node_list stack = {0};
+  int epoch = ++sched_epoch;
+  bool ok = true;
+  for (int r = 0; r < n && ok; r++) {
+    if (!roots[r] || roots[r]->buffer || roots[r]->sched_mark == epoch) continue;
+    roots[r]->sched_mark = epoch;
+    ok = list_push(&stack, roots[r]);
+    while (ok && stack.n > 0) {
+      graph_node *top = stack.items[stack.n - 1];
+      graph_node *next = NULL;
+      for (int i = 0; i < top->n_inputs && !next; i++) {
+        graph_node *in = top->inputs[i].node;
+        if (needs(in) && in->sched_mark != epoch) next = in;
+      }
+      if (next) {
+        next->sched_mark = epoch;
+        ok = list_push(&stack, next);
+      } else {
+        stack.n--;
+        ok = list_push(order, top);
+      }
+    }
+  }
+  free(stack.items);
+  return ok;
+}
+
+static bool can_write_in_place(const graph_node *n) {
+  const graph_node *old = n->inputs[0].node;
+  return n->op == GRAPH_OP_ASSIGN && old->buffer && old->refcount == 1 && old->buffer->refcount == 1;
+}
+
+static void debug_line(const graph_node *n, const kir_kernel *k, bool hit, int64_t ns) {
+  fprintf(stderr, "kiln: %-40s llvm  numel %-10lld %8.3f ms%s\n", k->name, (long long)n->numel, ns / 1e6,
+          hit ? "" : "  (compiled)");
+  if (rt_debug_level() >= 3) {
+    char *txt = kir_to_string(k);
+    if (txt) fprintf(stderr, "%s\n", txt);
+    free(txt);
+  }
+}
+
+static int run_node(graph_node *n, char *err, size_t errlen) {
+  bool in_place = can_write_in_place(n);
+  kir_kernel k;
+  int st = pass_lower_node(n, in_place, &k, err, errlen);
+  if (st != KILN_OK) return st;
+  llvm_kernel_fn fn;
+  bool hit = false;
+  st = rt_kernel_get(&k, &fn, &hit, err, errlen);
+  graph_buffer *out = NULL;
+  if (st == KILN_OK) {
+    int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
+    out = in_place ? graph_buffer_retain(n->inputs[0].node->buffer) : graph_buffer_alloc(bytes);
+    if (!out) {
+      snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
+      st = KILN_ERR_OOM;
+    }
+  }
+  if (st == KILN_OK) {
+    void *bufs[1 + GRAPH_MAX_INPUTS] = {out->data};
+    for (int i = 0; i < n->n_inputs; i++) {
+      graph_buffer *b = n->inputs[i].node->buffer;
+      bufs[1 + i] = b ? b->data : NULL;
+    }
+    int64_t t0 = now_ns();
+    fn(bufs, 0, pass_parallel_extent(&k));
+    if (rt_debug_level() >= 1) debug_line(n, &k, hit, now_ns() - t0);
+    graph_node_set_buffer(n, out);
+  }
+  kir_free(&k);
+  return st;
+}
+
+int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
+  node_list order = {0};
+  if (!collect(nodes, n, &order)) {
+    free(order.items);
+    snprintf(err, errlen, "out of memory scheduling %d nodes", n);
+    return KILN_ERR_OOM;
+  }
+  /* No retains needed: running a node drops only its inputs, which come
+   * earlier in post-order; every node still to run is held by a consumer
+   * still to run or by a root (held by the caller). */
+  int st = KILN_OK;
+  for (int i = 0; i < order.n && st == KILN_OK; i++)
+    if (!order.items[i]->buffer) st = run_node(order.items[i], err, errlen);
+  free(order.items);
+  return st;
+}

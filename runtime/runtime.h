@@ -1,0 +1,28 @@
+/*
+ * runtime.h — execution: scheduling pending nodes into kernel runs, the
+ * compiled-kernel cache, and debug output. Internal.
+ */
+#ifndef KILN_RUNTIME_H
+#define KILN_RUNTIME_H
+
+#include <stddef.h>
+
+#include "graph.h"
+#include "kir.h"
+#include "llvm_backend.h"
+
+/** Realizes every node in nodes[0..n) and the pending nodes they need,
+ *  one kernel per node, in dependency order. On failure nothing already
+ *  realized is lost, the failed node stays pending, and the message is in
+ *  err. Returns KILN_OK or a negative kiln_status. */
+int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen);
+
+/** Compiled entry point for k, from the cache or compiled now (then cached
+ *  by kir_to_string(k)). *cache_hit tells which. */
+int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen);
+/** Number of kernels compiled so far (cache misses), for tests. */
+int64_t rt_compile_count(void);
+/** KILN_DEBUG level (read once from the environment). */
+int rt_debug_level(void);
+
+#endif /* KILN_RUNTIME_H */
