@@ -358,7 +358,7 @@ static int lower_assign(lower_ctx *c, bool in_place) {
   declare_params(c);
   if (!in_place) {
     int r = kir_range(k, n->numel, true);
-    kir_store(k, c->out, r, kir_load(k, c->params[0], r));
+    kir_store(k, c->out, r, cast_to(k, n->dtype, load_input(c, 0, &n->inputs[0].view, &r)));
     kir_end(k, r);
   }
   const graph_view *reg = &n->attr.region;

@@ -85,19 +85,40 @@ static bool collect(graph_node *const *roots, int n, node_list *order) {
   return ok;
 }
 
+/* An ASSIGN writes into its old version's buffer whenever that buffer
+ * belongs to the old version alone. If other pending readers still need
+ * the old contents, they get a private copy first (copy-on-write), so the
+ * storage keeps one buffer for its lifetime: pointers from kiln_data and
+ * from_blob memory see every write. */
 static bool can_write_in_place(const graph_node *n) {
   const graph_node *old = n->inputs[0].node;
-  return n->op == GRAPH_OP_ASSIGN && old->buffer && old->refcount == 1 && old->buffer->refcount == 1;
+  return n->op == GRAPH_OP_ASSIGN && old->buffer && old->buffer->refcount == 1;
+}
+
+static int detach_old_readers(graph_node *old, char *err, size_t errlen) {
+  if (old->refcount == 1) return KILN_OK;
+  graph_buffer *copy = graph_buffer_alloc(old->buffer->bytes);
+  if (!copy) {
+    snprintf(err, errlen, "out of memory copying %lld bytes", (long long)old->buffer->bytes);
+    return KILN_ERR_OOM;
+  }
+  memcpy(copy->data, old->buffer->data, (size_t)old->buffer->bytes);
+  graph_buffer *mine = old->buffer;
+  old->buffer = copy;
+  graph_buffer_release(mine); /* still held by the ASSIGN's output */
+  return KILN_OK;
 }
 
 static void debug_line(const graph_node *n, const kir_kernel *k, bool hit, int64_t ns) {
   fprintf(stderr, "kiln: %-40s llvm  numel %-10lld %8.3f ms%s\n", k->name, (long long)n->numel, ns / 1e6,
           hit ? "" : "  (compiled)");
-  if (rt_debug_level() >= 3) {
-    char *txt = kir_to_string(k);
-    if (txt) fprintf(stderr, "%s\n", txt);
-    free(txt);
-  }
+}
+
+/* KILN_DEBUG=3: the kernel IR, printed before the kernel runs. */
+static void debug_ir(const kir_kernel *k) {
+  char *txt = kir_to_string(k);
+  if (txt) fprintf(stderr, "kiln: kernel IR of %s\n%s\n", k->name, txt);
+  free(txt);
 }
 
 static int run_node(graph_node *n, char *err, size_t errlen) {
@@ -111,8 +132,14 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
   graph_buffer *out = NULL;
   if (st == KILN_OK) {
     int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
-    out = in_place ? graph_buffer_retain(n->inputs[0].node->buffer) : graph_buffer_alloc(bytes);
-    if (!out) {
+    graph_node *old = n->inputs[0].node;
+    if (in_place) {
+      out = graph_buffer_retain(old->buffer);
+      st = detach_old_readers(old, err, errlen);
+    } else {
+      out = graph_buffer_alloc(bytes);
+    }
+    if (st == KILN_OK && !out) {
       snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
       st = KILN_ERR_OOM;
     }
@@ -123,11 +150,14 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
       graph_buffer *b = n->inputs[i].node->buffer;
       bufs[1 + i] = b ? b->data : NULL;
     }
+    if (rt_debug_level() >= 3) debug_ir(&k);
     int64_t t0 = now_ns();
     fn(bufs, 0, pass_parallel_extent(&k));
     if (rt_debug_level() >= 1) debug_line(n, &k, hit, now_ns() - t0);
     graph_node_set_buffer(n, out);
+    out = NULL;
   }
+  graph_buffer_release(out);
   kir_free(&k);
   return st;
 }

@@ -1,0 +1,170 @@
+/*
+ * test_ops.c — elementwise ops and reductions on known values: Torch's
+ * type promotion, broadcasting, integer division/remainder semantics,
+ * reductions over dim sets with keepdim, and error messages.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+
+static void expect_values(kiln_tensor *t, const double *want, int64_t n, double tol) {
+  assert_non_null(t);
+  assert_int_equal(kiln_numel(t), n);
+  double got[64];
+  kiln_tensor *d = kiln_to_dtype(t, KILN_F64);
+  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(want[i])) assert_true(isnan(got[i]));
+    else assert_float_equal(got[i], want[i], tol);
+  }
+}
+
+static kiln_tensor *vec(kiln_dtype dt, int64_t n, const double *v) {
+  kiln_tensor *d = kiln_from_data(KILN_F64, 1, &n, v);
+  return kiln_to_dtype(d, dt);
+}
+
+static void promotion(void **state) {
+  kiln_scope_begin();
+  int64_t s3[] = {3};
+  kiln_tensor *i32 = kiln_ones(KILN_I32, 1, s3), *u8 = kiln_ones(KILN_U8, 1, s3), *i8 = kiln_ones(KILN_I8, 1, s3);
+  kiln_tensor *f16 = kiln_ones(KILN_F16, 1, s3), *bf16 = kiln_ones(KILN_BF16, 1, s3), *b = kiln_ones(KILN_BOOL, 1, s3);
+  kiln_tensor *f64_0d = kiln_scalar(KILN_F64, 2), *i64_0d = kiln_scalar(KILN_I64, 2);
+  assert_int_equal(kiln_dtype_of(kiln_add(u8, i8)), KILN_I16);
+  assert_int_equal(kiln_dtype_of(kiln_add(f16, bf16)), KILN_F32);
+  assert_int_equal(kiln_dtype_of(kiln_add(i32, f64_0d)), KILN_F64); /* higher category 0-d wins */
+  assert_int_equal(kiln_dtype_of(kiln_add(i32, i64_0d)), KILN_I32); /* same category: tensor wins */
+  assert_int_equal(kiln_dtype_of(kiln_add_scalar(i32, 2.5)), KILN_F32);
+  assert_int_equal(kiln_dtype_of(kiln_add_scalar(i32, 2)), KILN_I32);
+  assert_int_equal(kiln_dtype_of(kiln_add_scalar(b, 2)), KILN_I64);
+  assert_int_equal(kiln_dtype_of(kiln_add_scalar(f16, 2.5)), KILN_F16);
+  assert_int_equal(kiln_dtype_of(kiln_div(i32, i32)), KILN_F32);
+  assert_int_equal(kiln_dtype_of(kiln_exp(u8)), KILN_F32);
+  assert_int_equal(kiln_dtype_of(kiln_lt(i32, f16)), KILN_BOOL);
+  assert_int_equal(kiln_dtype_of(kiln_add(b, b)), KILN_BOOL);
+  assert_int_equal(kiln_set_default_dtype(KILN_F64), KILN_OK);
+  assert_int_equal(kiln_dtype_of(kiln_sqrt(i32)), KILN_F64);
+  assert_int_equal(kiln_set_default_dtype(KILN_F32), KILN_OK);
+  kiln_scope_end();
+}
+
+static void broadcasting(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *col = kiln_view(kiln_arange(KILN_F32, 0, 3, 1), 2, (int64_t[]){3, 1});
+  kiln_tensor *row = kiln_arange(KILN_F32, 0, 20, 10);
+  kiln_tensor *s = kiln_add(col, row);
+  assert_int_equal(kiln_dim(s), 2);
+  assert_int_equal(kiln_size(s, 0), 3);
+  assert_int_equal(kiln_size(s, 1), 2);
+  expect_values(s, (double[]){0, 10, 1, 11, 2, 12}, 6, 0);
+  kiln_clear_error();
+  assert_null(kiln_add(kiln_zeros(KILN_F32, 2, (int64_t[]){3, 4}), kiln_zeros(KILN_F32, 1, (int64_t[]){5})));
+  assert_int_equal(kiln_last_status(), KILN_ERR_SHAPE);
+  assert_string_equal(kiln_last_error(), "kiln_add: sizes [3, 4] and [5] cannot be broadcast");
+  /* NULL propagates, the first error is kept */
+  assert_null(kiln_exp(kiln_mul(NULL, row)));
+  assert_string_equal(kiln_last_error(), "kiln_add: sizes [3, 4] and [5] cannot be broadcast");
+  kiln_clear_error();
+  assert_null(kiln_exp(NULL));
+  assert_int_equal(kiln_last_status(), KILN_ERR_ARG);
+  assert_non_null(strstr(kiln_last_error(), "kiln_exp"));
+  kiln_clear_error();
+  kiln_scope_end();
+}
+
+static void integer_semantics(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = vec(KILN_I32, 6, (double[]){7, -7, 7, -7, 5, INT32_MIN});
+  kiln_tensor *b = vec(KILN_I32, 6, (double[]){2, 2, -2, -2, 0, -1});
+  expect_values(kiln_fmod(a, b), (double[]){1, -1, 1, -1, 0, 0}, 6, 0);
+  expect_values(kiln_remainder(a, b), (double[]){1, 1, -1, -1, 0, 0}, 6, 0);
+  expect_values(kiln_div(a, b), (double[]){3.5, -3.5, -3.5, 3.5, INFINITY, 2147483648.0}, 6, 0);
+  expect_values(kiln_pow(vec(KILN_I64, 3, (double[]){2, 3, -2}), vec(KILN_I64, 3, (double[]){10, 3, 3})),
+                (double[]){1024, 27, -8}, 3, 0);
+  kiln_tensor *f = vec(KILN_F32, 4, (double[]){5.5, -5.5, 5.5, -5.5});
+  kiln_tensor *g = vec(KILN_F32, 4, (double[]){2, 2, -2, -2});
+  expect_values(kiln_remainder(f, g), (double[]){1.5, 0.5, -0.5, -1.5}, 4, 0);
+  expect_values(kiln_fmod(f, g), (double[]){1.5, -1.5, 1.5, -1.5}, 4, 0);
+  kiln_scope_end();
+}
+
+static void unary_values(void **state) {
+  kiln_scope_begin();
+  double xs[] = {-2.5, -0.5, 0.5, 1.5, 2.5};
+  kiln_tensor *x = vec(KILN_F64, 5, xs);
+  expect_values(kiln_round(x), (double[]){-2, -0., 0, 2, 2}, 5, 0);
+  expect_values(kiln_floor(x), (double[]){-3, -1, 0, 1, 2}, 5, 0);
+  expect_values(kiln_ceil(x), (double[]){-2, -0., 1, 2, 3}, 5, 0);
+  expect_values(kiln_trunc(x), (double[]){-2, 0, 0, 1, 2}, 5, 0);
+  expect_values(kiln_sign(x), (double[]){-1, -1, 1, 1, 1}, 5, 0);
+  expect_values(kiln_relu(x), (double[]){0, 0, 0.5, 1.5, 2.5}, 5, 0);
+  double want[5];
+  for (int i = 0; i < 5; i++) want[i] = 0.5 * xs[i] * (1 + erf(xs[i] / sqrt(2)));
+  expect_values(kiln_gelu(x), want, 5, 1e-12);
+  for (int i = 0; i < 5; i++) want[i] = xs[i] / (1 + exp(-xs[i]));
+  expect_values(kiln_silu(x), want, 5, 1e-12);
+  for (int i = 0; i < 5; i++) want[i] = tanh(xs[i]);
+  expect_values(kiln_tanh(x), want, 5, 1e-12);
+  expect_values(kiln_clamp(x, -1, 1), (double[]){-1, -0.5, 0.5, 1, 1}, 5, 0);
+  expect_values(kiln_clamp(x, NAN, 0), (double[]){-2.5, -0.5, 0, 0, 0}, 5, 0);
+  expect_values(kiln_abs(vec(KILN_I8, 3, (double[]){-128, -3, 4})), (double[]){-128, 3, 4}, 3, 0);
+  expect_values(kiln_logical_not(x), (double[]){0, 0, 0, 0, 0}, 5, 0);
+  expect_values(kiln_maximum(x, kiln_scalar(KILN_F64, NAN)), (double[]){NAN, NAN, NAN, NAN, NAN}, 5, 0);
+  kiln_tensor *c = kiln_gt_scalar(x, 0);
+  assert_int_equal(kiln_dtype_of(c), KILN_BOOL);
+  expect_values(kiln_where(c, x, kiln_scalar(KILN_I32, -1)), (double[]){-1, -1, 0.5, 1.5, 2.5}, 5, 0);
+  kiln_scope_end();
+}
+
+static void reductions(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_view(kiln_arange(KILN_I32, 0, 24, 1), 3, (int64_t[]){2, 3, 4});
+  kiln_tensor *s = kiln_sum(x, 2, (int[]){0, -1}, false);
+  assert_int_equal(kiln_dtype_of(s), KILN_I64);
+  assert_int_equal(kiln_dim(s), 1);
+  expect_values(s, (double[]){60, 92, 124}, 3, 0);
+  kiln_tensor *k = kiln_sum(x, 1, (int[]){1}, true);
+  assert_int_equal(kiln_dim(k), 3);
+  assert_int_equal(kiln_size(k, 1), 1);
+  expect_values(k, (double[]){12, 15, 18, 21, 48, 51, 54, 57}, 8, 0);
+  expect_values(kiln_sum(x, 0, NULL, false), (double[]){276}, 1, 0);
+  expect_values(kiln_amax(x, 1, (int[]){2}, false), (double[]){3, 7, 11, 15, 19, 23}, 6, 0);
+  expect_values(kiln_amin(kiln_t(kiln_select(x, 0, 1)), 1, (int[]){0}, false), (double[]){12, 16, 20}, 3, 0);
+  kiln_tensor *f = vec(KILN_F32, 6, (double[]){3, -1, 7, 7, NAN, 2});
+  expect_values(kiln_argmax(vec(KILN_F32, 5, (double[]){3, -1, 7, 7, 2}), 0, false), (double[]){2}, 1, 0);
+  expect_values(kiln_argmax(f, 0, false), (double[]){4}, 1, 0);
+  expect_values(kiln_argmin(f, 0, false), (double[]){4}, 1, 0);
+  expect_values(kiln_mean(kiln_to_dtype(x, KILN_F32), 1, (int[]){2}, false), (double[]){1.5, 5.5, 9.5, 13.5, 17.5, 21.5}, 6, 0);
+  expect_values(kiln_prod(vec(KILN_I16, 4, (double[]){2, -3, 4, 5}), 0, NULL, false), (double[]){-120}, 1, 0);
+  expect_values(kiln_all(vec(KILN_F32, 3, (double[]){1, NAN, -2}), 0, NULL, false), (double[]){1}, 1, 0);
+  expect_values(kiln_any(kiln_zeros(KILN_I8, 1, (int64_t[]){4}), 0, NULL, false), (double[]){0}, 1, 0);
+  /* empty: sum is 0, amax is an error */
+  kiln_tensor *e = kiln_zeros(KILN_F32, 2, (int64_t[]){0, 3});
+  expect_values(kiln_sum(e, 1, (int[]){0}, false), (double[]){0, 0, 0}, 3, 0);
+  kiln_clear_error();
+  assert_null(kiln_amax(e, 1, (int[]){0}, false));
+  assert_int_equal(kiln_last_status(), KILN_ERR_SHAPE);
+  kiln_clear_error();
+  assert_null(kiln_sum(x, 2, (int[]){1, -2}, false));
+  assert_int_equal(kiln_last_status(), KILN_ERR_ARG);
+  kiln_clear_error();
+  assert_null(kiln_mean(x, 0, NULL, false));
+  assert_int_equal(kiln_last_status(), KILN_ERR_DTYPE);
+  kiln_clear_error();
+  kiln_scope_end();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(promotion), cmocka_unit_test(broadcasting), cmocka_unit_test(integer_semantics),
+      cmocka_unit_test(unary_values), cmocka_unit_test(reductions),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
