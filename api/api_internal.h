@@ -55,6 +55,12 @@ static inline graph_node *api_version(const kiln_tensor *t) { return t->storage-
  *  region's sizes) into `dst`'s view: the storage gets a new ASSIGN version.
  *  Returns KILN_OK or an error. */
 int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn);
+/** Forces n when more than the auto-realize limit of nodes are pending
+ *  (DESIGN.md: a graph that is never forced cannot grow without bound).
+ *  A failure is recorded as the thread's error; n then stays pending. */
+void api_maybe_realize(graph_node *n, const char *fn);
+/** Sets that limit (0 disables; default 10,000 or env KILN_AUTO_REALIZE). */
+void api_set_auto_realize_limit(int64_t limit);
 /** Forces the storage of t (runtime) and returns its realized buffer node;
  *  NULL with the error set on failure. */
 graph_node *api_force(kiln_tensor *t, const char *fn);

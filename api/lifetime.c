@@ -128,5 +128,6 @@ kiln_tensor *api_tensor_from_node(graph_node *n, const char *fn) {
   }
   kiln_tensor *t = api_tensor(s, &v, fn);
   kiln_storage_release(s);
+  if (t) api_maybe_realize(n, fn);
   return t;
 }

@@ -13,6 +13,27 @@
 #include "api_internal.h"
 #include "runtime.h"
 
+/* Pending nodes allowed before an op forces its own result (env
+ * KILN_AUTO_REALIZE; 0 disables). */
+static int64_t auto_realize_limit = -1;
+
+void api_set_auto_realize_limit(int64_t limit) { auto_realize_limit = limit; }
+
+static int64_t auto_limit(void) {
+  if (auto_realize_limit < 0) {
+    const char *e = getenv("KILN_AUTO_REALIZE");
+    auto_realize_limit = e ? atoll(e) : 10000;
+  }
+  return auto_realize_limit;
+}
+
+static int force_nodes(graph_node *const *nodes, int n, const char *fn);
+
+void api_maybe_realize(graph_node *n, const char *fn) {
+  int64_t limit = auto_limit();
+  if (limit > 0 && graph_pending_count() > limit) force_nodes(&n, 1, fn);
+}
+
 int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn) {
   kiln_storage *s = dst->storage;
   int64_t numel = s->numel;
@@ -23,6 +44,7 @@ int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view
   graph_node_add_input(n, value, value_view);
   n->attr.region = dst->view;
   graph_storage_set_version(s, n);
+  api_maybe_realize(n, fn);
   return KILN_OK;
 }
 

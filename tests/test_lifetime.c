@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "api_internal.h"
 #include "graph.h"
 #include "kiln/kiln.h"
 
@@ -120,6 +121,7 @@ static void execution_settings(void **state) {
 }
 
 static void long_chain_releases_iteratively(void **state) {
+  api_set_auto_realize_limit(0);
   int64_t base = graph_pending_count();
   kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){1});
   for (int i = 0; i < 200000; i++) {
@@ -130,6 +132,25 @@ static void long_chain_releases_iteratively(void **state) {
   assert_true(graph_pending_count() > base + 200000); /* ops and their scalars */
   kiln_release(x); /* must not recurse 200,000 frames deep */
   assert_int_equal(graph_pending_count(), base);
+  api_set_auto_realize_limit(-1);
+}
+
+static void long_unforced_loop_is_realized_automatically(void **state) {
+  api_set_auto_realize_limit(1000);
+  kiln_tensor *x = kiln_zeros(KILN_I64, 1, (int64_t[]){4});
+  kiln_tensor *v = kiln_narrow(x, 0, 1, 2);
+  for (int i = 0; i < 5000; i++) {
+    kiln_tensor *y = kiln_add_scalar(x, 1);
+    kiln_release(x);
+    x = y;
+    assert_true(graph_pending_count() <= 1002);
+    assert_int_equal(kiln_fill_(v, i), KILN_OK); /* writes into the old x's storage */
+  }
+  assert_float_equal(kiln_get(x, (int64_t[]){3}), 5000, 0);
+  assert_float_equal(kiln_get(v, (int64_t[]){1}), 4999, 0);
+  kiln_release(x);
+  kiln_release(v);
+  api_set_auto_realize_limit(-1);
 }
 
 int main(void) {
@@ -137,6 +158,7 @@ int main(void) {
       cmocka_unit_test(release_frees_pending_graph), cmocka_unit_test(scopes_release_and_keep),
       cmocka_unit_test(first_error_is_kept),         cmocka_unit_test(errors_are_thread_local),
       cmocka_unit_test(execution_settings),          cmocka_unit_test(long_chain_releases_iteratively),
+      cmocka_unit_test(long_unforced_loop_is_realized_automatically),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
