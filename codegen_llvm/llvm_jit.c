@@ -1,0 +1,273 @@
+/*
+ * llvm_jit.c — the CPU backend's driver: one process-wide ORC LLJIT for the
+ * host CPU, the O2 pass pipeline, and llvm_compile/llvm_shutdown.
+ *
+ * Invariants:
+ *  - the JIT is created lazily by the first llvm_compile and lives until
+ *    llvm_shutdown, which frees it and all compiled code; llvm_shutdown must
+ *    not run while another thread is inside llvm_compile;
+ *  - every access to the JIT (creation, adding a module, looking a symbol
+ *    up, which compiles it) holds `jit_lock`: LLJIT through the C API is
+ *    not safe for concurrent adds. Building and optimising the module
+ *    happen outside the lock, in a fresh LLVMContext per compile, with a
+ *    TargetMachine per compile (TargetMachines cache subtargets and are not
+ *    safe to share between threads);
+ *  - each kernel's symbol is unique (sanitised kernel name + counter) and
+ *    gets its own ResourceTracker, removed again if compiling it fails;
+ *  - nothing is printed: session errors are captured into the message.
+ * The main JITDylib resolves undefined symbols from the process (libm).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "llvm_backend.h"
+#include "llvm_internal.h"
+
+static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t target_once = PTHREAD_ONCE_INIT;
+static bool target_ok;
+
+/* The process-wide JIT; all fields guarded by jit_lock. */
+static struct {
+  LLVMOrcLLJITRef jit;
+  LLVMTargetRef target;
+  char *triple, *cpu, *features, *layout; /* LLVM-allocated / strdup'ed */
+  unsigned long long counter;
+  char session_err[256]; /* last error the ExecutionSession reported */
+} g;
+
+/* strdup is POSIX, not C11. */
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  return p ? memcpy(p, s, n) : NULL;
+}
+
+static void init_target(void) {
+  target_ok = !LLVMInitializeNativeTarget() && !LLVMInitializeNativeAsmPrinter();
+}
+
+/* Writes "llvm_compile: <kernel>: <what><detail>" to err. */
+static int set_err(char *err, size_t errlen, const char *kname, const char *what, const char *detail) {
+  if (err && errlen) snprintf(err, errlen, "llvm_compile: %s: %s%s", kname, what, detail ? detail : "");
+  return KILN_ERR_COMPILE;
+}
+
+/* Consumes e; copies its message to err. */
+static int set_llvm_err(char *err, size_t errlen, const char *kname, const char *what, LLVMErrorRef e) {
+  char *m = LLVMGetErrorMessage(e);
+  set_err(err, errlen, kname, what, m);
+  LLVMDisposeErrorMessage(m);
+  return KILN_ERR_COMPILE;
+}
+
+static void report_session_error(void *ctx, LLVMErrorRef e) {
+  (void)ctx;
+  char *m = LLVMGetErrorMessage(e);
+  snprintf(g.session_err, sizeof g.session_err, "%s", m);
+  LLVMDisposeErrorMessage(m);
+}
+
+static LLVMTargetMachineRef host_machine(void) {
+  return LLVMCreateTargetMachine(g.target, g.triple, g.cpu, g.features, LLVMCodeGenLevelAggressive,
+                                 LLVMRelocDefault, LLVMCodeModelJITDefault);
+}
+
+static void free_strings(void) {
+  LLVMDisposeMessage(g.triple);
+  LLVMDisposeMessage(g.cpu);
+  LLVMDisposeMessage(g.features);
+  free(g.layout);
+  g.triple = g.cpu = g.features = g.layout = NULL;
+}
+
+/* Host triple, CPU and features; the target they name. */
+static LLVMErrorRef detect_host(void) {
+  char *msg = NULL;
+  g.triple = LLVMGetDefaultTargetTriple();
+  g.cpu = LLVMGetHostCPUName();
+  g.features = LLVMGetHostCPUFeatures();
+  if (LLVMGetTargetFromTriple(g.triple, &g.target, &msg)) {
+    LLVMErrorRef e = LLVMCreateStringError(msg ? msg : "unknown target");
+    LLVMDisposeMessage(msg);
+    return e;
+  }
+  return NULL;
+}
+
+/* Creates the LLJIT (caller holds jit_lock). Host CPU and features, opt
+ * level aggressive; process symbols visible from the main JITDylib. */
+static LLVMErrorRef create_jit(void) {
+  LLVMErrorRef e = detect_host();
+  if (e) return e;
+  LLVMTargetMachineRef tm = host_machine();
+  if (!tm) return LLVMCreateStringError("cannot create a target machine for the host");
+  LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
+  /* both calls consume their argument */
+  LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(builder,
+                                                LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(tm));
+  e = LLVMOrcCreateLLJIT(&g.jit, builder); /* consumes builder */
+  if (e) return e;
+  LLVMOrcExecutionSessionSetErrorReporter(LLVMOrcLLJITGetExecutionSession(g.jit), report_session_error,
+                                          NULL);
+  LLVMOrcDefinitionGeneratorRef gen;
+  e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(g.jit),
+                                                           NULL, NULL);
+  if (e) return e;
+  LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(g.jit), gen);
+  g.layout = dup_str(LLVMOrcLLJITGetDataLayoutStr(g.jit));
+  return g.layout ? NULL : LLVMCreateStringError("out of memory");
+}
+
+static void dispose_jit(void) {
+  if (g.jit) LLVMConsumeError(LLVMOrcDisposeLLJIT(g.jit));
+  g.jit = NULL;
+  free_strings();
+}
+
+/* Under jit_lock: makes sure the JIT exists; returns a fresh kernel id. */
+static int acquire_id(unsigned long long *id, char *err, size_t errlen, const char *kname) {
+  pthread_once(&target_once, init_target);
+  if (!target_ok) return set_err(err, errlen, kname, "no native LLVM target", NULL);
+  int rc = KILN_OK;
+  pthread_mutex_lock(&jit_lock);
+  if (!g.jit) {
+    LLVMErrorRef e = create_jit();
+    if (e) {
+      rc = set_llvm_err(err, errlen, kname, "creating the JIT: ", e);
+      dispose_jit();
+    }
+  }
+  *id = ++g.counter;
+  pthread_mutex_unlock(&jit_lock);
+  return rc;
+}
+
+/* Symbol name: the kernel name reduced to [A-Za-z0-9_], then "_<id>". */
+static void symbol_name(char *out, size_t n, const char *kname, unsigned long long id) {
+  char base[sizeof ((kir_kernel *)0)->name];
+  size_t j = 0;
+  for (size_t i = 0; kname[i] && j + 1 < sizeof base; i++) {
+    char ch = kname[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+    base[j++] = ok ? ch : '_';
+  }
+  base[j] = 0;
+  snprintf(out, n, "kiln_%s_%llu", base, id);
+}
+
+/* Verifies and optimises mod (default<O2> for the host machine). */
+static int optimise(LLVMModuleRef mod, const char *kname, char *err, size_t errlen) {
+  char *msg = NULL;
+  if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
+    int rc = set_err(err, errlen, kname, "invalid LLVM IR: ", msg);
+    LLVMDisposeMessage(msg);
+    return rc;
+  }
+  LLVMDisposeMessage(msg);
+  LLVMTargetMachineRef tm = host_machine();
+  if (!tm) return set_err(err, errlen, kname, "cannot create a target machine", NULL);
+  LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+  LLVMErrorRef e = LLVMRunPasses(mod, "default<O2>", tm, opts);
+  LLVMDisposePassBuilderOptions(opts);
+  LLVMDisposeTargetMachine(tm);
+  return e ? set_llvm_err(err, errlen, kname, "running passes: ", e) : KILN_OK;
+}
+
+/* Builds and optimises the module for k in a fresh context. On success
+ * *tsm owns module and context. */
+static int build_module(const kir_kernel *k, const char *sym, LLVMOrcThreadSafeModuleRef *tsm,
+                        char **ir_text, char *err, size_t errlen) {
+  char lerr[256] = "";
+  LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+  LLVMContextRef ctx = LLVMOrcThreadSafeContextGetContext(tsc);
+  LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, ctx);
+  LLVMSetTarget(mod, g.triple);
+  LLVMSetDataLayout(mod, g.layout);
+  int rc = KILN_OK;
+  if (!llvm_lower_kernel(k, mod, sym, lerr, sizeof lerr)) rc = set_err(err, errlen, k->name, lerr, NULL);
+  if (rc == KILN_OK) rc = optimise(mod, k->name, err, errlen);
+  if (rc == KILN_OK && ir_text) {
+    char *s = LLVMPrintModuleToString(mod);
+    *ir_text = dup_str(s);
+    LLVMDisposeMessage(s);
+    if (!*ir_text) {
+      set_err(err, errlen, k->name, "out of memory", NULL);
+      rc = KILN_ERR_OOM;
+    }
+  }
+  if (rc == KILN_OK) {
+    *tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
+  } else {
+    LLVMDisposeModule(mod);
+  }
+  LLVMOrcDisposeThreadSafeContext(tsc);
+  return rc;
+}
+
+/* Under jit_lock: adds the module and looks its symbol up (this runs
+ * codegen). A failed kernel's resources are removed again. */
+static int add_and_lookup(LLVMOrcThreadSafeModuleRef tsm, const char *sym, const char *kname,
+                          llvm_kernel_fn *out, char *err, size_t errlen) {
+  int rc = KILN_OK;
+  pthread_mutex_lock(&jit_lock);
+  if (!g.jit) { /* llvm_shutdown raced with this compile: a caller bug */
+    pthread_mutex_unlock(&jit_lock);
+    LLVMOrcDisposeThreadSafeModule(tsm);
+    return set_err(err, errlen, kname, "llvm_shutdown ran during llvm_compile", NULL);
+  }
+  g.session_err[0] = 0;
+  LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(g.jit));
+  LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModuleWithRT(g.jit, rt, tsm);
+  LLVMOrcExecutorAddress addr = 0;
+  if (!e) e = LLVMOrcLLJITLookup(g.jit, &addr, sym);
+  if (e) {
+    rc = set_llvm_err(err, errlen, kname, "JIT: ", e);
+    size_t n = err ? strlen(err) : 0;
+    if (g.session_err[0] && n + 1 < errlen) snprintf(err + n, errlen - n, " (%s)", g.session_err);
+    LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
+  } else if (!addr) {
+    rc = set_err(err, errlen, kname, "JIT returned a null address", NULL);
+  } else {
+    /* ISO C forbids object→function pointer casts; go through memcpy. */
+    void *p = (void *)(uintptr_t)addr;
+    memcpy(out, &p, sizeof *out);
+  }
+  LLVMOrcReleaseResourceTracker(rt);
+  pthread_mutex_unlock(&jit_lock);
+  return rc;
+}
+
+int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char *err, size_t errlen) {
+  if (!k || !out) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
+  const char *why = kir_verify(k);
+  if (why) return set_err(err, errlen, k->name, "invalid kernel: ", why);
+  unsigned long long id = 0;
+  int rc = acquire_id(&id, err, errlen, k->name);
+  if (rc != KILN_OK) return rc;
+  char sym[sizeof k->name + 32];
+  symbol_name(sym, sizeof sym, k->name, id);
+  char *ir = NULL;
+  LLVMOrcThreadSafeModuleRef tsm = NULL;
+  rc = build_module(k, sym, &tsm, ir_text ? &ir : NULL, err, errlen);
+  if (rc == KILN_OK) rc = add_and_lookup(tsm, sym, k->name, out, err, errlen);
+  if (rc == KILN_OK && ir_text) *ir_text = ir;
+  else free(ir);
+  return rc;
+}
+
+void llvm_shutdown(void) {
+  pthread_mutex_lock(&jit_lock);
+  dispose_jit();
+  pthread_mutex_unlock(&jit_lock);
+}

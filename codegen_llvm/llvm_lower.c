@@ -1,0 +1,488 @@
+/*
+ * llvm_lower.c — kernel IR → LLVM IR for the CPU backend.
+ *
+ * The kernel becomes  void @name(ptr %bufs, i64 %start, i64 %end).
+ * Uops are lowered in order into straight-line code; kir_verify's scoping
+ * rules (defined before use, loop values used only inside their loop) make
+ * that valid SSA. Layout of the generated code:
+ *  - entry block: one alloca per ACC (promoted to registers by the O2
+ *    pipeline's SROA/mem2reg), then a branch to the first code block;
+ *  - RANGE: a header block with an i64 phi (lo from the preheader, i+1 from
+ *    the latch), `i < hi` branching to the body or the exit; END adds the
+ *    latch and continues in the exit block. The first RANGE flagged
+ *    parallel iterates [max(start,0), min(end,extent)).
+ * Register types: BOOL i1 (i8 in memory), U8/I8 i8, I16 i16, I32 i32,
+ * I64/INDEX i64, F16 half, BF16 i16 (bits; converted with integer code),
+ * F32 float, F64 double. U8 and BOOL are unsigned. Nothing traps: integer
+ * ÷0 gives 0, INT_MIN/-1 wraps, float→int out of range gives INT64_MIN
+ * truncated (as graph/dtype.c's host conversion does).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llvm_internal.h"
+
+typedef struct loop_info {
+  LLVMValueRef phi;
+  LLVMBasicBlockRef header, exit;
+} loop_info;
+
+typedef struct lower_ctx {
+  const kir_kernel *k;
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;  /* current insertion point */
+  LLVMBuilderRef ab; /* allocas: end of the entry block, before its branch */
+  LLVMValueRef bufs, start, end;
+  LLVMValueRef *vals; /* per uop: its value (an ACC: its alloca) */
+  loop_info *loops;   /* per RANGE uop */
+  bool parallel_done; /* the first parallel RANGE has been lowered */
+  bool failed;        /* an intrinsic was missing (a bug in this file) */
+  LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
+} lower_ctx;
+
+/* ---------------------------------------------------------------- types */
+
+static LLVMTypeRef reg_type(const lower_ctx *c, kiln_dtype t) {
+  switch ((int)t) {
+  case KILN_BOOL: return c->i1;
+  case KILN_U8:
+  case KILN_I8: return c->i8;
+  case KILN_I16:
+  case KILN_BF16: return c->i16;
+  case KILN_I32: return c->i32;
+  case KILN_F16: return c->f16;
+  case KILN_F32: return c->f32;
+  case KILN_F64: return c->f64;
+  case KIR_PTR: return c->ptr;
+  default: return c->i64; /* I64, KIR_INDEX */
+  }
+}
+
+static LLVMTypeRef mem_type(const lower_ctx *c, kiln_dtype t) {
+  return t == KILN_BOOL ? c->i8 : reg_type(c, t);
+}
+
+static bool is_fp(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64; }
+static bool is_unsigned(kiln_dtype t) { return t == KILN_U8 || t == KILN_BOOL; }
+
+static LLVMValueRef cint(LLVMTypeRef t, unsigned long long v) { return LLVMConstInt(t, v, 0); }
+
+/* Value of uop i at the insertion point (an ACC reads its current value). */
+static LLVMValueRef val(lower_ctx *c, int i) {
+  const kir_uop *u = &c->k->uops[i];
+  if (u->op == KIR_ACC) return LLVMBuildLoad2(c->b, reg_type(c, u->type), c->vals[i], "");
+  return c->vals[i];
+}
+
+static kiln_dtype src_type(const lower_ctx *c, const kir_uop *u, int s) {
+  return c->k->uops[u->src[s]].type;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+static void add_attr(lower_ctx *c, LLVMValueRef fn, unsigned idx, const char *name) {
+  unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+  LLVMAddAttributeAtIndex(fn, idx, LLVMCreateEnumAttribute(c->ctx, kind, 0));
+}
+
+/* Calls an intrinsic overloaded on one type `t` (llvm.sqrt, llvm.smax...). */
+static LLVMValueRef call_intrinsic(lower_ctx *c, const char *name, LLVMTypeRef t, LLVMValueRef *args,
+                                   unsigned n) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  if (!id) {
+    c->failed = true;
+    return LLVMGetUndef(t);
+  }
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(c->mod, id, &t, 1);
+  LLVMTypeRef fty = LLVMIntrinsicGetType(c->ctx, id, &t, 1);
+  return LLVMBuildCall2(c->b, fty, fn, args, n, "");
+}
+
+/* Calls libm's `base` (F64) or `base`f (F32), declared on first use as a
+ * pure function (errno is never read). */
+static LLVMValueRef call_libm(lower_ctx *c, const char *base, kiln_dtype t, LLVMValueRef *args,
+                              unsigned n) {
+  char name[32];
+  snprintf(name, sizeof name, "%s%s", base, t == KILN_F32 ? "f" : "");
+  LLVMTypeRef ft = reg_type(c, t), params[2] = {ft, ft};
+  LLVMTypeRef fty = LLVMFunctionType(ft, params, n, 0);
+  LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
+  if (!fn) {
+    fn = LLVMAddFunction(c->mod, name, fty);
+    add_attr(c, fn, LLVMAttributeFunctionIndex, "nounwind");
+    add_attr(c, fn, LLVMAttributeFunctionIndex, "willreturn");
+    add_attr(c, fn, LLVMAttributeFunctionIndex, "memory"); /* value 0: memory(none) */
+  }
+  return LLVMBuildCall2(c->b, fty, fn, args, n, "");
+}
+
+/* ---------------------------------------------------------- conversions */
+
+/* bf16 bits → float: the bits are the top half of an f32. */
+static LLVMValueRef bf16_to_f32(lower_ctx *c, LLVMValueRef v) {
+  LLVMValueRef w = LLVMBuildZExt(c->b, v, c->i32, "");
+  w = LLVMBuildShl(c->b, w, cint(c->i32, 16), "");
+  return LLVMBuildBitCast(c->b, w, c->f32, "");
+}
+
+/* float → bf16 bits, round to nearest even; NaN stays a quiet NaN. */
+static LLVMValueRef f32_to_bf16(lower_ctx *c, LLVMValueRef v) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef u = LLVMBuildBitCast(b, v, c->i32, "");
+  LLVMValueRef mag = LLVMBuildAnd(b, u, cint(c->i32, 0x7fffffff), "");
+  LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, mag, cint(c->i32, 0x7f800000), "");
+  LLVMValueRef hi = LLVMBuildLShr(b, u, cint(c->i32, 16), "");
+  LLVMValueRef lsb = LLVMBuildAnd(b, hi, cint(c->i32, 1), "");
+  LLVMValueRef r = LLVMBuildAdd(b, u, cint(c->i32, 0x7fff), "");
+  r = LLVMBuildLShr(b, LLVMBuildAdd(b, r, lsb, ""), cint(c->i32, 16), "");
+  LLVMValueRef q = LLVMBuildOr(b, hi, cint(c->i32, 0x40), "");
+  return LLVMBuildTrunc(b, LLVMBuildSelect(b, nan, q, r, ""), c->i16, "");
+}
+
+/* The same rounding on the host, for constants. */
+static unsigned f32_to_bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* Float → int of type `to`: truncate to int64 (out of range and NaN give
+ * INT64_MIN, never poison), then wrap to the narrower type. */
+static LLVMValueRef float_to_int(lower_ctx *c, LLVMValueRef v, kiln_dtype to) {
+  LLVMBuilderRef b = c->b;
+  LLVMTypeRef ft = LLVMTypeOf(v);
+  LLVMValueRef lo = LLVMBuildFCmp(b, LLVMRealOGT, v, LLVMConstReal(ft, -9223372036854775808.0), "");
+  LLVMValueRef hi = LLVMBuildFCmp(b, LLVMRealOLT, v, LLVMConstReal(ft, 9223372036854775808.0), "");
+  LLVMValueRef ok = LLVMBuildAnd(b, lo, hi, "");
+  LLVMValueRef safe = LLVMBuildSelect(b, ok, v, LLVMConstReal(ft, 0.0), "");
+  LLVMValueRef i = LLVMBuildFPToSI(b, safe, c->i64, "");
+  i = LLVMBuildSelect(b, ok, i, cint(c->i64, 1ull << 63), "");
+  return LLVMBuildIntCast2(b, i, reg_type(c, to), 1, "");
+}
+
+/* Conversion between compute types (no F16/BF16), C semantics. */
+static LLVMValueRef convert(lower_ctx *c, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
+  LLVMBuilderRef b = c->b;
+  LLVMTypeRef t = reg_type(c, to);
+  if (from == to) return v;
+  if (to == KILN_BOOL) {
+    if (is_fp(from)) return LLVMBuildFCmp(b, LLVMRealUNE, v, LLVMConstReal(LLVMTypeOf(v), 0.0), "");
+    return LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
+  }
+  if (is_fp(from) && is_fp(to))
+    return to == KILN_F64 ? LLVMBuildFPExt(b, v, t, "") : LLVMBuildFPTrunc(b, v, t, "");
+  if (is_fp(from)) return float_to_int(c, v, to);
+  if (is_fp(to)) return is_unsigned(from) ? LLVMBuildUIToFP(b, v, t, "") : LLVMBuildSIToFP(b, v, t, "");
+  return LLVMBuildIntCast2(b, v, t, !is_unsigned(from), "");
+}
+
+/* Any conversion: F16/BF16 go through F32 both ways (as graph/dtype.c). */
+static LLVMValueRef cast_value(lower_ctx *c, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
+  if (from == to) return v;
+  if (from == KILN_F16) v = LLVMBuildFPExt(c->b, v, c->f32, "");
+  if (from == KILN_BF16) v = bf16_to_f32(c, v);
+  if (from == KILN_F16 || from == KILN_BF16) from = KILN_F32;
+  if (to == KILN_F16) return LLVMBuildFPTrunc(c->b, convert(c, v, from, KILN_F32), c->f16, "");
+  if (to == KILN_BF16) return f32_to_bf16(c, convert(c, v, from, KILN_F32));
+  return convert(c, v, from, to);
+}
+
+/* ------------------------------------------------------ uop lowerings */
+
+typedef LLVMValueRef (*lower_fn)(lower_ctx *c, const kir_uop *u);
+
+typedef struct op_lowering {
+  lower_fn fn;
+  LLVMOpcode iop, fop;          /* arithmetic: int and float opcodes */
+  LLVMIntPredicate spred, upred; /* CMP: signed and unsigned */
+  LLVMRealPredicate fpred;       /* CMP: float */
+  const char *intrinsic;         /* math: llvm.* intrinsic, or ... */
+  const char *libm;              /* ... libm function (F64 name) */
+} op_lowering;
+
+static const op_lowering lowerings[KIR_OP_COUNT];
+
+static LLVMValueRef lower_param(lower_ctx *c, const kir_uop *u) {
+  LLVMValueRef idx = cint(c->i64, (unsigned long long)u->ival);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, c->bufs, &idx, 1, "");
+  char name[16];
+  snprintf(name, sizeof name, "p%d", (int)u->ival);
+  return LLVMBuildLoad2(c->b, c->ptr, p, name);
+}
+
+static LLVMValueRef lower_const(lower_ctx *c, const kir_uop *u) {
+  switch ((int)u->type) {
+  case KILN_BOOL: return cint(c->i1, u->cval != 0);
+  case KILN_F16: return LLVMConstReal(c->f16, (double)(float)u->cval);
+  case KILN_BF16: return cint(c->i16, f32_to_bf16_bits((float)u->cval));
+  case KILN_F32: return LLVMConstReal(c->f32, (double)(float)u->cval);
+  case KILN_F64: return LLVMConstReal(c->f64, u->cval);
+  default: return LLVMConstInt(reg_type(c, u->type), (unsigned long long)u->ival, 1);
+  }
+}
+
+static LLVMValueRef call_i64(lower_ctx *c, const char *name, LLVMValueRef a, LLVMValueRef b) {
+  LLVMValueRef args[2] = {a, b};
+  return call_intrinsic(c, name, c->i64, args, 2);
+}
+
+static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
+  int i = (int)(u - c->k->uops);
+  LLVMValueRef lo = cint(c->i64, 0), hi = cint(c->i64, (unsigned long long)u->ival);
+  if (u->parallel && !c->parallel_done) {
+    c->parallel_done = true;
+    lo = call_i64(c, "llvm.smax", c->start, lo);
+    hi = call_i64(c, "llvm.smin", c->end, hi);
+  }
+  LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(c->b));
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
+  LLVMBasicBlockRef header = LLVMAppendBasicBlockInContext(c->ctx, fn, "loop");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(c->ctx, fn, "body");
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(c->ctx, fn, "exit");
+  LLVMBuildBr(c->b, header);
+  LLVMPositionBuilderAtEnd(c->b, header);
+  LLVMValueRef phi = LLVMBuildPhi(c->b, c->i64, "i");
+  LLVMAddIncoming(phi, &lo, &pre, 1);
+  LLVMBuildCondBr(c->b, LLVMBuildICmp(c->b, LLVMIntSLT, phi, hi, ""), body, exit);
+  LLVMPositionBuilderAtEnd(c->b, body);
+  c->loops[i] = (loop_info){phi, header, exit};
+  return phi;
+}
+
+static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
+  const loop_info *l = &c->loops[u->src[0]];
+  LLVMValueRef next = LLVMBuildNSWAdd(c->b, l->phi, cint(c->i64, 1), "");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
+  LLVMBuildBr(c->b, l->header);
+  LLVMAddIncoming(l->phi, &next, &latch, 1);
+  LLVMPositionBuilderAtEnd(c->b, l->exit);
+  return NULL;
+}
+
+static LLVMValueRef lower_acc(lower_ctx *c, const kir_uop *u) {
+  LLVMValueRef slot = LLVMBuildAlloca(c->ab, reg_type(c, u->type), "acc");
+  LLVMBuildStore(c->b, val(c, u->src[0]), slot);
+  return slot;
+}
+
+static LLVMValueRef lower_acc_set(lower_ctx *c, const kir_uop *u) {
+  LLVMBuildStore(c->b, val(c, u->src[1]), c->vals[u->src[0]]);
+  return NULL;
+}
+
+/* Address of element src[1] of the buffer src[0]; *mt gets its type. */
+static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
+  *mt = mem_type(c, c->k->uops[u->src[0]].elem);
+  LLVMValueRef idx = val(c, u->src[1]);
+  return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
+}
+
+static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
+  LLVMTypeRef mt;
+  LLVMValueRef p = element_ptr(c, u, &mt);
+  LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
+  if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
+  return v;
+}
+
+static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
+  LLVMTypeRef mt;
+  LLVMValueRef p = element_ptr(c, u, &mt);
+  LLVMValueRef v = val(c, u->src[2]);
+  if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
+  LLVMBuildStore(c->b, v, p);
+  return NULL;
+}
+
+static LLVMValueRef lower_cast(lower_ctx *c, const kir_uop *u) {
+  return cast_value(c, val(c, u->src[0]), src_type(c, u, 0), u->type);
+}
+
+static LLVMValueRef lower_neg(lower_ctx *c, const kir_uop *u) {
+  LLVMValueRef a = val(c, u->src[0]);
+  if (is_fp(u->type)) return LLVMBuildFNeg(c->b, a, "");
+  return u->type == KIR_INDEX ? LLVMBuildNSWNeg(c->b, a, "") : LLVMBuildNeg(c->b, a, "");
+}
+
+/* ADD SUB MUL AND OR XOR. Index arithmetic never wraps (nsw), which lets
+ * LLVM reason about strided addresses; other ints wrap as in Torch. */
+static LLVMValueRef lower_arith(lower_ctx *c, const kir_uop *u) {
+  const op_lowering *l = &lowerings[u->op];
+  LLVMValueRef a = val(c, u->src[0]), b = val(c, u->src[1]);
+  LLVMValueRef r = LLVMBuildBinOp(c->b, is_fp(u->type) ? l->fop : l->iop, a, b, "");
+  bool wraps = u->op == KIR_ADD || u->op == KIR_SUB || u->op == KIR_MUL;
+  if (u->type == KIR_INDEX && wraps && LLVMIsAInstruction(r)) LLVMSetNSW(r, 1);
+  return r;
+}
+
+/* Integer DIV/MOD that never traps: the divisor 0 and (signed) -1 are
+ * replaced by 1; then ÷0 selects 0 and ÷-1 selects the wrapping -a.
+ * a % 1 == 0 is already the right remainder for both. */
+static LLVMValueRef lower_divmod(lower_ctx *c, const kir_uop *u) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef a = val(c, u->src[0]), d = val(c, u->src[1]);
+  bool div = u->op == KIR_DIV, uns = is_unsigned(u->type);
+  if (is_fp(u->type)) return LLVMBuildBinOp(b, div ? LLVMFDiv : LLVMFRem, a, d, "");
+  LLVMTypeRef t = reg_type(c, u->type);
+  LLVMValueRef zero = LLVMConstNull(t), one = cint(t, 1);
+  LLVMValueRef dzero = LLVMBuildICmp(b, LLVMIntEQ, d, zero, "");
+  LLVMValueRef dneg1 = uns ? cint(c->i1, 0) : LLVMBuildICmp(b, LLVMIntEQ, d, LLVMConstAllOnes(t), "");
+  LLVMValueRef safe = LLVMBuildSelect(b, LLVMBuildOr(b, dzero, dneg1, ""), one, d, "");
+  LLVMOpcode opc = div ? (uns ? LLVMUDiv : LLVMSDiv) : (uns ? LLVMURem : LLVMSRem);
+  LLVMValueRef r = LLVMBuildBinOp(b, opc, a, safe, "");
+  if (!div) return r;
+  if (!uns) r = LLVMBuildSelect(b, dneg1, LLVMBuildNeg(b, a, ""), r, "");
+  return LLVMBuildSelect(b, dzero, zero, r, "");
+}
+
+/* Floats: llvm.maximum/minimum propagate NaN (and order -0 < +0). */
+static LLVMValueRef lower_minmax(lower_ctx *c, const kir_uop *u) {
+  bool max = u->op == KIR_MAX;
+  const char *name = is_fp(u->type) ? (max ? "llvm.maximum" : "llvm.minimum")
+                     : is_unsigned(u->type) ? (max ? "llvm.umax" : "llvm.umin")
+                                            : (max ? "llvm.smax" : "llvm.smin");
+  LLVMValueRef args[2] = {val(c, u->src[0]), val(c, u->src[1])};
+  return call_intrinsic(c, name, reg_type(c, u->type), args, 2);
+}
+
+static LLVMValueRef lower_cmp(lower_ctx *c, const kir_uop *u) {
+  const op_lowering *l = &lowerings[u->op];
+  kiln_dtype t = src_type(c, u, 0);
+  LLVMValueRef a = val(c, u->src[0]), b = val(c, u->src[1]);
+  if (is_fp(t)) return LLVMBuildFCmp(c->b, l->fpred, a, b, "");
+  return LLVMBuildICmp(c->b, is_unsigned(t) ? l->upred : l->spred, a, b, "");
+}
+
+static LLVMValueRef lower_where(lower_ctx *c, const kir_uop *u) {
+  return LLVMBuildSelect(c->b, val(c, u->src[0]), val(c, u->src[1]), val(c, u->src[2]), "");
+}
+
+static LLVMValueRef lower_math(lower_ctx *c, const kir_uop *u) {
+  const op_lowering *l = &lowerings[u->op];
+  unsigned n = (unsigned)kir_op_arity(u->op);
+  LLVMValueRef args[2] = {val(c, u->src[0]), n > 1 ? val(c, u->src[1]) : NULL};
+  if (l->intrinsic) return call_intrinsic(c, l->intrinsic, reg_type(c, u->type), args, n);
+  return call_libm(c, l->libm, u->type, args, n);
+}
+
+#define ARITH(i, f) {lower_arith, i, f, 0, 0, 0, NULL, NULL}
+#define CMP(s, u, f) {lower_cmp, 0, 0, s, u, f, NULL, NULL}
+#define INTRIN(name) {lower_math, 0, 0, 0, 0, 0, name, NULL}
+#define LIBM(name) {lower_math, 0, 0, 0, 0, 0, NULL, name}
+
+static const op_lowering lowerings[KIR_OP_COUNT] = {
+    [KIR_PARAM] = {lower_param},
+    [KIR_CONST] = {lower_const},
+    [KIR_RANGE] = {lower_range},
+    [KIR_END] = {lower_end},
+    [KIR_ACC] = {lower_acc},
+    [KIR_ACC_SET] = {lower_acc_set},
+    [KIR_LOAD] = {lower_load},
+    [KIR_STORE] = {lower_store},
+    [KIR_CAST] = {lower_cast},
+    [KIR_NEG] = {lower_neg},
+    [KIR_ADD] = ARITH(LLVMAdd, LLVMFAdd),
+    [KIR_SUB] = ARITH(LLVMSub, LLVMFSub),
+    [KIR_MUL] = ARITH(LLVMMul, LLVMFMul),
+    [KIR_DIV] = {lower_divmod},
+    [KIR_MOD] = {lower_divmod},
+    [KIR_MAX] = {lower_minmax},
+    [KIR_MIN] = {lower_minmax},
+    [KIR_CMPLT] = CMP(LLVMIntSLT, LLVMIntULT, LLVMRealOLT),
+    [KIR_CMPLE] = CMP(LLVMIntSLE, LLVMIntULE, LLVMRealOLE),
+    [KIR_CMPEQ] = CMP(LLVMIntEQ, LLVMIntEQ, LLVMRealOEQ),
+    [KIR_CMPNE] = CMP(LLVMIntNE, LLVMIntNE, LLVMRealUNE),
+    [KIR_AND] = ARITH(LLVMAnd, LLVMAnd),
+    [KIR_OR] = ARITH(LLVMOr, LLVMOr),
+    [KIR_XOR] = ARITH(LLVMXor, LLVMXor),
+    [KIR_WHERE] = {lower_where},
+    [KIR_SQRT] = INTRIN("llvm.sqrt"),
+    [KIR_EXP] = INTRIN("llvm.exp"),
+    [KIR_EXP2] = INTRIN("llvm.exp2"),
+    [KIR_LOG] = INTRIN("llvm.log"),
+    [KIR_LOG2] = INTRIN("llvm.log2"),
+    [KIR_LOG1P] = LIBM("log1p"),
+    [KIR_EXPM1] = LIBM("expm1"),
+    [KIR_SIN] = INTRIN("llvm.sin"),
+    [KIR_COS] = INTRIN("llvm.cos"),
+    [KIR_TAN] = LIBM("tan"),
+    [KIR_TANH] = LIBM("tanh"),
+    [KIR_ERF] = LIBM("erf"),
+    [KIR_FLOOR] = INTRIN("llvm.floor"),
+    [KIR_CEIL] = INTRIN("llvm.ceil"),
+    [KIR_RINT] = INTRIN("llvm.roundeven"),
+    [KIR_TRUNC] = INTRIN("llvm.trunc"),
+    [KIR_POW] = INTRIN("llvm.pow"),
+    [KIR_ATAN2] = LIBM("atan2"),
+};
+_Static_assert(KIR_OP_COUNT == 43, "lowerings must list every kir_op");
+
+/* ------------------------------------------------------------- function */
+
+static void init_types(lower_ctx *c) {
+  LLVMContextRef x = c->ctx;
+  c->i1 = LLVMInt1TypeInContext(x);
+  c->i8 = LLVMInt8TypeInContext(x);
+  c->i16 = LLVMInt16TypeInContext(x);
+  c->i32 = LLVMInt32TypeInContext(x);
+  c->i64 = LLVMInt64TypeInContext(x);
+  c->f16 = LLVMHalfTypeInContext(x);
+  c->f32 = LLVMFloatTypeInContext(x);
+  c->f64 = LLVMDoubleTypeInContext(x);
+  c->ptr = LLVMPointerTypeInContext(x, 0);
+}
+
+/* Declares the kernel, its entry block (allocas) and first code block. */
+static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
+  LLVMTypeRef params[3] = {c->ptr, c->i64, c->i64};
+  LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(c->ctx), params, 3, 0);
+  LLVMValueRef fn = LLVMAddFunction(c->mod, fname, fty);
+  add_attr(c, fn, LLVMAttributeFunctionIndex, "nounwind");
+  add_attr(c, fn, 1, "noalias"); /* bufs: no kernel store writes it */
+  add_attr(c, fn, 1, "nocapture");
+  add_attr(c, fn, 1, "readonly");
+  c->bufs = LLVMGetParam(fn, 0);
+  c->start = LLVMGetParam(fn, 1);
+  c->end = LLVMGetParam(fn, 2);
+  LLVMSetValueName2(c->bufs, "bufs", 4);
+  LLVMSetValueName2(c->start, "start", 5);
+  LLVMSetValueName2(c->end, "end", 3);
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c->ctx, fn, "entry");
+  LLVMBasicBlockRef code = LLVMAppendBasicBlockInContext(c->ctx, fn, "code");
+  LLVMPositionBuilderAtEnd(c->b, entry);
+  LLVMPositionBuilderBefore(c->ab, LLVMBuildBr(c->b, code));
+  LLVMPositionBuilderAtEnd(c->b, code);
+  return fn;
+}
+
+LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const char *fname, char *err,
+                               size_t errlen) {
+  lower_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod)};
+  size_t n = (size_t)k->n_uops + 1;
+  c.vals = calloc(n, sizeof *c.vals);
+  c.loops = calloc(n, sizeof *c.loops);
+  if (!c.vals || !c.loops) {
+    free(c.vals);
+    free(c.loops);
+    snprintf(err, errlen, "out of memory lowering %s", k->name);
+    return NULL;
+  }
+  init_types(&c);
+  c.b = LLVMCreateBuilderInContext(c.ctx);
+  c.ab = LLVMCreateBuilderInContext(c.ctx);
+  LLVMValueRef fn = begin_function(&c, fname);
+  for (int i = 0; i < k->n_uops; i++) c.vals[i] = lowerings[k->uops[i].op].fn(&c, &k->uops[i]);
+  LLVMBuildRetVoid(c.b);
+  LLVMDisposeBuilder(c.b);
+  LLVMDisposeBuilder(c.ab);
+  free(c.vals);
+  free(c.loops);
+  if (c.failed) {
+    snprintf(err, errlen, "lowering %s: an LLVM intrinsic is missing", k->name);
+    return NULL;
+  }
+  return fn;
+}
