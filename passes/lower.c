@@ -18,8 +18,10 @@
 typedef struct lower_ctx {
   kir_kernel *k;
   const graph_node *n;
-  int out;                        /* PARAM 0 */
-  int params[GRAPH_MAX_INPUTS];   /* PARAM 1 + i */
+  int out;                          /* PARAM 0 */
+  int params[GRAPH_MAX_INPUTS];     /* PARAM 1 + i */
+  int scalar[GRAPH_MAX_INPUTS];     /* value of an inlined FULL input, or -1 */
+  int offset[GRAPH_MAX_INPUTS + 1]; /* view offsets, then ASSIGN's region */
 } lower_ctx;
 
 bool pass_is_inlined(const graph_node *n) {
@@ -54,8 +56,9 @@ static int cmp(kir_kernel *k, kir_op op, int a, int b) { return kir_alu(k, op, K
 static int where(kir_kernel *k, int c, int a, int b) { return kir_alu(k, KIR_WHERE, type_of(k, a), c, a, b); }
 
 /* offset + sum(range[d] * stride[d]) over dims with a range; dims whose
- * range is -1 contribute nothing. */
-static int view_index(kir_kernel *k, const graph_view *v, const int *ranges) {
+ * range is -1 contribute nothing. `off` is the uop holding the offset
+ * (a kernel argument), or -1 for offset 0. */
+static int view_index(kir_kernel *k, const graph_view *v, const int *ranges, int off) {
   int idx = -1;
   for (int d = 0; d < v->ndim; d++) {
     if (ranges[d] < 0 || v->strides[d] == 0 || v->sizes[d] == 1) continue;
@@ -63,10 +66,8 @@ static int view_index(kir_kernel *k, const graph_view *v, const int *ranges) {
     if (v->strides[d] != 1) term = alu2(k, KIR_MUL, term, kir_const_i(k, KIR_INDEX, v->strides[d]));
     idx = idx < 0 ? term : alu2(k, KIR_ADD, idx, term);
   }
-  if (v->offset != 0 || idx < 0) {
-    int off = kir_const_i(k, KIR_INDEX, v->offset);
-    idx = idx < 0 ? off : alu2(k, KIR_ADD, idx, off);
-  }
+  if (off < 0 && idx < 0) return kir_const_i(k, KIR_INDEX, 0);
+  if (off >= 0) idx = idx < 0 ? off : alu2(k, KIR_ADD, idx, off);
   return idx;
 }
 
@@ -90,7 +91,8 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
 
 static int load_input(lower_ctx *c, int i, const graph_view *v, const int *ranges) {
   const graph_node *src = c->n->inputs[i].node;
-  int idx = view_index(c->k, v, ranges);
+  if (c->scalar[i] >= 0) return c->scalar[i];
+  int idx = view_index(c->k, v, ranges, c->offset[i]);
   if (pass_is_inlined(src)) return source_value(c->k, src, idx);
   return to_register(c->k, kir_load(c->k, c->params[i], idx));
 }
@@ -221,9 +223,24 @@ static int op_binary(kir_kernel *k, graph_op op, int a, int b) {
 
 /* ------------------------------------------------------------ kernels */
 
+/* Parameters, then the kernel arguments read once at entry: the offsets
+ * of every input view (and the ASSIGN region) and the values of inlined
+ * FULL inputs. Keeping them out of the code lets one compiled kernel
+ * serve every offset and every constant. */
 static void declare_params(lower_ctx *c) {
-  c->out = kir_param(c->k, c->n->dtype, true);
-  for (int i = 0; i < c->n->n_inputs; i++) c->params[i] = kir_param(c->k, c->n->inputs[i].node->dtype, false);
+  kir_kernel *k = c->k;
+  const graph_node *n = c->n;
+  c->out = kir_param(k, n->dtype, true);
+  for (int i = 0; i < n->n_inputs; i++) c->params[i] = kir_param(k, n->inputs[i].node->dtype, false);
+  int args = kir_param(k, KILN_I64, false);
+  int n_offsets = n->n_inputs + (graph_ops[n->op].kind == GRAPH_ASSIGN);
+  for (int i = 0; i < n_offsets; i++)
+    c->offset[i] = kir_cast(k, KIR_INDEX, kir_load(k, args, kir_const_i(k, KIR_INDEX, i)));
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *src = n->inputs[i].node;
+    bool full = pass_is_inlined(src) && src->op == GRAPH_OP_FULL;
+    c->scalar[i] = full ? to_register(k, kir_load(k, c->params[i], kir_const_i(k, KIR_INDEX, 0))) : -1;
+  }
 }
 
 static void open_ranges(kir_kernel *k, int ndim, const int64_t *sizes, int *ranges) {
@@ -237,7 +254,7 @@ static void close_ranges(kir_kernel *k, int ndim, const int *ranges) {
 
 static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
   graph_view out = graph_view_contiguous(c->n->ndim, c->n->sizes);
-  kir_store(c->k, c->out, view_index(c->k, &out, ranges), cast_to(c->k, c->n->dtype, value));
+  kir_store(c->k, c->out, view_index(c->k, &out, ranges, -1), cast_to(c->k, c->n->dtype, value));
 }
 
 static int lower_elementwise(lower_ctx *c) {
@@ -259,7 +276,7 @@ static int lower_elementwise(lower_ctx *c) {
     break;
   case GRAPH_SOURCE: {
     graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
-    res = source_value(k, n, view_index(k, &flat, ranges));
+    res = source_value(k, n, view_index(k, &flat, ranges, -1));
     break;
   }
   default: break;
@@ -365,7 +382,7 @@ static int lower_assign(lower_ctx *c, bool in_place) {
   int ranges[KILN_MAX_DIMS];
   for (int d = 0; d < reg->ndim; d++) ranges[d] = kir_range(k, reg->sizes[d], in_place && d == 0);
   int val = load_input(c, 1, &n->inputs[1].view, ranges);
-  kir_store(k, c->out, view_index(k, reg, ranges), cast_to(k, n->dtype, val));
+  kir_store(k, c->out, view_index(k, reg, ranges, c->offset[n->n_inputs]), cast_to(k, n->dtype, val));
   close_ranges(k, reg->ndim, ranges);
   return KILN_OK;
 }
@@ -378,6 +395,7 @@ int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, char *err
   kir_init(k, "");
   set_name(k, prefix[kind], n);
   lower_ctx c = {.k = k, .n = n};
+  for (int i = 0; i < GRAPH_MAX_INPUTS; i++) c.scalar[i] = -1;
   int st;
   if (n->op == GRAPH_OP_BUFFER) st = KILN_ERR_ARG;
   else if (kind == GRAPH_REDUCE) st = lower_reduce(&c);
@@ -389,4 +407,9 @@ int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, char *err
     kir_free(k);
   }
   return st;
+}
+
+void pass_kernel_args(const graph_node *n, int64_t *args) {
+  for (int i = 0; i < n->n_inputs; i++) args[i] = n->inputs[i].view.offset;
+  if (graph_ops[n->op].kind == GRAPH_ASSIGN) args[n->n_inputs] = n->attr.region.offset;
 }

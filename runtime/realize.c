@@ -145,11 +145,19 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
     }
   }
   if (st == KILN_OK) {
-    void *bufs[1 + GRAPH_MAX_INPUTS] = {out->data};
+    void *bufs[2 + GRAPH_MAX_INPUTS] = {out->data};
+    uint64_t scalars[GRAPH_MAX_INPUTS];
+    int64_t args[GRAPH_MAX_INPUTS + 1];
     for (int i = 0; i < n->n_inputs; i++) {
-      graph_buffer *b = n->inputs[i].node->buffer;
-      bufs[1 + i] = b ? b->data : NULL;
+      const graph_node *in = n->inputs[i].node;
+      bufs[1 + i] = in->buffer ? in->buffer->data : NULL;
+      if (!in->buffer && in->op == GRAPH_OP_FULL) {
+        graph_store_scalar(in->dtype, &scalars[i], in->attr.scalar);
+        bufs[1 + i] = &scalars[i];
+      }
     }
+    pass_kernel_args(n, args);
+    bufs[1 + n->n_inputs] = args;
     if (rt_debug_level() >= 3) debug_ir(&k);
     int64_t t0 = now_ns();
     fn(bufs, 0, pass_parallel_extent(&k));
