@@ -121,6 +121,66 @@ static void debug_ir(const kir_kernel *k) {
   free(txt);
 }
 
+/* The output buffer of n: the old version's buffer for an in-place
+ * ASSIGN (after giving other readers their copy), else a new one. */
+static int output_buffer(graph_node *n, bool in_place, graph_buffer **out, char *err, size_t errlen) {
+  int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
+  if (in_place) {
+    graph_node *old = n->inputs[0].node;
+    *out = graph_buffer_retain(old->buffer);
+    return detach_old_readers(old, err, errlen);
+  }
+  *out = graph_buffer_alloc(bytes);
+  if (*out) return KILN_OK;
+  snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
+  return KILN_ERR_OOM;
+}
+
+/* Kernel arguments: bufs[] as lower.h lays them out. */
+typedef struct kernel_args {
+  void *bufs[2 + GRAPH_MAX_INPUTS];
+  uint64_t scalars[GRAPH_MAX_INPUTS];
+  int64_t offsets[GRAPH_MAX_INPUTS + 1];
+} kernel_args;
+
+static void bind_args(const graph_node *n, graph_buffer *out, kernel_args *a) {
+  a->bufs[0] = out->data;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    a->bufs[1 + i] = in->buffer ? in->buffer->data : NULL;
+    if (!in->buffer && in->op == GRAPH_OP_FULL) {
+      graph_store_scalar(in->dtype, &a->scalars[i], in->attr.scalar);
+      a->bufs[1 + i] = &a->scalars[i];
+    }
+  }
+  pass_kernel_args(n, a->offsets);
+  a->bufs[1 + n->n_inputs] = a->offsets;
+}
+
+/* Distinct elements a view touches (stride-0 dims count once). */
+static int64_t touched(const graph_view *v) {
+  int64_t e = 1;
+  for (int d = 0; d < v->ndim; d++)
+    if (v->strides[d] != 0) e *= v->sizes[d];
+  return graph_view_numel(v) == 0 ? 0 : e;
+}
+
+static void profile(const graph_node *n, const kir_kernel *k, bool hit, bool in_place, int64_t compile_ns,
+                    int64_t run_ns) {
+  kiln_kernel_record r = {.name = k->name, .backend = "llvm", .n_ops = 1, .cache_hit = hit, .threads = 1,
+                          .compile_ns = hit ? 0 : compile_ns, .run_ns = run_ns};
+  bool assign = n->op == GRAPH_OP_ASSIGN;
+  r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    if (!in->buffer || (assign && i == 0 && in_place)) continue;
+    r.bytes_read += touched(&n->inputs[i].view) * graph_dtypes[in->dtype].size;
+  }
+  r.bytes_written = (assign && in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
+  r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) : r.numel;
+  rt_profile_add(&r);
+}
+
 static int run_node(graph_node *n, char *err, size_t errlen) {
   bool in_place = can_write_in_place(n);
   kir_kernel k;
@@ -128,40 +188,20 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
   if (st != KILN_OK) return st;
   llvm_kernel_fn fn;
   bool hit = false;
+  int64_t t0 = now_ns();
   st = rt_kernel_get(&k, &fn, &hit, err, errlen);
+  int64_t t1 = now_ns();
   graph_buffer *out = NULL;
+  if (st == KILN_OK) st = output_buffer(n, in_place, &out, err, errlen);
   if (st == KILN_OK) {
-    int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
-    graph_node *old = n->inputs[0].node;
-    if (in_place) {
-      out = graph_buffer_retain(old->buffer);
-      st = detach_old_readers(old, err, errlen);
-    } else {
-      out = graph_buffer_alloc(bytes);
-    }
-    if (st == KILN_OK && !out) {
-      snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
-      st = KILN_ERR_OOM;
-    }
-  }
-  if (st == KILN_OK) {
-    void *bufs[2 + GRAPH_MAX_INPUTS] = {out->data};
-    uint64_t scalars[GRAPH_MAX_INPUTS];
-    int64_t args[GRAPH_MAX_INPUTS + 1];
-    for (int i = 0; i < n->n_inputs; i++) {
-      const graph_node *in = n->inputs[i].node;
-      bufs[1 + i] = in->buffer ? in->buffer->data : NULL;
-      if (!in->buffer && in->op == GRAPH_OP_FULL) {
-        graph_store_scalar(in->dtype, &scalars[i], in->attr.scalar);
-        bufs[1 + i] = &scalars[i];
-      }
-    }
-    pass_kernel_args(n, args);
-    bufs[1 + n->n_inputs] = args;
+    kernel_args a;
+    bind_args(n, out, &a);
     if (rt_debug_level() >= 3) debug_ir(&k);
-    int64_t t0 = now_ns();
-    fn(bufs, 0, pass_parallel_extent(&k));
-    if (rt_debug_level() >= 1) debug_line(n, &k, hit, now_ns() - t0);
+    int64_t t2 = now_ns();
+    fn(a.bufs, 0, pass_parallel_extent(&k));
+    int64_t t3 = now_ns();
+    if (rt_debug_level() >= 1) debug_line(n, &k, hit, t3 - t2);
+    if (rt_profiling()) profile(n, &k, hit, in_place, t1 - t0, t3 - t2);
     graph_node_set_buffer(n, out);
     out = NULL;
   }

@@ -25,4 +25,12 @@ int64_t rt_compile_count(void);
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
 
+/* ---- profiler records (profile.c) ---- */
+bool rt_profiling(void);
+void rt_profile_begin(void);
+void rt_profile_end(void);
+void rt_profile_add(const kiln_kernel_record *r);
+int rt_profile_count(void);
+bool rt_profile_get(int i, kiln_kernel_record *out);
+
 #endif /* KILN_RUNTIME_H */

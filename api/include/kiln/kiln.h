@@ -194,8 +194,10 @@ KILN_API kiln_tensor *kiln_tensor_from_storage(kiln_storage *s, int64_t offset, 
  *  `set`). Other tensors that shared dst's old storage are unaffected. */
 KILN_API int kiln_set_(kiln_tensor *dst, kiln_tensor *src);
 /** Torch `resize_`: gives `t` contiguous `sizes` [ndim] at its current
- *  offset. If the storage is too small it grows (old contents kept, new
- *  elements zero). Errors: negative size. */
+ *  offset (resizing to its own sizes keeps its strides, as in Torch). If the
+ *  storage is too small it grows (forcing it; old contents kept, new
+ *  elements zero; a from_blob storage is copied into Kiln memory).
+ *  Errors: negative size. */
 KILN_API int kiln_resize_(kiln_tensor *t, int ndim, const int64_t *sizes);
 
 /* ----------------------------------------------- queries (never force) */
@@ -444,6 +446,36 @@ KILN_API char *kiln_to_string(kiln_tensor *t);
 KILN_API int kiln_set_backend(const char *name);
 /** Threads for kernels (env KILN_NUM_THREADS); n ≥ 1. */
 KILN_API int kiln_set_num_threads(int n);
+
+/* ------------------------------------------------------------ profiling */
+
+/** The record of one kernel run. Fields may be added after these, never
+ *  renamed. Strings are static or owned by Kiln (valid until the next
+ *  kiln_profile_begin). Bytes count each buffer element read or written
+ *  once; times in nanoseconds. */
+typedef struct kiln_kernel_record {
+  const char *name;      /* what was fused, e.g. "E_mul_add_relu_16777216" */
+  const char *backend;   /* "llvm", "cuda", "blas", ... */
+  int n_ops;             /* graph ops fused into this kernel */
+  int64_t numel;         /* elements in its iteration space */
+  int64_t bytes_read;    /* bytes moved from/to memory, counted once */
+  int64_t bytes_written;
+  int64_t flops;
+  int64_t compile_ns;    /* 0 on a cache hit */
+  int64_t run_ns;
+  bool cache_hit;
+  int threads;
+} kiln_kernel_record;
+
+/** Starts recording every kernel run on any thread (clears old records). */
+KILN_API void kiln_profile_begin(void);
+/** Stops recording; records stay readable until the next begin. */
+KILN_API void kiln_profile_end(void);
+/** Number of records. */
+KILN_API int kiln_profile_count(void);
+/** Copies record i (0-based, in run order) to *out. KILN_ERR_INDEX when
+ *  out of range, KILN_ERR_ARG for NULL out. */
+KILN_API int kiln_profile_get(int i, kiln_kernel_record *out);
 
 #ifdef __cplusplus
 }

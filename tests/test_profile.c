@@ -1,0 +1,66 @@
+/*
+ * test_profile.c — kernel-run records: one per kernel, with names, element
+ * counts, bytes and cache hits that follow from the graph that ran.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+
+static void run_once(void) {
+  kiln_scope_begin();
+  kiln_tensor *a = kiln_rand(KILN_F32, 2, (int64_t[]){64, 32});
+  kiln_tensor *b = kiln_exp(kiln_t(a));            /* reads 2048 f32, writes 2048 f32 */
+  kiln_tensor *s = kiln_sum(b, 1, (int[]){1}, false); /* reads 2048, writes 32 */
+  assert_int_equal(kiln_realize(s), KILN_OK);
+  kiln_scope_end();
+}
+
+static void records_each_kernel(void **state) {
+  kiln_profile_begin();
+  run_once();
+  run_once();
+  kiln_profile_end();
+  run_once(); /* not recorded */
+  assert_int_equal(kiln_profile_count(), 4);
+  kiln_kernel_record r;
+  assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
+  assert_string_equal(r.name, "E_exp_32x64");
+  assert_string_equal(r.backend, "llvm");
+  assert_int_equal(r.numel, 2048);
+  assert_int_equal(r.bytes_read, 2048 * 4);
+  assert_int_equal(r.bytes_written, 2048 * 4);
+  assert_true(r.run_ns > 0);
+  assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
+  assert_string_equal(r.name, "R_sum_32x1");
+  assert_int_equal(r.numel, 32);
+  assert_int_equal(r.bytes_read, 2048 * 4);
+  assert_int_equal(r.bytes_written, 32 * 4);
+  assert_int_equal(r.flops, 2048);
+  /* the second run hits the kernel cache */
+  assert_int_equal(kiln_profile_get(2, &r), KILN_OK);
+  assert_true(r.cache_hit);
+  assert_int_equal(r.compile_ns, 0);
+  assert_int_equal(kiln_profile_get(3, &r), KILN_OK);
+  assert_true(r.cache_hit);
+}
+
+static void errors(void **state) {
+  kiln_kernel_record r;
+  kiln_clear_error();
+  assert_int_equal(kiln_profile_get(kiln_profile_count(), &r), KILN_ERR_INDEX);
+  assert_non_null(strstr(kiln_last_error(), "kiln_profile_get"));
+  kiln_clear_error();
+  assert_int_equal(kiln_profile_get(0, NULL), KILN_ERR_ARG);
+  kiln_clear_error();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(records_each_kernel), cmocka_unit_test(errors)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
