@@ -1,13 +1,12 @@
 /*
  * exec.c — execution settings: backend selection and thread count.
  * Only the LLVM CPU backend exists in this build; kernels run on the
- * calling thread (the thread pool arrives with the fusion work).
+ * runtime's thread pool (runtime/pool.h), sized here.
  */
 #include <string.h>
 
 #include "api_internal.h"
-
-static int num_threads = 1;
+#include "pool.h"
 
 KILN_API int kiln_set_backend(const char *name) {
   if (!name) return api_error(KILN_ERR_ARG, "kiln_set_backend", "name is NULL");
@@ -19,6 +18,6 @@ KILN_API int kiln_set_backend(const char *name) {
 
 KILN_API int kiln_set_num_threads(int n) {
   if (n < 1) return api_error(KILN_ERR_ARG, "kiln_set_num_threads", "thread count %d must be at least 1", n);
-  num_threads = n;
+  rt_pool_set_threads(n);
   return KILN_OK;
 }

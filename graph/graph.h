@@ -145,6 +145,10 @@ typedef struct graph_node {
   graph_buffer *buffer; /* set once realized; inputs are then dropped */
   struct graph_node *free_next; /* work list while releasing */
   int sched_mark;               /* scratch for the scheduler */
+  int n_consumers;              /* scheduler: readers within this schedule */
+  int fuse_reads;               /* scheduler: external reads of its group */
+  bool fused;                   /* scheduler: computed inside its readers'
+                                   kernels instead of materialized */
 } graph_node;
 
 /** A pending node with no inputs yet (refcount 1). NULL on OOM. */

@@ -1,15 +1,22 @@
 /*
- * lower.h — lowering of one graph node to one kernel-IR kernel.
+ * lower.h — lowering of one kernel (a materialized graph node together
+ * with the pending producers fused into it) to kernel IR.
+ *
+ * A producer is fused when the fusion pass set node->fused: its value is
+ * computed inside its reader's loops, at the index its reader's view
+ * names, instead of being loaded from a buffer. Fused producers are
+ * elementwise (unary, binary, ternary, cast); sources (pending FULL and
+ * ARANGE) are always computed in place.
  *
  * Parameter layout of the produced kernel:
- *   PARAM 0          the node's output buffer (numel × node->dtype, written);
- *   PARAM 1 + i      input i's buffer; for an inlined FULL input, a pointer
- *                    to its one value stored in its dtype; for an inlined
- *                    ARANGE (computed in the kernel) it is unused (NULL);
- *   PARAM 1 + n_in   int64 arguments: the storage offset of each input's
- *                    view, then (ASSIGN only) the region's offset.
- * Offsets and constants are arguments, not code, so a kernel compiled once
- * serves every offset and every fill value.
+ *   PARAM 0       the root's output buffer (numel × root->dtype, written);
+ *   PARAM 1       int64 arguments: one storage offset per external read
+ *                 (binding->args), loaded once at kernel entry;
+ *   PARAM 2 + i   binding->inputs[i]: a realized node's buffer, or for a
+ *                 pending FULL a pointer to its one value in its dtype.
+ * Offsets of external reads and fill values are arguments, not code, so one
+ * compiled kernel serves every offset and every constant; the views inside
+ * a fused group are part of the kernel's structure.
  */
 #ifndef KILN_LOWER_H
 #define KILN_LOWER_H
@@ -20,22 +27,46 @@
 #include "graph.h"
 #include "kir.h"
 
-/** True when a pending input node is computed inside its consumer's kernel
- *  rather than realized first. */
-bool pass_is_inlined(const graph_node *n);
+#define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 2)
+#define PASS_MAX_ARGS 64
 
-/** Lowers node n into k (initialised by this call). For ASSIGN, `in_place`
- *  says the output buffer already holds the old version (PARAM 0 aliases
- *  input 0's buffer, which is then not a parameter): only the region is
- *  written. Returns KILN_OK, or an error with a message in err. */
-int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, char *err, size_t errlen);
+/** What the runtime binds to a lowered kernel's parameters. */
+typedef struct pass_binding {
+  int n_inputs;
+  const graph_node *inputs[PASS_MAX_INPUTS]; /* PARAM 2 + i */
+  int n_args;
+  int64_t args[PASS_MAX_ARGS];               /* PARAM 1 */
+  int n_ops;                                 /* graph ops in the kernel */
+  int64_t bytes_read;                        /* external reads, each element once */
+} pass_binding;
+
+/** True when a pending input node is computed inside its consumer's kernel
+ *  rather than realized first (pending FULL/ARANGE sources). */
+bool pass_is_inlined(const graph_node *n);
+/** True when n is computed inside its readers' kernels (inlined source or
+ *  a fused pending producer). */
+bool pass_is_computed_inline(const graph_node *n);
+
+/** Lowers the kernel rooted at n into k (initialised by this call) and
+ *  fills *b. For ASSIGN, `in_place` says the output buffer already holds
+ *  the old version: only the region is written. Returns KILN_OK, or an
+ *  error with a message in err (KILN_ERR_UNSUPPORTED when the group needs
+ *  more inputs or arguments than a kernel takes: the caller then
+ *  materializes its producers). */
+int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
+                    size_t errlen);
 
 /** Extent of the kernel's parallel range (the runtime passes [0, extent)
  *  or splits it), 0 when it has none. */
 int64_t pass_parallel_extent(const kir_kernel *k);
 
-/** Fills the int64 arguments (see above) of node n's kernel into args
- *  [GRAPH_MAX_INPUTS + 1]. */
-void pass_kernel_args(const graph_node *n, int64_t *args);
+/** Fusion decisions for a schedule: `order` holds the pending nodes in
+ *  post-order (producers first); the requested `roots` are materialized.
+ *  Sets node->fused (and uses node->n_consumers as scratch). `enabled` false (KILN_FUSE=0) keeps
+ *  one kernel per node. The cost function is documented in fuse.c. */
+void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_roots, bool enabled);
+/** Undoes fusion into n's inputs (they become kernels of their own); used
+ *  when n's group would not fit a kernel's parameter limits. */
+void pass_unfuse_inputs(graph_node *n);
 
 #endif /* KILN_LOWER_H */

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "lower.h"
+#include "pool.h"
 #include "runtime.h"
 
 static int sched_epoch;
@@ -27,6 +28,19 @@ int rt_debug_level(void) {
     level = e ? atoi(e) : 0;
   }
   return level;
+}
+
+/* KILN_FUSE=0 runs one kernel per node (read once; tests may override). */
+static int fusion = -1;
+
+void rt_set_fusion(int enabled) { fusion = enabled; }
+
+static bool fusion_enabled(void) {
+  if (fusion < 0) {
+    const char *e = getenv("KILN_FUSE");
+    fusion = !(e && strcmp(e, "0") == 0);
+  }
+  return fusion;
 }
 
 static int64_t now_ns(void) {
@@ -138,54 +152,93 @@ static int output_buffer(graph_node *n, bool in_place, graph_buffer **out, char 
 
 /* Kernel arguments: bufs[] as lower.h lays them out. */
 typedef struct kernel_args {
-  void *bufs[2 + GRAPH_MAX_INPUTS];
-  uint64_t scalars[GRAPH_MAX_INPUTS];
-  int64_t offsets[GRAPH_MAX_INPUTS + 1];
+  void *bufs[2 + PASS_MAX_INPUTS];
+  uint64_t scalars[PASS_MAX_INPUTS];
 } kernel_args;
 
-static void bind_args(const graph_node *n, graph_buffer *out, kernel_args *a) {
+static void bind_args(pass_binding *b, graph_buffer *out, kernel_args *a) {
   a->bufs[0] = out->data;
-  for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    a->bufs[1 + i] = in->buffer ? in->buffer->data : NULL;
+  a->bufs[1] = b->args;
+  for (int i = 0; i < b->n_inputs; i++) {
+    const graph_node *in = b->inputs[i];
+    a->bufs[2 + i] = in->buffer ? in->buffer->data : NULL;
     if (!in->buffer && in->op == GRAPH_OP_FULL) {
       graph_store_scalar(in->dtype, &a->scalars[i], in->attr.scalar);
-      a->bufs[1 + i] = &a->scalars[i];
+      a->bufs[2 + i] = &a->scalars[i];
     }
   }
-  pass_kernel_args(n, a->offsets);
-  a->bufs[1 + n->n_inputs] = a->offsets;
 }
 
-/* Distinct elements a view touches (stride-0 dims count once). */
-static int64_t touched(const graph_view *v) {
-  int64_t e = 1;
-  for (int d = 0; d < v->ndim; d++)
-    if (v->strides[d] != 0) e *= v->sizes[d];
-  return graph_view_numel(v) == 0 ? 0 : e;
-}
-
-static void profile(const graph_node *n, const kir_kernel *k, bool hit, bool in_place, int64_t compile_ns,
-                    int64_t run_ns) {
-  kiln_kernel_record r = {.name = k->name, .backend = "llvm", .n_ops = 1, .cache_hit = hit, .threads = 1,
-                          .compile_ns = hit ? 0 : compile_ns, .run_ns = run_ns};
+static void profile(const graph_node *n, const kir_kernel *k, const pass_binding *b, bool hit, bool in_place,
+                    int threads, int64_t compile_ns, int64_t run_ns) {
+  kiln_kernel_record r = {.name = k->name, .backend = "llvm", .n_ops = b->n_ops, .cache_hit = hit,
+                          .threads = threads, .compile_ns = hit ? 0 : compile_ns, .run_ns = run_ns,
+                          .bytes_read = b->bytes_read};
   bool assign = n->op == GRAPH_OP_ASSIGN;
   r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
-  for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    if (!in->buffer || (assign && i == 0 && in_place)) continue;
-    r.bytes_read += touched(&n->inputs[i].view) * graph_dtypes[in->dtype].size;
-  }
   r.bytes_written = (assign && in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
-  r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) : r.numel;
+  int64_t per_elem = b->n_ops - (assign ? 1 : 0);
+  r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) * b->n_ops
+                                                  : r.numel * (per_elem > 0 ? per_elem : 0);
   rt_profile_add(&r);
+}
+
+/* True when every STORE of k lies inside its parallel range and no
+ * accumulator lives across it, so chunks of that range write disjoint
+ * elements and may run on several threads. (A non-in-place ASSIGN copies
+ * the old contents in a parallel loop, then writes the region in a serial
+ * loop after it: not splittable.) */
+static bool splittable(const kir_kernel *k) {
+  int par = -1, end = -1;
+  for (int i = 0; i < k->n_uops; i++) {
+    const kir_uop *u = &k->uops[i];
+    if (par < 0 && u->op == KIR_RANGE && u->parallel) par = i;
+    else if (par >= 0 && end < 0 && u->op == KIR_END && u->src[0] == par) end = i;
+    else if (u->op == KIR_STORE && (par < 0 || end >= 0)) return false;
+    else if (u->op == KIR_ACC_SET && u->src[0] < par) return false;
+  }
+  return par >= 0;
+}
+
+/* Runs k over its parallel range on the pool; returns the threads used.
+ * Work per item is the elements one iteration of the parallel range
+ * touches: output elements (or region elements of an in-place ASSIGN),
+ * or for a reduction the input elements it reads. */
+static int run_kernel(const graph_node *n, const kir_kernel *k, bool in_place, llvm_kernel_fn fn,
+                      void *const *bufs) {
+  int64_t extent = pass_parallel_extent(k);
+  if (extent == 0 || !splittable(k)) {
+    fn(bufs, 0, extent);
+    return 1;
+  }
+  int64_t work = n->numel;
+  if (graph_ops[n->op].kind == GRAPH_REDUCE) work = graph_view_numel(&n->inputs[0].view);
+  else if (n->op == GRAPH_OP_ASSIGN && in_place) work = graph_view_numel(&n->attr.region);
+  return rt_pool_run(fn, bufs, extent, work / extent);
+}
+
+/* Lowers n's kernel; a group too big for one kernel loses its fused
+ * inputs (they run as kernels of their own first) and is lowered again. */
+static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err, size_t errlen) {
+  int st = pass_lower_node(n, in_place, k, b, err, errlen);
+  if (st != KILN_ERR_UNSUPPORTED) return st;
+  bool had_fused = false;
+  for (int i = 0; i < n->n_inputs; i++) had_fused |= !n->inputs[i].node->buffer && n->inputs[i].node->fused;
+  if (!had_fused) return st;
+  pass_unfuse_inputs(n);
+  graph_node *inputs[GRAPH_MAX_INPUTS];
+  for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;
+  st = rt_realize(inputs, n->n_inputs, err, errlen);
+  return st == KILN_OK ? lower(n, in_place, k, b, err, errlen) : st;
 }
 
 static int run_node(graph_node *n, char *err, size_t errlen) {
   bool in_place = can_write_in_place(n);
   kir_kernel k;
-  int st = pass_lower_node(n, in_place, &k, err, errlen);
+  pass_binding b;
+  int st = lower(n, in_place, &k, &b, err, errlen);
   if (st != KILN_OK) return st;
+  in_place = in_place && can_write_in_place(n);
   llvm_kernel_fn fn;
   bool hit = false;
   int64_t t0 = now_ns();
@@ -195,13 +248,13 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
   if (st == KILN_OK) st = output_buffer(n, in_place, &out, err, errlen);
   if (st == KILN_OK) {
     kernel_args a;
-    bind_args(n, out, &a);
+    bind_args(&b, out, &a);
     if (rt_debug_level() >= 3) debug_ir(&k);
     int64_t t2 = now_ns();
-    fn(a.bufs, 0, pass_parallel_extent(&k));
+    int threads = run_kernel(n, &k, in_place, fn, a.bufs);
     int64_t t3 = now_ns();
     if (rt_debug_level() >= 1) debug_line(n, &k, hit, t3 - t2);
-    if (rt_profiling()) profile(n, &k, hit, in_place, t1 - t0, t3 - t2);
+    if (rt_profiling()) profile(n, &k, &b, hit, in_place, threads, t1 - t0, t3 - t2);
     graph_node_set_buffer(n, out);
     out = NULL;
   }
@@ -220,9 +273,12 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   /* No retains needed: running a node drops only its inputs, which come
    * earlier in post-order; every node still to run is held by a consumer
    * still to run or by a root (held by the caller). */
+  pass_fuse(order.items, order.n, nodes, n, fusion_enabled());
   int st = KILN_OK;
-  for (int i = 0; i < order.n && st == KILN_OK; i++)
-    if (!order.items[i]->buffer) st = run_node(order.items[i], err, errlen);
+  for (int i = 0; i < order.n && st == KILN_OK; i++) {
+    graph_node *x = order.items[i];
+    if (!x->buffer && !x->fused) st = run_node(x, err, errlen);
+  }
   free(order.items);
   return st;
 }

@@ -22,6 +22,9 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen);
 int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen);
 /** Number of kernels compiled so far (cache misses), for tests. */
 int64_t rt_compile_count(void);
+/** Fusion on (1) or off (0: one kernel per node), overriding KILN_FUSE;
+ *  -1 goes back to the environment's choice. For tests. */
+void rt_set_fusion(int enabled);
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
 

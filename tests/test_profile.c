@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "runtime.h"
 
 static void run_once(void) {
   kiln_scope_begin();
@@ -22,32 +23,49 @@ static void run_once(void) {
 }
 
 static void records_each_kernel(void **state) {
+  rt_set_fusion(1); /* the counts below assume fusion, even under KILN_FUSE=0 */
   kiln_profile_begin();
   run_once();
   run_once();
   kiln_profile_end();
   run_once(); /* not recorded */
-  assert_int_equal(kiln_profile_count(), 4);
+  /* exp is fused into the reduction: one kernel per run */
+  assert_int_equal(kiln_profile_count(), 2);
   kiln_kernel_record r;
   assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
-  assert_string_equal(r.name, "E_exp_32x64");
+  assert_string_equal(r.name, "R_exp_sum_32x1");
   assert_string_equal(r.backend, "llvm");
-  assert_int_equal(r.numel, 2048);
-  assert_int_equal(r.bytes_read, 2048 * 4);
-  assert_int_equal(r.bytes_written, 2048 * 4);
-  assert_true(r.run_ns > 0);
-  assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
-  assert_string_equal(r.name, "R_sum_32x1");
+  assert_int_equal(r.n_ops, 2);
   assert_int_equal(r.numel, 32);
   assert_int_equal(r.bytes_read, 2048 * 4);
   assert_int_equal(r.bytes_written, 32 * 4);
-  assert_int_equal(r.flops, 2048);
+  assert_int_equal(r.flops, 2048 * 2);
+  assert_true(r.run_ns > 0);
   /* the second run hits the kernel cache */
-  assert_int_equal(kiln_profile_get(2, &r), KILN_OK);
+  assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
   assert_true(r.cache_hit);
   assert_int_equal(r.compile_ns, 0);
-  assert_int_equal(kiln_profile_get(3, &r), KILN_OK);
-  assert_true(r.cache_hit);
+  rt_set_fusion(-1);
+}
+
+static void unfused_records(void **state) {
+  /* the exp result is also requested: it is materialized, then summed */
+  kiln_profile_begin();
+  kiln_scope_begin();
+  kiln_tensor *a = kiln_rand(KILN_F32, 2, (int64_t[]){64, 32});
+  kiln_tensor *b = kiln_exp(kiln_t(a));
+  kiln_tensor *s = kiln_sum(b, 1, (int[]){1}, false);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){b, s}, 2), KILN_OK);
+  kiln_scope_end();
+  kiln_profile_end();
+  assert_int_equal(kiln_profile_count(), 2);
+  kiln_kernel_record r;
+  assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
+  assert_string_equal(r.name, "E_exp_32x64");
+  assert_int_equal(r.bytes_read, 2048 * 4);
+  assert_int_equal(r.bytes_written, 2048 * 4);
+  assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
+  assert_string_equal(r.name, "R_sum_32x1");
 }
 
 static void errors(void **state) {
@@ -61,6 +79,7 @@ static void errors(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(records_each_kernel), cmocka_unit_test(errors)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(records_each_kernel), cmocka_unit_test(unfused_records),
+                                     cmocka_unit_test(errors)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

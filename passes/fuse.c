@@ -1,0 +1,109 @@
+/*
+ * fuse.c — fusion decisions: which pending nodes of a schedule are
+ * computed inside their readers' kernels (node->fused) and which get a
+ * kernel and a buffer of their own (materialized).
+ *
+ * The cost function, in order:
+ *  1. Requested nodes, reductions, in-place writes (ASSIGN) and sources
+ *     are materialized: they are kernel roots. (Reductions do not yet fuse
+ *     into their consumers.)
+ *  2. An elementwise node read by one reader in the schedule is fused:
+ *     recomputing it costs nothing, materializing it costs a write and a
+ *     read of its whole output.
+ *  3. An elementwise node read by several readers is fused only when it is
+ *     cheap — its own op and everything fused into it are plain arithmetic,
+ *     comparisons or selects (no transcendental, division or pow) — since
+ *     each reader recomputes it. Otherwise it is materialized once.
+ *  4. A node read through a broadcast view (a stride-0 dim of size > 1) is
+ *     fused only when cheap, for the same reason: the broadcast repeats it.
+ *  5. A kernel may read at most PASS_MAX_INPUTS buffers: when a group's
+ *     external reads would exceed that, its fused inputs are materialized.
+ * Fused nodes are never realized; a later request recomputes them from
+ * their inputs, which they keep alive.
+ */
+#include "lower.h"
+
+static bool is_elementwise(const graph_node *n) {
+  graph_kind k = graph_ops[n->op].kind;
+  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+}
+
+static bool cheap_op(graph_op op) {
+  switch (op) {
+  case GRAPH_OP_NEG: case GRAPH_OP_ABS: case GRAPH_OP_RELU: case GRAPH_OP_CAST: case GRAPH_OP_ADD:
+  case GRAPH_OP_SUB: case GRAPH_OP_MUL: case GRAPH_OP_MAXIMUM: case GRAPH_OP_MINIMUM: case GRAPH_OP_EQ:
+  case GRAPH_OP_NE: case GRAPH_OP_LT: case GRAPH_OP_LE: case GRAPH_OP_GT: case GRAPH_OP_GE:
+  case GRAPH_OP_LOGICAL_AND: case GRAPH_OP_LOGICAL_OR: case GRAPH_OP_LOGICAL_XOR: case GRAPH_OP_LOGICAL_NOT:
+  case GRAPH_OP_WHERE: case GRAPH_OP_CLAMP: case GRAPH_OP_SIGN:
+    return true;
+  default: return false;
+  }
+}
+
+/* Cheap including everything already fused into it. */
+static bool cheap(const graph_node *n) {
+  if (!cheap_op(n->op)) return false;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    if (!in->buffer && in->fused && !cheap(in)) return false;
+  }
+  return true;
+}
+
+static bool broadcast_read(const graph_view *v) {
+  for (int d = 0; d < v->ndim; d++)
+    if (v->strides[d] == 0 && v->sizes[d] > 1) return true;
+  return false;
+}
+
+/* External buffer reads of n's group, from its fused inputs' counts (an
+ * upper bound: a leaf shared by two paths counts twice). */
+static int external_reads(const graph_node *n) {
+  int count = 0;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    count += (!in->buffer && in->fused) ? in->fuse_reads : 1;
+  }
+  return count;
+}
+
+void pass_unfuse_inputs(graph_node *n) {
+  for (int i = 0; i < n->n_inputs; i++) n->inputs[i].node->fused = false;
+}
+
+static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) {
+  for (int i = 0; i < n_roots; i++)
+    if (roots[i] == n) return true;
+  return false;
+}
+
+void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_roots, bool enabled) {
+  for (int i = 0; i < n; i++) {
+    order[i]->fused = false;
+    order[i]->n_consumers = 0;
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->n_consumers++;
+  if (!enabled) return;
+  for (int i = 0; i < n; i++) {
+    graph_node *x = order[i];
+    if (!is_elementwise(x) || is_root(x, roots, n_roots)) continue;
+    bool shared = x->n_consumers > 1;
+    x->fused = !shared || cheap(x);
+  }
+  /* rule 4: a broadcast read of an expensive fused producer */
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < order[i]->n_inputs; j++) {
+      graph_node *in = order[i]->inputs[j].node;
+      if (in->fused && !in->buffer && broadcast_read(&order[i]->inputs[j].view) && !cheap(in)) in->fused = false;
+    }
+  /* rule 5, producers first so each group's count is final when read */
+  for (int i = 0; i < n; i++) {
+    graph_node *x = order[i];
+    x->fuse_reads = external_reads(x);
+    if (x->fuse_reads > PASS_MAX_INPUTS) {
+      pass_unfuse_inputs(x);
+      x->fuse_reads = x->n_inputs;
+    }
+  }
+}

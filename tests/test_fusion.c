@@ -1,0 +1,144 @@
+/*
+ * test_fusion.c — the fusion pass: which graphs become one kernel, and
+ * that fused kernels give bit-identical results to one kernel per node
+ * (each fused value is rounded to its node's dtype).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "runtime.h"
+
+typedef kiln_tensor *(*builder)(kiln_tensor *const *in);
+
+/* Builds the graph twice (fused, unfused) on the same realized inputs and
+ * checks the kernel count of the fused run and bitwise equal results. */
+static void check(builder build, int n_in, const int64_t *sizes, int ndim, kiln_dtype dt, int want_kernels) {
+  kiln_scope_begin();
+  kiln_manual_seed(7);
+  kiln_tensor *in[24];
+  for (int i = 0; i < n_in; i++) {
+    in[i] = kiln_sub_scalar(kiln_mul_scalar(kiln_rand(KILN_F32, ndim, sizes), 4), 2);
+    in[i] = kiln_to_dtype(in[i], dt);
+    assert_int_equal(kiln_realize(in[i]), KILN_OK);
+  }
+  rt_set_fusion(1);
+  kiln_profile_begin();
+  kiln_tensor *fused = build(in);
+  assert_non_null(fused);
+  assert_int_equal(kiln_realize(fused), KILN_OK);
+  kiln_profile_end();
+  if (want_kernels > 0) assert_int_equal(kiln_profile_count(), want_kernels);
+  rt_set_fusion(0);
+  kiln_tensor *plain = build(in);
+  assert_int_equal(kiln_realize(plain), KILN_OK);
+  rt_set_fusion(-1);
+  int64_t n = kiln_numel(fused);
+  assert_int_equal(n, kiln_numel(plain));
+  size_t bytes = (size_t)n * kiln_dtype_size(kiln_dtype_of(fused));
+  char *a = malloc(bytes + 1), *b = malloc(bytes + 1);
+  assert_int_equal(kiln_read(fused, a, bytes), KILN_OK);
+  assert_int_equal(kiln_read(plain, b, bytes), KILN_OK);
+  assert_memory_equal(a, b, bytes);
+  free(a);
+  free(b);
+  kiln_scope_end();
+}
+
+static kiln_tensor *w1(kiln_tensor *const *in) {
+  return kiln_mul(kiln_relu(kiln_add(kiln_mul(in[0], in[1]), in[2])), kiln_sigmoid(in[3]));
+}
+static void w1_is_one_kernel(void **state) {
+  int64_t s[] = {1000};
+  check(w1, 4, s, 1, KILN_F32, 1);
+  check(w1, 4, s, 1, KILN_F16, 1);
+  check(w1, 4, s, 1, KILN_BF16, 1);
+}
+
+static kiln_tensor *transpose_broadcast(kiln_tensor *const *in) {
+  kiln_tensor *row = kiln_unsqueeze(kiln_select(in[1], 0, 0), 0);
+  return kiln_exp(kiln_add(kiln_t(in[0]), row));
+}
+static void transposed_and_broadcast_reads(void **state) {
+  check(transpose_broadcast, 2, (int64_t[]){33, 33}, 2, KILN_F32, 1);
+}
+
+static kiln_tensor *reshape_of_strided(kiln_tensor *const *in) {
+  /* (x.T * 2).reshape(6, 10) + 1: the reshape of a non-contiguous
+   * intermediate becomes index arithmetic in the one kernel */
+  kiln_tensor *y = kiln_reshape(kiln_mul_scalar(kiln_t(in[0]), 2), 2, (int64_t[]){6, 10});
+  return kiln_add_scalar(kiln_transpose(y, 0, 1), 1);
+}
+static void reshape_is_index_arithmetic(void **state) {
+  check(reshape_of_strided, 1, (int64_t[]){4, 15}, 2, KILN_F64, 1);
+}
+
+static kiln_tensor *narrowed(kiln_tensor *const *in) {
+  kiln_tensor *y = kiln_add_scalar(in[0], 1);
+  return kiln_mul_scalar(kiln_narrow(kiln_narrow(y, 0, 2, 3), 1, 1, 4), 2);
+}
+static void narrowed_producer(void **state) { check(narrowed, 1, (int64_t[]){7, 9}, 2, KILN_I32, 1); }
+
+static kiln_tensor *shared_expensive(kiln_tensor *const *in) {
+  kiln_tensor *e = kiln_exp(in[0]);
+  return kiln_add(e, kiln_mul_scalar(e, 2));
+}
+static void shared_expensive_is_materialized(void **state) {
+  check(shared_expensive, 1, (int64_t[]){100}, 1, KILN_F32, 2);
+}
+
+static kiln_tensor *shared_cheap(kiln_tensor *const *in) {
+  kiln_tensor *e = kiln_add(in[0], in[1]);
+  return kiln_mul(e, kiln_sub(e, in[0]));
+}
+static void shared_cheap_is_recomputed(void **state) {
+  check(shared_cheap, 2, (int64_t[]){100}, 1, KILN_I64, 1);
+}
+
+static kiln_tensor *many_inputs(kiln_tensor *const *in) {
+  kiln_tensor *acc = in[0];
+  for (int i = 1; i < 20; i++) acc = kiln_add(acc, kiln_mul_scalar(in[i], i));
+  return acc;
+}
+static void more_inputs_than_a_kernel_takes(void **state) {
+  check(many_inputs, 20, (int64_t[]){64}, 1, KILN_F32, 0);
+}
+
+static kiln_tensor *reduce_of_expression(kiln_tensor *const *in) {
+  kiln_tensor *sq = kiln_mul(kiln_sub(in[0], in[1]), kiln_sub(in[0], in[1]));
+  return kiln_sum(kiln_t(sq), 1, (int[]){0}, false);
+}
+static void producer_fused_into_reduction(void **state) {
+  check(reduce_of_expression, 2, (int64_t[]){17, 23}, 2, KILN_F32, 1);
+}
+
+static kiln_tensor *copy_expression(kiln_tensor *const *in) {
+  kiln_tensor *dst = kiln_zeros(KILN_F32, 2, (int64_t[]){5, 5});
+  kiln_copy_(kiln_narrow(dst, 1, 1, 3), kiln_tanh(kiln_narrow(in[0], 0, 0, 5)));
+  return dst;
+}
+static void expression_fused_into_write(void **state) {
+  check(copy_expression, 1, (int64_t[]){6, 3}, 2, KILN_F32, 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(w1_is_one_kernel),
+      cmocka_unit_test(transposed_and_broadcast_reads),
+      cmocka_unit_test(reshape_is_index_arithmetic),
+      cmocka_unit_test(narrowed_producer),
+      cmocka_unit_test(shared_expensive_is_materialized),
+      cmocka_unit_test(shared_cheap_is_recomputed),
+      cmocka_unit_test(more_inputs_than_a_kernel_takes),
+      cmocka_unit_test(producer_fused_into_reduction),
+      cmocka_unit_test(expression_fused_into_write),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
