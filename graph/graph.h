@@ -149,6 +149,8 @@ typedef struct graph_node {
   int fuse_reads;               /* scheduler: external reads of its group */
   bool fused;                   /* scheduler: computed inside its readers'
                                    kernels instead of materialized */
+  bool row_dep;                 /* scheduler: depends on a fused reduction */
+  bool fuse_cheap;              /* scheduler: it and its fused inputs are cheap */
 } graph_node;
 
 /** A pending node with no inputs yet (refcount 1). NULL on OOM. */

@@ -4,18 +4,25 @@
  * kernel and a buffer of their own (materialized).
  *
  * The cost function, in order:
- *  1. Requested nodes, reductions, in-place writes (ASSIGN) and sources
- *     are materialized: they are kernel roots. (Reductions do not yet fuse
- *     into their consumers.)
+ *  1. Requested nodes, in-place writes (ASSIGN) and sources are
+ *     materialized: they are kernel roots. A reduction over a suffix of
+ *     its input's dims (rows) is fused: its readers' kernel computes it
+ *     once per row before using it (row fusion: softmax, layer norm,
+ *     variance become one kernel per block of rows). Other reductions are
+ *     materialized.
  *  2. An elementwise node read by one reader in the schedule is fused:
  *     recomputing it costs nothing, materializing it costs a write and a
  *     read of its whole output.
  *  3. An elementwise node read by several readers is fused only when it is
  *     cheap — its own op and everything fused into it are plain arithmetic,
  *     comparisons or selects (no transcendental, division or pow) — since
- *     each reader recomputes it. Otherwise it is materialized once.
+ *     each reader recomputes it — or when it depends on a fused reduction:
+ *     then it is recomputed from a row that is still in cache, which beats
+ *     writing and re-reading the whole tensor. Otherwise it is
+ *     materialized once.
  *  4. A node read through a broadcast view (a stride-0 dim of size > 1) is
- *     fused only when cheap, for the same reason: the broadcast repeats it.
+ *     fused only when cheap or row-dependent (per-row values are loop
+ *     invariant in the inner loop and hoisted by the compiler).
  *  5. A kernel may read at most PASS_MAX_INPUTS buffers: when a group's
  *     external reads would exceed that, its fused inputs are materialized.
  * Fused nodes are never realized; a later request recomputes them from
@@ -40,14 +47,33 @@ static bool cheap_op(graph_op op) {
   }
 }
 
-/* Cheap including everything already fused into it. */
+/* Cheap including everything already fused into it (inputs are decided
+ * first, in post-order, so their flags are final). */
 static bool cheap(const graph_node *n) {
   if (!cheap_op(n->op)) return false;
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
-    if (!in->buffer && in->fused && !cheap(in)) return false;
+    if (!in->buffer && in->fused && !in->fuse_cheap) return false;
   }
   return true;
+}
+
+/* A reduction over the last dims of its input, keeping the leading ones. */
+static bool row_reduction(const graph_node *n) {
+  if (graph_ops[n->op].kind != GRAPH_REDUCE) return false;
+  int nd = n->inputs[0].view.ndim;
+  uint32_t mask = n->attr.reduce_mask, all = nd ? (uint32_t)((1ull << nd) - 1) : 0;
+  if (mask == 0) return false;
+  uint32_t low = mask & (~mask + 1); /* lowest reduced dim */
+  return mask == (all & ~(low - 1));
+}
+
+static bool depends_on_rows(const graph_node *n) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    if (!in->buffer && in->fused && in->row_dep) return true;
+  }
+  return false;
 }
 
 static bool broadcast_read(const graph_view *v) {
@@ -80,6 +106,8 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
 void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_roots, bool enabled) {
   for (int i = 0; i < n; i++) {
     order[i]->fused = false;
+    order[i]->row_dep = false;
+    order[i]->fuse_cheap = false;
     order[i]->n_consumers = 0;
   }
   for (int i = 0; i < n; i++)
@@ -87,15 +115,22 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
   if (!enabled) return;
   for (int i = 0; i < n; i++) {
     graph_node *x = order[i];
-    if (!is_elementwise(x) || is_root(x, roots, n_roots)) continue;
-    bool shared = x->n_consumers > 1;
-    x->fused = !shared || cheap(x);
+    if (is_root(x, roots, n_roots)) continue;
+    if (row_reduction(x)) {
+      x->fused = x->row_dep = true;
+      continue;
+    }
+    if (!is_elementwise(x)) continue;
+    x->row_dep = depends_on_rows(x);
+    x->fuse_cheap = cheap(x);
+    x->fused = x->n_consumers <= 1 || x->fuse_cheap || x->row_dep;
   }
   /* rule 4: a broadcast read of an expensive fused producer */
   for (int i = 0; i < n; i++)
     for (int j = 0; j < order[i]->n_inputs; j++) {
       graph_node *in = order[i]->inputs[j].node;
-      if (in->fused && !in->buffer && broadcast_read(&order[i]->inputs[j].view) && !cheap(in)) in->fused = false;
+      bool keep = in->fuse_cheap || in->row_dep;
+      if (in->fused && !in->buffer && broadcast_read(&order[i]->inputs[j].view) && !keep) in->fused = false;
     }
   /* rule 5, producers first so each group's count is final when read */
   for (int i = 0; i < n; i++) {

@@ -45,7 +45,12 @@ typedef struct lower_ctx {
   const graph_node *seen[256]; /* fused nodes already walked / named */
   int n_memo;
   struct { const graph_node *n; int idx[KILN_MAX_DIMS]; int value; } memo[128]; /* value_at results */
-  bool full; /* a limit was hit */
+  int n_rows;
+  const graph_node *rows[16]; /* fused reductions, producers first */
+  int row_value[16];          /* their value for the current row */
+  int outer[KILN_MAX_DIMS];   /* the row loops' ranges */
+  int n_outer;
+  bool full; /* a limit was hit, or the group does not fit one kernel */
   char name[96];
   int name_len;
 } lower_ctx;
@@ -206,7 +211,12 @@ static void walk(lower_ctx *c, const graph_node *n, bool skip_first) {
   for (int i = skip_first ? 1 : 0; i < n->n_inputs && !c->full; i++) {
     const graph_node *src = n->inputs[i].node;
     if (!is_fused(src)) add_edge(c, n, i);
-    else if (!seen(c, src)) walk(c, src, false);
+    else if (!seen(c, src)) {
+      walk(c, src, false);
+      if (graph_ops[src->op].kind != GRAPH_REDUCE) continue;
+      if (c->n_rows == (int)(sizeof c->rows / sizeof c->rows[0])) c->full = true;
+      else c->rows[c->n_rows++] = src;
+    }
   }
   name_op(c, n);
 }
@@ -235,10 +245,35 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
 
 static int value_at(lower_ctx *c, const graph_node *n, const int *idx);
 
+/* A fused reduction's value for the current row: valid only when the
+ * reader walks the row loops identically (same ranges, contiguous kept
+ * dims) and broadcasts the reduced ones. Anything else marks the group as
+ * not fitting, and the runtime materializes the reduction instead. */
+static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, const int *idx) {
+  int r = -1;
+  for (int i = 0; i < c->n_rows; i++)
+    if (c->rows[i] == q) r = c->row_value[i];
+  bool ok = r >= 0 && v->offset == 0 && v->ndim == q->ndim && q->ndim >= c->n_outer;
+  int64_t cs[KILN_MAX_DIMS];
+  graph_contiguous_strides(q->ndim, q->sizes, cs);
+  for (int d = 0; ok && d < v->ndim; d++) {
+    if (d < c->n_outer)
+      ok = v->sizes[d] == q->sizes[d] && (v->sizes[d] == 1 || (v->strides[d] == cs[d] && idx[d] == c->outer[d]));
+    else
+      ok = q->sizes[d] == 1 && (v->strides[d] == 0 || v->sizes[d] == 1);
+  }
+  if (!ok) {
+    c->full = true;
+    return pass_cst(c->k, graph_compute_dtype(q->dtype), 0);
+  }
+  return r;
+}
+
 /* Input i of n at n's index idx (in n's iteration dims). */
 static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   const graph_node *src = n->inputs[i].node;
   const graph_view *v = &n->inputs[i].view;
+  if (is_fused(src) && graph_ops[src->op].kind == GRAPH_REDUCE) return row_read(c, src, v, idx);
   if (is_fused(src)) {
     int sidx[KILN_MAX_DIMS];
     map_index(c->k, v, src, idx, sidx);
@@ -376,36 +411,108 @@ static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, 
   kir_acc_set(k, acc, pass_where(k, better, v, acc));
 }
 
-static int lower_reduce(lower_ctx *c) {
-  const graph_node *n = c->root;
+/* The reduction q over its masked dims, inside loops that already range
+ * over its kept dims (ranges[d] set for every kept d). Returns its value
+ * rounded to q's dtype (for argmax/argmin, the index). */
+static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   kir_kernel *k = c->k;
-  const graph_view *v = &n->inputs[0].view;
-  uint32_t mask = n->attr.reduce_mask;
-  bool is_arg = n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN;
-  kiln_dtype t = reduce_acc_type(n);
-  int ranges[KILN_MAX_DIMS], red_dim = -1;
-  bool first = true;
-  for (int d = 0; d < v->ndim; d++) {
-    ranges[d] = -1;
-    if (mask & (1u << d)) continue;
-    ranges[d] = kir_range(k, v->sizes[d], first);
-    first = false;
-  }
-  int acc = kir_acc(k, t, reduce_init(k, n->op, t));
+  const graph_view *v = &q->inputs[0].view;
+  uint32_t mask = q->attr.reduce_mask;
+  bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
+  kiln_dtype t = reduce_acc_type(q);
+  int red_dim = -1;
+  int acc = kir_acc(k, t, reduce_init(k, q->op, t));
   int acc_idx = is_arg ? kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0)) : -1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
-  int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
-  if (is_arg) arg_update(k, n->op, acc, acc_idx, x, ranges[red_dim]);
-  else kir_acc_set(k, acc, kir_alu(k, reduce_alu(n->op, t), t, acc, x, -1));
+  int x = pass_cast_to(k, t, input_at(c, q, 0, ranges));
+  if (is_arg) arg_update(k, q->op, acc, acc_idx, x, ranges[red_dim]);
+  else kir_acc_set(k, acc, kir_alu(k, reduce_alu(q->op, t), t, acc, x, -1));
   for (int d = v->ndim - 1; d >= 0; d--)
     if (mask & (1u << d)) {
       kir_end(k, ranges[d]);
       ranges[d] = -1;
     }
   c->n_memo = 0; /* values of the closed loops are out of scope */
-  store_contiguous(c, ranges, is_arg ? acc_idx : acc);
-  close_ranges(k, v->ndim, ranges);
+  return pass_to_register(k, pass_cast_to(k, q->dtype, is_arg ? acc_idx : acc));
+}
+
+/* Opens the loops over the kept (leading) dims of view v under mask. */
+static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ranges) {
+  bool first = true;
+  for (int d = 0; d < v->ndim; d++) {
+    ranges[d] = -1;
+    if (mask & (1u << d)) continue;
+    ranges[d] = kir_range(c->k, v->sizes[d], first);
+    first = false;
+  }
+}
+
+static int lower_reduce(lower_ctx *c) {
+  const graph_node *n = c->root;
+  int ranges[KILN_MAX_DIMS];
+  open_kept(c, &n->inputs[0].view, n->attr.reduce_mask, ranges);
+  store_contiguous(c, ranges, emit_reduce(c, n, ranges));
+  close_ranges(c->k, n->inputs[0].view.ndim, ranges);
+  return KILN_OK;
+}
+
+static bool same_rows(const graph_node *a, const graph_node *b) {
+  const graph_view *va = &a->inputs[0].view, *vb = &b->inputs[0].view;
+  if (a->attr.reduce_mask != b->attr.reduce_mask || va->ndim != vb->ndim) return false;
+  for (int d = 0; d < va->ndim; d++)
+    if (va->sizes[d] != vb->sizes[d]) return false;
+  return true;
+}
+
+/* The root's shape fits the rows: its leading dims are the rows', and its
+ * other dims are all those of the reduced input (full) or all 1 (per-row).
+ * *full tells which. */
+static bool root_fits_rows(const graph_node *root, const graph_node *q, int n_outer, bool *full) {
+  const graph_view *v = &q->inputs[0].view;
+  if (graph_ops[root->op].kind == GRAPH_REDUCE) return same_rows(root, q);
+  if (root->ndim != v->ndim) return false;
+  bool all_full = true, all_one = true;
+  for (int d = 0; d < v->ndim; d++) {
+    if (d < n_outer && root->sizes[d] != v->sizes[d]) return false;
+    if (d >= n_outer) {
+      all_full &= root->sizes[d] == v->sizes[d];
+      all_one &= root->sizes[d] == 1;
+    }
+  }
+  *full = all_full;
+  return all_full || all_one;
+}
+
+/* Row fusion: for each block of leading indices (a row), every fused
+ * reduction runs over the row, then the root consumes the row values —
+ * one pass over memory for softmax, layer norm, variance, logsumexp. */
+static int lower_rows(lower_ctx *c) {
+  const graph_node *root = c->root, *q0 = c->rows[0];
+  const graph_view *v = &q0->inputs[0].view;
+  bool full = false;
+  for (int i = 1; i < c->n_rows; i++)
+    if (!same_rows(c->rows[i], q0)) return KILN_ERR_UNSUPPORTED;
+  while (c->n_outer < v->ndim && !(q0->attr.reduce_mask & (1u << c->n_outer))) c->n_outer++;
+  if (!root_fits_rows(root, q0, c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
+  int ranges[KILN_MAX_DIMS];
+  open_kept(c, v, q0->attr.reduce_mask, ranges);
+  for (int d = 0; d < c->n_outer; d++) c->outer[d] = ranges[d];
+  for (int i = 0; i < c->n_rows; i++) c->row_value[i] = emit_reduce(c, c->rows[i], ranges);
+  int value;
+  if (graph_ops[root->op].kind == GRAPH_REDUCE) {
+    value = emit_reduce(c, root, ranges);
+  } else if (full) {
+    for (int d = c->n_outer; d < v->ndim; d++) ranges[d] = kir_range(c->k, v->sizes[d], false);
+    value = value_at(c, root, ranges);
+  } else {
+    int idx[KILN_MAX_DIMS];
+    for (int d = 0; d < v->ndim; d++) idx[d] = d < c->n_outer ? ranges[d] : kir_const_i(c->k, KIR_INDEX, 0);
+    value = value_at(c, root, idx);
+  }
+  if (c->full || value < 0) return KILN_ERR_UNSUPPORTED;
+  store_contiguous(c, ranges, value);
+  close_ranges(c->k, v->ndim, ranges);
   return KILN_OK;
 }
 
@@ -436,6 +543,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->args = kir_param(c->k, KILN_I64, false);
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
+  if (c->n_rows > 0) return kind == GRAPH_ASSIGN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
   if (kind == GRAPH_REDUCE) return lower_reduce(c);
   if (kind == GRAPH_ASSIGN) {
     c->b->args[c->b->n_args] = n->attr.region.offset;
