@@ -431,6 +431,7 @@ static int grow_storage(kiln_tensor *t, int64_t numel, const char *fn) {
   graph_buffer *buf = graph_buffer_alloc(numel * size);
   if (!buf) return api_error(KILN_ERR_OOM, fn, "out of memory growing a storage to %lld elements", (long long)numel);
   if (s->numel > 0) memcpy(buf->data, old->buffer->data, (size_t)(s->numel * size));
+  memset((char *)buf->data + s->numel * size, 0, (size_t)((numel - s->numel) * size));
   graph_node *n = graph_node_from_buffer(buf, s->dtype, numel);
   if (!n) return api_error(KILN_ERR_OOM, fn, "out of memory");
   graph_storage_set_version(s, n);

@@ -113,13 +113,24 @@ typedef struct graph_input {
   graph_view view;
 } graph_input;
 
+/** Where buffer memory comes from: the runtime installs its caching
+ *  allocator; the default is aligned_alloc/free. `alloc` returns memory of
+ *  at least `bytes` (≥ 1), 64-byte aligned, uninitialised, or NULL. */
+typedef struct graph_allocator {
+  void *(*alloc)(int64_t bytes);
+  void (*free)(void *p, int64_t bytes);
+} graph_allocator;
+
+void graph_set_allocator(const graph_allocator *a);
+
 /** A realized, reference-counted buffer (host memory). */
 typedef struct graph_buffer {
   int refcount;
   void *data;
   int64_t bytes;
-  void (*deleter)(void *data, void *ctx); /* NULL: Kiln's allocator owns data */
+  void (*deleter)(void *data, void *ctx); /* from_blob: the caller's */
   void *ctx;
+  void (*free_fn)(void *p, int64_t bytes); /* Kiln-allocated: how to free */
   bool borrowed; /* from_blob without deleter: never freed by Kiln */
 } graph_buffer;
 
@@ -169,7 +180,7 @@ void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
  *  auto-realize threshold. */
 int64_t graph_pending_count(void);
 
-/** Zero-filled buffer of bytes (64-byte aligned). NULL on OOM. */
+/** Uninitialised buffer of bytes (64-byte aligned). NULL on OOM. */
 graph_buffer *graph_buffer_alloc(int64_t bytes);
 graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void *, void *), void *ctx);
 graph_buffer *graph_buffer_retain(graph_buffer *b);

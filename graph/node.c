@@ -27,19 +27,25 @@ int64_t graph_pending_count(void) { return pending_nodes; }
 
 /* ------------------------------------------------------------ buffers */
 
+static void *default_alloc(int64_t bytes) { return aligned_alloc(64, ((size_t)bytes + 63) / 64 * 64); }
+static void default_free(void *p, int64_t bytes) { free(p); }
+
+static graph_allocator allocator = {default_alloc, default_free};
+
+void graph_set_allocator(const graph_allocator *a) { allocator = *a; }
+
 graph_buffer *graph_buffer_alloc(int64_t bytes) {
   graph_buffer *b = calloc(1, sizeof *b);
   if (!b) return NULL;
-  size_t n = (size_t)(bytes > 0 ? bytes : 1);
-  n = (n + 63) / 64 * 64;
-  b->data = aligned_alloc(64, n);
+  int64_t n = bytes > 0 ? bytes : 1;
+  b->data = allocator.alloc(n);
   if (!b->data) {
     free(b);
     return NULL;
   }
-  memset(b->data, 0, n);
   b->refcount = 1;
   b->bytes = bytes;
+  b->free_fn = allocator.free;
   return b;
 }
 
@@ -63,7 +69,7 @@ graph_buffer *graph_buffer_retain(graph_buffer *b) {
 void graph_buffer_release(graph_buffer *b) {
   if (!b || --b->refcount > 0) return;
   if (b->deleter) b->deleter(b->data, b->ctx);
-  else if (!b->borrowed) free(b->data);
+  else if (!b->borrowed) b->free_fn(b->data, b->bytes > 0 ? b->bytes : 1);
   free(b);
 }
 

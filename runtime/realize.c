@@ -264,6 +264,7 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
 }
 
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
+  rt_alloc_install();
   node_list order = {0};
   if (!collect(nodes, n, &order)) {
     free(order.items);

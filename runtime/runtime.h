@@ -28,6 +28,14 @@ void rt_set_fusion(int enabled);
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
 
+/* ---- caching allocator (alloc.c) ---- */
+/** Makes the caching allocator the graph layer's (once; thread-safe). */
+void rt_alloc_install(void);
+/** Returns every cached free buffer to the system. */
+void rt_alloc_trim(void);
+/** Bytes held in the cache (free, ready for reuse). */
+int64_t rt_alloc_cached_bytes(void);
+
 /* ---- profiler records (profile.c) ---- */
 bool rt_profiling(void);
 void rt_profile_begin(void);
