@@ -474,7 +474,11 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
   c.b = LLVMCreateBuilderInContext(c.ctx);
   c.ab = LLVMCreateBuilderInContext(c.ctx);
   LLVMValueRef fn = begin_function(&c, fname);
-  for (int i = 0; i < k->n_uops; i++) c.vals[i] = lowerings[k->uops[i].op].fn(&c, &k->uops[i]);
+  for (int i = 0; i < k->n_uops; i++) {
+    c.vals[i] = lowerings[k->uops[i].op].fn(&c, &k->uops[i]);
+    if (k->uops[i].reassoc && c.vals[i] && LLVMCanValueUseFastMathFlags(c.vals[i]))
+      LLVMSetFastMathFlags(c.vals[i], LLVMFastMathAllowReassoc);
+  }
   LLVMBuildRetVoid(c.b);
   LLVMDisposeBuilder(c.b);
   LLVMDisposeBuilder(c.ab);

@@ -225,6 +225,10 @@ void kir_store(kir_kernel *k, int param, int index, int value) {
   push_src(k, KIR_STORE, KIR_VOID, param, index, value);
 }
 
+void kir_set_reassoc(kir_kernel *k, int u) {
+  if (u >= 0 && u < k->n_uops) k->uops[u].reassoc = true;
+}
+
 int kir_cast(kir_kernel *k, kiln_dtype type, int a) { return push_src(k, KIR_CAST, type, a, -1, -1); }
 
 /* CMP ops always produce BOOL, whatever `type` says. */
@@ -294,7 +298,7 @@ static void print_uop(strbuf *sb, int i, const kir_uop *u) {
   case KIR_RANGE: sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : ""); break;
   default: break;
   }
-  sb_printf(sb, "\n");
+  sb_printf(sb, u->reassoc ? " reassoc\n" : "\n");
 }
 
 char *kir_to_string(const kir_kernel *k) {

@@ -75,6 +75,10 @@ typedef struct kir_uop {
   int64_t ival;     /* CONST (ints, KIR_INDEX), RANGE extent, PARAM index */
   double cval;      /* CONST (floats, BOOL) */
   bool parallel;    /* RANGE */
+  bool reassoc;     /* float ALU: may be reassociated (reduction updates,
+                       so the backend can vectorise them: the order of a
+                       sum then depends on the vector width, never on
+                       the thread count) */
 } kir_uop;
 
 typedef struct kir_kernel {
@@ -105,6 +109,8 @@ int kir_load(kir_kernel *k, int param, int index);
 void kir_store(kir_kernel *k, int param, int index, int value);
 int kir_cast(kir_kernel *k, kiln_dtype type, int a);
 int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c);
+/** Marks ALU uop u as reassociable (see kir_uop.reassoc). */
+void kir_set_reassoc(kir_kernel *k, int u);
 
 /** Canonical text of the kernel (one line per uop). Equal text means the
  *  same machine code: it is the compile-cache key and the KILN_DEBUG=3

@@ -427,7 +427,11 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
   int x = pass_cast_to(k, t, input_at(c, q, 0, ranges));
   if (is_arg) arg_update(k, q->op, acc, acc_idx, x, ranges[red_dim]);
-  else kir_acc_set(k, acc, kir_alu(k, reduce_alu(q->op, t), t, acc, x, -1));
+  else {
+    int upd = kir_alu(k, reduce_alu(q->op, t), t, acc, x, -1);
+    kir_set_reassoc(k, upd); /* lets the backend vectorise the reduction */
+    kir_acc_set(k, acc, upd);
+  }
   for (int d = v->ndim - 1; d >= 0; d--)
     if (mask & (1u << d)) {
       kir_end(k, ranges[d]);
