@@ -161,10 +161,40 @@ static void reductions(void **state) {
   kiln_scope_end();
 }
 
+/* Reductions over leading dims with a wide unit-stride last dim take the
+ * blocked column path: check it against sums computed here. */
+static void column_reductions(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_view(kiln_arange(KILN_I32, 0, 3 * 5 * 32, 1), 3, (int64_t[]){3, 5, 32});
+  kiln_tensor *s = kiln_sum(kiln_mul_scalar(x, 3), 2, (int[]){0, 1}, false);
+  kiln_tensor *m = kiln_amax(kiln_neg(x), 1, (int[]){1}, false);
+  kiln_tensor *f = kiln_sum(kiln_to_dtype(x, KILN_F32), 1, (int[]){0}, true);
+  double want_s[32], want_m[96], want_f[160];
+  for (int j = 0; j < 32; j++) {
+    double acc = 0;
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 5; b++) acc += 3.0 * (a * 160 + b * 32 + j);
+    want_s[j] = acc;
+  }
+  for (int a = 0; a < 3; a++)
+    for (int j = 0; j < 32; j++) want_m[a * 32 + j] = -(a * 160 + j);
+  for (int b = 0; b < 5; b++)
+    for (int j = 0; j < 32; j++) want_f[b * 32 + j] = 3.0 * (b * 32 + j) + 480;
+  double got[160];
+  assert_int_equal(kiln_read(kiln_to_dtype(s, KILN_F64), got, sizeof got), KILN_OK);
+  for (int j = 0; j < 32; j++) assert_float_equal(got[j], want_s[j], 0);
+  assert_int_equal(kiln_read(kiln_to_dtype(m, KILN_F64), got, sizeof got), KILN_OK);
+  for (int j = 0; j < 96; j++) assert_float_equal(got[j], want_m[j], 0);
+  assert_int_equal(kiln_size(f, 0), 1);
+  assert_int_equal(kiln_read(kiln_to_dtype(f, KILN_F64), got, sizeof got), KILN_OK);
+  for (int j = 0; j < 160; j++) assert_float_equal(got[j], want_f[j], 0);
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(promotion), cmocka_unit_test(broadcasting), cmocka_unit_test(integer_semantics),
-      cmocka_unit_test(unary_values), cmocka_unit_test(reductions),
+      cmocka_unit_test(unary_values), cmocka_unit_test(reductions), cmocka_unit_test(column_reductions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
