@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""peers.py -- times kiln_bench's workloads in NumPy and PyTorch.
+
+Run by kiln_bench (through /usr/bin/python3, where Debian's python3-numpy
+and python3-torch live) with the same sizes; it prints one line per figure:
+
+    result PEER ID SECONDS RUNS     e.g.  result numpy W1 0.0123 15
+    note TEXT                       e.g.  note torch not installed
+
+SECONDS is the median of RUNS timed runs after one warm-up; RUNS fills
+--budget seconds, clamped to [3, --max-runs] (W8: at least 20 runs, up to
+4096, like kiln_bench). Each run allocates its result as user code would.
+NumPy runs as is; PyTorch with torch.set_num_threads(2), using its native
+softmax and layer_norm (the fused kernels a Kiln user would compare with).
+Keep the computations in step with bench/workloads.c.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def timeit(fn, budget, max_runs, min_runs=3):
+    fn()  # warm-up
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    runs = max(min_runs, min(max_runs, int(budget / first) if first > 0 else max_runs))
+    samples = [first]
+    for _ in range(runs - 1):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), len(samples)
+
+
+def numpy_workloads(np, a):
+    rng = np.random.default_rng(1234)
+
+    def rand(*shape):
+        return rng.random(shape, dtype=np.float32)
+
+    n, sq, (lr, lc), tiny, chain = a.n, a.sq, a.ln, a.tiny, a.chain
+    w = {}
+
+    def w1():
+        x = [rand(n) for _ in range(4)]
+        return lambda: np.maximum(x[0] * x[1] + x[2], 0) * (1 / (1 + np.exp(-x[3])))
+
+    def w2():
+        y0 = rand(n)
+
+        def f():
+            y = y0
+            for _ in range(10):
+                y = np.tanh(y * np.float32(1.0001) + np.float32(0.5))
+            return y
+        return f
+
+    def w3a():
+        x = rand(n)
+        return lambda: x.sum()
+
+    def w3b():
+        x = rand(sq, sq)
+        return lambda: x.sum(axis=0)
+
+    def w3c():
+        x = rand(sq, sq)
+        return lambda: x.sum(axis=1)
+
+    def w4():
+        x = rand(sq, sq)
+
+        def f():
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+        return f
+
+    def w5():
+        x = rand(lr, lc)
+
+        def f():
+            xc = x - x.mean(axis=-1, keepdims=True)
+            var = (xc * xc).mean(axis=-1, keepdims=True)
+            return xc * (1 / np.sqrt(var + np.float32(1e-5)))
+        return f
+
+    def w7():
+        x, b = rand(sq, sq), rand(sq)
+        return lambda: np.add(x.T, b[None, :], order="C")  # row-major result, as Kiln's
+
+    def w8():
+        x = rand(tiny)
+
+        def f():
+            y = x
+            for i in range(chain):
+                k = i % 4
+                if k == 0:
+                    y = y * np.float32(1.0001)
+                elif k == 1:
+                    y = y + x
+                elif k == 2:
+                    y = np.tanh(y)
+                else:
+                    y = y - np.float32(0.25)
+            return y
+        return f
+
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W8=w8)
+    return w
+
+
+def torch_workloads(torch, a):
+    torch.manual_seed(1234)
+
+    def rand(*shape):
+        return torch.rand(*shape, dtype=torch.float32)
+
+    n, sq, (lr, lc), tiny, chain = a.n, a.sq, a.ln, a.tiny, a.chain
+    w = {}
+
+    def w1():
+        x = [rand(n) for _ in range(4)]
+        return lambda: torch.relu(x[0] * x[1] + x[2]) * torch.sigmoid(x[3])
+
+    def w2():
+        y0 = rand(n)
+
+        def f():
+            y = y0
+            for _ in range(10):
+                y = torch.tanh(y * 1.0001 + 0.5)
+            return y
+        return f
+
+    def w3a():
+        x = rand(n)
+        return lambda: x.sum()
+
+    def w3b():
+        x = rand(sq, sq)
+        return lambda: x.sum(0)
+
+    def w3c():
+        x = rand(sq, sq)
+        return lambda: x.sum(1)
+
+    def w4():
+        x = rand(sq, sq)
+        return lambda: torch.softmax(x, dim=-1)
+
+    def w5():
+        x = rand(lr, lc)
+        return lambda: torch.nn.functional.layer_norm(x, (lc,), eps=1e-5)
+
+    def w7():
+        x, b = rand(sq, sq), rand(sq)
+
+        def f():  # row-major result, as Kiln's (a plain add would keep x.T's layout)
+            out = torch.empty(sq, sq)
+            return torch.add(x.t(), b[None, :], out=out)
+        return f
+
+    def w8():
+        x = rand(tiny)
+
+        def f():
+            y = x
+            for i in range(chain):
+                k = i % 4
+                if k == 0:
+                    y = y * 1.0001
+                elif k == 1:
+                    y = y + x
+                elif k == 2:
+                    y = torch.tanh(y)
+                else:
+                    y = y - 0.25
+            return y
+        return f
+
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W8=w8)
+    return w
+
+
+def run(peer, workloads, args):
+    for wid in args.only.split(","):
+        make = workloads.get(wid)
+        if make is None:
+            print(f"note {peer}: unknown workload {wid}", flush=True)
+            continue
+        fn = make()
+        if wid == "W8":
+            sec, runs = timeit(fn, args.budget / 2, 4096, min_runs=20)
+        else:
+            sec, runs = timeit(fn, args.budget, args.max_runs)
+        del fn
+        print(f"result {peer} {wid} {sec:.9g} {runs}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default="W1,W2,W3a,W3b,W3c,W4,W5,W7,W8")
+    p.add_argument("--n", type=int, default=1 << 24)
+    p.add_argument("--sq", type=int, default=4096)
+    p.add_argument("--ln", type=int, nargs=2, default=[8192, 1024])
+    p.add_argument("--tiny", type=int, default=1000)
+    p.add_argument("--chain", type=int, default=100)
+    p.add_argument("--budget", type=float, default=2.0)
+    p.add_argument("--max-runs", type=int, default=15)
+    args = p.parse_args()
+
+    try:
+        import numpy
+    except ImportError:
+        print(f"note numpy not installed for {sys.executable} (apt-get install python3-numpy)", flush=True)
+    else:
+        run("numpy", numpy_workloads(numpy, args), args)
+
+    try:
+        import torch
+    except ImportError:
+        print(f"note torch not installed for {sys.executable} (apt-get install python3-torch)", flush=True)
+    else:
+        torch.set_num_threads(2)
+        run("torch", torch_workloads(torch, args), args)
+
+
+if __name__ == "__main__":
+    main()
