@@ -88,6 +88,7 @@ static int external_reads(const graph_node *n) {
   int count = 0;
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
+    if (pass_is_inlined(in)) continue; /* fill values and aranges: no buffer */
     count += (!in->buffer && in->fused) ? in->fuse_reads : 1;
   }
   return count;

@@ -34,7 +34,7 @@
 #define KIR_INDEX ((kiln_dtype)100) /* int64 index arithmetic */
 #define KIR_PTR ((kiln_dtype)101)   /* buffer parameter */
 #define KIR_VOID ((kiln_dtype)102)  /* no value: END, ACC_SET, STORE */
-#define KIR_MAX_PARAMS 16
+#define KIR_MAX_PARAMS 32
 
 typedef enum kir_op {
   /* definitions */

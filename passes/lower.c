@@ -37,7 +37,8 @@ typedef struct lower_ctx {
   const graph_node *root;
   pass_binding *b;
   int out;  /* PARAM 0 */
-  int args; /* PARAM 1 */
+  int args;  /* PARAM 1 */
+  int fargs; /* PARAM 2 */
   int n_edges;
   edge edges[PASS_MAX_ARGS];
   int input_param[PASS_MAX_INPUTS]; /* PARAM uop of binding->inputs[i] */
@@ -173,6 +174,44 @@ static int64_t touched(const graph_view *v) {
   return graph_view_numel(v) == 0 ? 0 : e;
 }
 
+/* An int64 kernel argument (loaded at entry, as KIR_INDEX), or -1 when
+ * the argument array is full. */
+static int int_arg(lower_ctx *c, int64_t value) {
+  if (c->b->n_args == PASS_MAX_ARGS) {
+    c->full = true;
+    return -1;
+  }
+  c->b->args[c->b->n_args] = value;
+  int u = kir_load(c->k, c->args, kir_const_i(c->k, KIR_INDEX, c->b->n_args++));
+  return pass_cast_to(c->k, KIR_INDEX, u);
+}
+
+/* A pending FULL's value as a kernel argument, in registers: integers and
+ * bool travel in the int64 array, floats in the F64 array, both holding
+ * the value already converted to the FULL's dtype (exactly representable
+ * there), so the kernel computes what a materialized FULL would hold. */
+static int scalar_arg(lower_ctx *c, const graph_node *src) {
+  unsigned char tmp[8];
+  graph_store_scalar(src->dtype, tmp, src->attr.scalar);
+  double v = graph_load_scalar(src->dtype, tmp);
+  kiln_dtype reg = graph_compute_dtype(src->dtype);
+  bool is_float = graph_is_float(src->dtype);
+  int *n = is_float ? &c->b->n_fargs : &c->b->n_args;
+  if (*n == PASS_MAX_ARGS) {
+    c->full = true;
+    return -1;
+  }
+  if (is_float) {
+    c->b->fargs[*n] = v;
+  } else if (src->dtype == KILN_I64) {
+    memcpy(&c->b->args[*n], tmp, 8); /* exact beyond 2^53 */
+  } else {
+    c->b->args[*n] = (int64_t)v;
+  }
+  int u = kir_load(c->k, is_float ? c->fargs : c->args, kir_const_i(c->k, KIR_INDEX, (*n)++));
+  return pass_cast_to(c->k, reg, u);
+}
+
 static void add_edge(lower_ctx *c, const graph_node *n, int i) {
   const graph_node *src = n->inputs[i].node;
   if (c->n_edges == PASS_MAX_ARGS) {
@@ -181,20 +220,15 @@ static void add_edge(lower_ctx *c, const graph_node *n, int i) {
   }
   edge *e = &c->edges[c->n_edges++];
   *e = (edge){.consumer = n, .input = i, .param = -1, .offset = -1, .scalar = -1};
-  if (src->op == GRAPH_OP_ARANGE && !src->buffer) {
-    c->b->args[c->b->n_args] = n->inputs[i].view.offset;
-    e->offset = pass_cast_to(c->k, KIR_INDEX, kir_load(c->k, c->args, kir_const_i(c->k, KIR_INDEX, c->b->n_args++)));
-    return;
-  }
-  e->param = input_param(c, src);
-  if (e->param < 0) return;
   if (src->op == GRAPH_OP_FULL && !src->buffer) {
-    e->scalar = pass_to_register(c->k, kir_load(c->k, e->param, kir_const_i(c->k, KIR_INDEX, 0)));
+    e->scalar = scalar_arg(c, src);
     return;
   }
-  c->b->bytes_read += touched(&n->inputs[i].view) * graph_dtypes[src->dtype].size;
-  c->b->args[c->b->n_args] = n->inputs[i].view.offset;
-  e->offset = pass_cast_to(c->k, KIR_INDEX, kir_load(c->k, c->args, kir_const_i(c->k, KIR_INDEX, c->b->n_args++)));
+  if (src->op != GRAPH_OP_ARANGE || src->buffer) {
+    e->param = input_param(c, src);
+    c->b->bytes_read += touched(&n->inputs[i].view) * graph_dtypes[src->dtype].size;
+  }
+  e->offset = int_arg(c, n->inputs[i].view.offset);
 }
 
 static void name_op(lower_ctx *c, const graph_node *n) {
@@ -603,14 +637,14 @@ static int lower_root(lower_ctx *c, bool in_place) {
   graph_kind kind = graph_ops[n->op].kind;
   c->out = kir_param(c->k, n->dtype, true);
   c->args = kir_param(c->k, KILN_I64, false);
+  c->fargs = kir_param(c->k, KILN_F64, false);
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0) return kind == GRAPH_ASSIGN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
   if (kind == GRAPH_REDUCE) return lower_reduce(c);
   if (kind == GRAPH_ASSIGN) {
-    c->b->args[c->b->n_args] = n->attr.region.offset;
-    int off = pass_cast_to(c->k, KIR_INDEX, kir_load(c->k, c->args, kir_const_i(c->k, KIR_INDEX, c->b->n_args++)));
-    return lower_assign(c, in_place, off);
+    int off = int_arg(c, n->attr.region.offset);
+    return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
   }
   return lower_elementwise(c);
 }

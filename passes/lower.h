@@ -10,10 +10,11 @@
  *
  * Parameter layout of the produced kernel:
  *   PARAM 0       the root's output buffer (numel × root->dtype, written);
- *   PARAM 1       int64 arguments: one storage offset per external read
- *                 (binding->args), loaded once at kernel entry;
- *   PARAM 2 + i   binding->inputs[i]: a realized node's buffer, or for a
- *                 pending FULL a pointer to its one value in its dtype.
+ *   PARAM 1       int64 arguments (binding->args): one storage offset per
+ *                 external read, and the values of integer/bool fills;
+ *   PARAM 2       F64 arguments (binding->fargs): values of float fills;
+ *   PARAM 3 + i   binding->inputs[i]: a realized node's buffer.
+ * Arguments are loaded once at kernel entry.
  * Offsets of external reads and fill values are arguments, not code, so one
  * compiled kernel serves every offset and every constant; the views inside
  * a fused group are part of the kernel's structure.
@@ -27,15 +28,16 @@
 #include "graph.h"
 #include "kir.h"
 
-#define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 2)
+#define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3)
 #define PASS_MAX_ARGS 64
 
 /** What the runtime binds to a lowered kernel's parameters. */
 typedef struct pass_binding {
   int n_inputs;
-  const graph_node *inputs[PASS_MAX_INPUTS]; /* PARAM 2 + i */
-  int n_args;
+  const graph_node *inputs[PASS_MAX_INPUTS]; /* PARAM 3 + i */
+  int n_args, n_fargs;
   int64_t args[PASS_MAX_ARGS];               /* PARAM 1 */
+  double fargs[PASS_MAX_ARGS];               /* PARAM 2 */
   int n_ops;                                 /* graph ops in the kernel */
   int64_t bytes_read;                        /* external reads, each element once */
 } pass_binding;

@@ -152,21 +152,14 @@ static int output_buffer(graph_node *n, bool in_place, graph_buffer **out, char 
 
 /* Kernel arguments: bufs[] as lower.h lays them out. */
 typedef struct kernel_args {
-  void *bufs[2 + PASS_MAX_INPUTS];
-  uint64_t scalars[PASS_MAX_INPUTS];
+  void *bufs[3 + PASS_MAX_INPUTS];
 } kernel_args;
 
 static void bind_args(pass_binding *b, graph_buffer *out, kernel_args *a) {
   a->bufs[0] = out->data;
   a->bufs[1] = b->args;
-  for (int i = 0; i < b->n_inputs; i++) {
-    const graph_node *in = b->inputs[i];
-    a->bufs[2 + i] = in->buffer ? in->buffer->data : NULL;
-    if (!in->buffer && in->op == GRAPH_OP_FULL) {
-      graph_store_scalar(in->dtype, &a->scalars[i], in->attr.scalar);
-      a->bufs[2 + i] = &a->scalars[i];
-    }
-  }
+  a->bufs[2] = b->fargs;
+  for (int i = 0; i < b->n_inputs; i++) a->bufs[3 + i] = b->inputs[i]->buffer->data;
 }
 
 static void profile(const graph_node *n, const kir_kernel *k, const pass_binding *b, bool hit, bool in_place,
