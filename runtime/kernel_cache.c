@@ -1,7 +1,9 @@
 /*
- * kernel_cache.c — compiled kernels keyed by the canonical text of their
- * kernel IR (kir_to_string) and the backend. A hit costs a hash and a
- * string compare, no LLVM work. Open addressing, guarded by a mutex.
+ * kernel_cache.c — compiled kernels keyed by their kernel IR: the bytes
+ * of the uop array (builders zero every uop, padding included, so equal
+ * kernels have equal bytes; the name is not part of it) and which params
+ * are written. A hit costs a word-wise hash and a memcmp, no LLVM work and
+ * no formatting. Open addressing, guarded by a mutex.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,7 +13,8 @@
 
 typedef struct cache_entry {
   uint64_t hash;
-  char *key; /* NULL = empty slot */
+  unsigned char *key; /* NULL = empty slot */
+  size_t len;
   llvm_kernel_fn fn;
 } cache_entry;
 
@@ -22,15 +25,34 @@ static int64_t compiles;
 
 int64_t rt_compile_count(void) { return compiles; }
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+/* The key bytes of k (malloc'ed), or NULL on OOM. */
+static unsigned char *kernel_key(const kir_kernel *k, size_t *len) {
+  size_t uops = (size_t)k->n_uops * sizeof *k->uops, flags = (size_t)k->n_params;
+  unsigned char *key = malloc(uops + flags + 1);
+  if (!key) return NULL;
+  memcpy(key, k->uops, uops);
+  for (int p = 0; p < k->n_params; p++) key[uops + (size_t)p] = k->param_written[p];
+  *len = uops + flags;
+  return key;
+}
+
+static uint64_t hash_bytes(const unsigned char *p, size_t len) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  for (; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
   return h;
 }
 
-static cache_entry *find_slot(cache_entry *tab, size_t cap, uint64_t h, const char *key) {
+static cache_entry *find_slot(cache_entry *tab, size_t cap, uint64_t h, const unsigned char *key, size_t len) {
   for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1))
-    if (!tab[i].key || (tab[i].hash == h && strcmp(tab[i].key, key) == 0)) return &tab[i];
+    if (!tab[i].key || (tab[i].hash == h && tab[i].len == len && memcmp(tab[i].key, key, len) == 0))
+      return &tab[i];
 }
 
 static bool grow(void) {
@@ -38,7 +60,7 @@ static bool grow(void) {
   cache_entry *tab = calloc(cap, sizeof *tab);
   if (!tab) return false;
   for (size_t i = 0; i < n_slots; i++)
-    if (slots[i].key) *find_slot(tab, cap, slots[i].hash, slots[i].key) = slots[i];
+    if (slots[i].key) *find_slot(tab, cap, slots[i].hash, slots[i].key, slots[i].len) = slots[i];
   free(slots);
   slots = tab;
   n_slots = cap;
@@ -54,15 +76,16 @@ static void cache_free_all(void) {
 }
 
 int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen) {
-  char *key = kir_to_string(k);
+  size_t len = 0;
+  unsigned char *key = kernel_key(k, &len);
   if (!key) return KILN_ERR_OOM;
-  uint64_t h = fnv1a(key);
+  uint64_t h = hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
   static bool registered;
   if (!registered) registered = atexit(cache_free_all) == 0;
   int st = KILN_OK;
   if ((n_used + 1) * 2 > n_slots && !grow()) st = KILN_ERR_OOM;
-  cache_entry *e = st == KILN_OK ? find_slot(slots, n_slots, h, key) : NULL;
+  cache_entry *e = st == KILN_OK ? find_slot(slots, n_slots, h, key, len) : NULL;
   if (e && e->key) {
     *fn = e->fn;
     *cache_hit = true;
@@ -70,7 +93,7 @@ int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char
   } else if (e) {
     st = llvm_compile(k, fn, NULL, err, errlen);
     if (st == KILN_OK) {
-      *e = (cache_entry){h, key, *fn};
+      *e = (cache_entry){h, key, len, *fn};
       n_used++;
       compiles++;
       *cache_hit = false;
