@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "runtime.h"
 
 /* ------------------------------------------------------------- dtypes */
 
@@ -87,6 +88,7 @@ static kiln_tensor *buffer_tensor(graph_buffer *buf, kiln_dtype dtype, int ndim,
 }
 
 static graph_buffer *alloc_elems(kiln_dtype dtype, int64_t numel, const char *fn) {
+  rt_alloc_install(); /* data made here gets huge pages and reuse too */
   graph_buffer *b = graph_buffer_alloc(numel * graph_dtypes[dtype].size);
   if (!b) api_error(KILN_ERR_OOM, fn, "out of memory allocating %lld elements of %s", (long long)numel,
                     graph_dtypes[dtype].name);

@@ -385,13 +385,47 @@ static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
   kir_store(c->k, c->out, view_index(c->k, &out, ranges, -1), pass_cast_to(c->k, c->root->dtype, value));
 }
 
+/* Tile edge for transposed reads. */
+#define TILE 32
+
+/* True when an external read walks the root's last two dims transposed
+ * (unit stride along the second-to-last), so a row-by-row loop would read
+ * it with a large stride: the last two dims are then tiled. */
+static bool wants_tiles(const lower_ctx *c) {
+  const graph_node *r = c->root;
+  int nd = r->ndim;
+  if (nd < 2 || r->sizes[nd - 1] % TILE || r->sizes[nd - 2] % TILE) return false;
+  if (r->sizes[nd - 1] < 2 * TILE || r->sizes[nd - 2] < 2 * TILE) return false;
+  for (int e = 0; e < c->n_edges; e++) {
+    const graph_view *v = &c->edges[e].consumer->inputs[c->edges[e].input].view;
+    if (c->edges[e].param >= 0 && v->ndim == nd && v->strides[nd - 2] == 1 && v->strides[nd - 1] > 1) return true;
+  }
+  return false;
+}
+
+/* Loops over the root's sizes; with tiles, the last two dims run as
+ * TILE x TILE blocks (block loops outside, element loops inside). */
 static int lower_elementwise(lower_ctx *c) {
-  int ranges[KILN_MAX_DIMS];
-  open_ranges(c->k, c->root->ndim, c->root->sizes, ranges);
-  int res = value_at(c, c->root, ranges);
+  const graph_node *r = c->root;
+  kir_kernel *k = c->k;
+  int ranges[KILN_MAX_DIMS], nd = r->ndim, loops[KILN_MAX_DIMS + 2], n_loops = 0;
+  if (!wants_tiles(c)) {
+    open_ranges(k, nd, r->sizes, ranges);
+    for (int d = 0; d < nd; d++) loops[n_loops++] = ranges[d];
+  } else {
+    for (int d = 0; d < nd - 2; d++) loops[n_loops++] = ranges[d] = kir_range(k, r->sizes[d], d == 0);
+    int bi = loops[n_loops++] = kir_range(k, r->sizes[nd - 2] / TILE, nd == 2);
+    int bj = loops[n_loops++] = kir_range(k, r->sizes[nd - 1] / TILE, false);
+    int ti = loops[n_loops++] = kir_range(k, TILE, false);
+    int tj = loops[n_loops++] = kir_range(k, TILE, false);
+    int t = kir_const_i(k, KIR_INDEX, TILE);
+    ranges[nd - 2] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bi, t), ti);
+    ranges[nd - 1] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bj, t), tj);
+  }
+  int res = value_at(c, r, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;
   store_contiguous(c, ranges, res);
-  close_ranges(c->k, c->root->ndim, ranges);
+  close_ranges(k, n_loops, loops);
   return KILN_OK;
 }
 

@@ -191,10 +191,24 @@ static void column_reductions(void **state) {
   kiln_scope_end();
 }
 
+/* A transposed read over 64x96 runs in 32x32 tiles: every element right. */
+static void tiled_transpose(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = kiln_view(kiln_arange(KILN_F64, 0, 96 * 64, 1), 2, (int64_t[]){96, 64});
+  kiln_tensor *b = kiln_arange(KILN_F64, 0, 96, 1);
+  kiln_tensor *y = kiln_add(kiln_t(a), kiln_mul_scalar(kiln_unsqueeze(b, 0), 1e6));
+  static double got[64 * 96];
+  assert_int_equal(kiln_read(y, got, sizeof got), KILN_OK);
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < 96; j++) assert_float_equal(got[i * 96 + j], j * 64 + i + 1e6 * j, 0);
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(promotion), cmocka_unit_test(broadcasting), cmocka_unit_test(integer_semantics),
       cmocka_unit_test(unary_values), cmocka_unit_test(reductions), cmocka_unit_test(column_reductions),
+      cmocka_unit_test(tiled_transpose),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
