@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test.sh — builds Kiln and runs every test (C unit tests and the NumPy
+# differential tests) through CTest.
+#
+#   scripts/test.sh            Release-with-debug-info build in build/
+#   scripts/test.sh --asan     ASan+UBSan build in build-asan/ (also KILN_ASAN=1)
+#   scripts/test.sh -- ARGS    extra arguments for ctest (e.g. -R numpy_diff)
+#
+# Environment: KILN_BUILD_DIR overrides the build directory; KILN_JOBS the
+# parallelism (default 2); KILN_SKIP_SETUP=1 skips scripts/setup.sh.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ASAN=${KILN_ASAN:-0}
+CTEST_ARGS=()
+while (($#)); do
+  case "$1" in
+    --asan) ASAN=1 ;;
+    --) shift; CTEST_ARGS+=("$@"); break ;;
+    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "test.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+JOBS=${KILN_JOBS:-2}
+
+if [[ "${KILN_SKIP_SETUP:-0}" != 1 ]]; then
+  bash "$ROOT/scripts/setup.sh"
+fi
+
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON)
+if [[ "$ASAN" == 1 ]]; then
+  BUILD=${KILN_BUILD_DIR:-$ROOT/build-asan}
+  CMAKE_ARGS+=(-DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF)
+  # detect_leaks: LeakSanitizer checks every test program at exit.
+  # detect_odr_violation=0: libLLVM and the JIT-ed modules are not
+  # instrumented; ASan's ODR check misfires on symbols both define.
+  # UBSan: report with a stack trace and fail the test.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_odr_violation=0:abort_on_error=0:strict_string_checks=1:check_initialization_order=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+else
+  BUILD=${KILN_BUILD_DIR:-$ROOT/build}
+fi
+
+echo "== configure $BUILD (${CMAKE_ARGS[*]})"
+cmake -S "$ROOT" -B "$BUILD" "${CMAKE_ARGS[@]}"
+echo "== build (-j$JOBS)"
+cmake --build "$BUILD" -j"$JOBS"
+echo "== ctest"
+ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS" "${CTEST_ARGS[@]}"

@@ -1,0 +1,67 @@
+# python.cmake — the NumPy differential tests (tests/python) as one CTest
+# test, `numpy_diff`, run by /usr/bin/python3 (Debian's python3-numpy,
+# python3-pytest and python3-hypothesis; scripts/setup.sh installs them).
+#
+# The suite loads the shared library through ctypes: KILN_LIB points at it.
+# Under KILN_SANITIZE the ASan runtime must be loaded first, so it is
+# preloaded into the interpreter (CPython itself leaks by LSan's
+# standards: leak checking is off for this test; the C tests keep it on).
+#
+# Outside CI a machine without numpy/pytest/hypothesis gets a skipped test
+# with a message; in CI (env CI set) the test runs and fails instead.
+
+set(KILN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the NumPy differential tests")
+set(KILN_PYTEST_TIMEOUT 1200 CACHE STRING "Timeout (s) of the numpy_diff test")
+
+execute_process(
+  COMMAND ${KILN_PYTHON} -c "import numpy, pytest, hypothesis"
+  RESULT_VARIABLE _kiln_py_missing OUTPUT_QUIET ERROR_QUIET)
+
+if(_kiln_py_missing AND NOT DEFINED ENV{CI})
+  message(STATUS "numpy_diff: ${KILN_PYTHON} lacks numpy/pytest/hypothesis; the test will be skipped (run scripts/setup.sh)")
+  add_test(NAME numpy_diff COMMAND sh -c
+    "echo 'numpy_diff skipped: ${KILN_PYTHON} lacks numpy, pytest or hypothesis (run scripts/setup.sh)'; exit 77")
+  set_tests_properties(numpy_diff PROPERTIES SKIP_RETURN_CODE 77)
+  return()
+endif()
+
+add_test(NAME numpy_diff
+  COMMAND ${KILN_PYTHON} -m pytest -q -p no:cacheprovider
+          --junitxml=${CMAKE_CURRENT_BINARY_DIR}/numpy_diff.xml
+          ${CMAKE_CURRENT_SOURCE_DIR}/python
+  WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+set(_kiln_py_env
+  "KILN_LIB=$<TARGET_FILE:kiln>"
+  "PYTHONDONTWRITEBYTECODE=1")
+if(KILN_SANITIZE)
+  execute_process(
+    COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+    OUTPUT_VARIABLE _kiln_libasan OUTPUT_STRIP_TRAILING_WHITESPACE)
+  list(APPEND _kiln_py_env
+    "LD_PRELOAD=${_kiln_libasan}"
+    "ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0:verify_asan_link_order=0"
+    "KILN_TEST_SCALE=0.5")
+endif()
+set_tests_properties(numpy_diff PROPERTIES
+  ENVIRONMENT "${_kiln_py_env}"
+  TIMEOUT ${KILN_PYTEST_TIMEOUT}
+  LABELS python)
+
+# The same suite, fewer examples, with fusion off (KILN_FUSE=0: one kernel
+# per graph node): fusion and the passes must not change any result.
+add_test(NAME numpy_diff_unfused
+  COMMAND ${KILN_PYTHON} -m pytest -q -p no:cacheprovider
+          --junitxml=${CMAKE_CURRENT_BINARY_DIR}/numpy_diff_unfused.xml
+          ${CMAKE_CURRENT_SOURCE_DIR}/python
+  WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+list(FILTER _kiln_py_env EXCLUDE REGEX "^KILN_TEST_SCALE=")
+if(KILN_SANITIZE)
+  set(_kiln_unfused_scale 0.1)   # sanitized Kiln compiles slowly
+else()
+  set(_kiln_unfused_scale 0.3)
+endif()
+set_tests_properties(numpy_diff_unfused PROPERTIES
+  ENVIRONMENT "${_kiln_py_env};KILN_FUSE=0;KILN_TEST_SCALE=${_kiln_unfused_scale}"
+  TIMEOUT ${KILN_PYTEST_TIMEOUT}
+  LABELS python)

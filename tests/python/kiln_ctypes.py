@@ -1,0 +1,652 @@
+"""kiln_ctypes — a thin ctypes binding of Kiln's public C API (kiln.h).
+
+The shared library is loaded from the environment variable KILN_LIB (CTest
+sets it to the built libkiln.so); without it, build/libkiln.so next to the
+source tree is tried.
+
+Layers:
+  * `lib` — the raw ctypes library: every function of kiln.h with argtypes
+    and restype declared from the table SIGNATURES below.
+  * module functions named after the C functions without the `kiln_`
+    prefix (`narrow`, `add`, `sum`, ...): they take Tensor objects and Python
+    sequences, fill in the `int ndim` / `int n` counts that precede an array
+    argument, wrap returned tensors in `Tensor` (which owns the new
+    reference) and raise `KilnError` — carrying kiln_last_error(), which is
+    then cleared — when a call fails.
+  * `Tensor` — owns one reference (released in __del__), with `shape`,
+    `strides`, `offset`, `dtype`, `to_numpy()`, and every module function as
+    a method (`t.narrow(0, 1, 3)`).
+
+BF16 has no NumPy dtype: it travels as uint16 bit patterns (see
+`bf16_bits_to_f32` / `f32_to_bf16_bits`, round to nearest even).
+"""
+
+import ctypes
+import os
+from ctypes import (POINTER, c_bool, c_char_p, c_double, c_int, c_int64,
+                    c_size_t, c_uint64, c_void_p)
+
+import numpy as np
+
+# --------------------------------------------------------------- dtypes
+
+BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64 = range(10)
+DTYPE_COUNT = 10
+ALL_DTYPES = list(range(DTYPE_COUNT))
+INT_DTYPES = [U8, I8, I16, I32, I64]
+FLOAT_DTYPES = [F16, BF16, F32, F64]
+DTYPE_NAMES = {BOOL: "bool", U8: "u8", I8: "i8", I16: "i16", I32: "i32",
+               I64: "i64", F16: "f16", BF16: "bf16", F32: "f32", F64: "f64"}
+# The NumPy dtype each Kiln dtype is read into (BF16: raw uint16 bits).
+NP_DTYPE = {BOOL: np.dtype(np.bool_), U8: np.dtype(np.uint8),
+            I8: np.dtype(np.int8), I16: np.dtype(np.int16),
+            I32: np.dtype(np.int32), I64: np.dtype(np.int64),
+            F16: np.dtype(np.float16), BF16: np.dtype(np.uint16),
+            F32: np.dtype(np.float32), F64: np.dtype(np.float64)}
+FROM_NP = {np.dtype(np.bool_): BOOL, np.dtype(np.uint8): U8,
+           np.dtype(np.int8): I8, np.dtype(np.int16): I16,
+           np.dtype(np.int32): I32, np.dtype(np.int64): I64,
+           np.dtype(np.float16): F16, np.dtype(np.float32): F32,
+           np.dtype(np.float64): F64}
+
+CPU, CUDA = 0, 1
+
+# kiln_status
+OK = 0
+ERR_ARG, ERR_SHAPE, ERR_DTYPE, ERR_OOM, ERR_DEVICE = -1, -2, -3, -4, -5
+ERR_COMPILE, ERR_IO, ERR_UNSUPPORTED, ERR_INDEX = -6, -7, -8, -9
+STATUS_NAMES = {0: "KILN_OK", -1: "KILN_ERR_ARG", -2: "KILN_ERR_SHAPE",
+                -3: "KILN_ERR_DTYPE", -4: "KILN_ERR_OOM",
+                -5: "KILN_ERR_DEVICE", -6: "KILN_ERR_COMPILE",
+                -7: "KILN_ERR_IO", -8: "KILN_ERR_UNSUPPORTED",
+                -9: "KILN_ERR_INDEX"}
+MAX_DIMS = 16
+
+
+def is_float(d):
+    return d in (F16, BF16, F32, F64)
+
+
+def is_int(d):
+    return d in (U8, I8, I16, I32, I64)
+
+
+def bf16_bits_to_f32(bits):
+    """uint16 BF16 bit patterns -> float32 values (exact)."""
+    bits = np.asarray(bits, dtype=np.uint16)
+    wide = bits.reshape(-1).astype(np.uint32) << np.uint32(16)
+    return wide.view(np.float32).reshape(bits.shape)
+
+
+def f32_to_bf16_bits(x):
+    """float32 values -> uint16 BF16 bits, rounding to nearest even; NaN
+    stays NaN (quiet, sign kept)."""
+    x = np.asarray(x, dtype=np.float32)
+    shape = x.shape
+    x = np.ascontiguousarray(x).reshape(-1)
+    u = x.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded = np.where(nan, ((u >> 16) | 0x0040).astype(np.uint16),
+                           rounded)
+    return rounded.astype(np.uint16).reshape(shape)
+
+
+# ---------------------------------------------------------- signatures
+
+# name (without "kiln_") -> (return code, argument codes). Codes:
+#   T tensor*   S storage*   i int (also enums)   l int64_t   u uint64_t
+#   d double    b bool       n size_t   z const char*   m malloc'ed char*
+#   p void*/FILE*/function pointer   L int64_t*   I int*   A kiln_tensor**
+#   v void
+# tests/python/test_binding.py checks this table against kiln.h.
+SIGNATURES = {
+    "retain": ("T", "T"),
+    "release": ("v", "T"),
+    "scope_begin": ("v", ""),
+    "scope_end": ("v", ""),
+    "keep": ("T", "T"),
+    "last_error": ("z", ""),
+    "last_status": ("i", ""),
+    "clear_error": ("v", ""),
+    "status_name": ("z", "i"),
+    "dtype_name": ("z", "i"),
+    "dtype_size": ("n", "i"),
+    "set_default_dtype": ("i", "i"),
+    "default_dtype": ("i", ""),
+    "empty": ("T", "iiL"),
+    "zeros": ("T", "iiL"),
+    "ones": ("T", "iiL"),
+    "full": ("T", "iiLd"),
+    "scalar": ("T", "id"),
+    "arange": ("T", "iddd"),
+    "linspace": ("T", "iddl"),
+    "manual_seed": ("v", "u"),
+    "rand": ("T", "iiL"),
+    "randn": ("T", "iiL"),
+    "from_data": ("T", "iiLp"),
+    "from_blob": ("T", "iiLLppp"),
+    "storage_new": ("S", "il"),
+    "storage_of": ("S", "T"),
+    "storage_retain": ("S", "S"),
+    "storage_release": ("v", "S"),
+    "storage_numel": ("l", "S"),
+    "storage_dtype": ("i", "S"),
+    "tensor_from_storage": ("T", "SliLL"),
+    "set_": ("i", "TT"),
+    "resize_": ("i", "TiL"),
+    "dim": ("i", "T"),
+    "size": ("l", "Ti"),
+    "sizes": ("L", "T"),
+    "stride": ("l", "Ti"),
+    "strides": ("L", "T"),
+    "storage_offset": ("l", "T"),
+    "numel": ("l", "T"),
+    "dtype_of": ("i", "T"),
+    "device_of": ("i", "T"),
+    "is_contiguous": ("b", "T"),
+    "is_same_size": ("b", "TT"),
+    "is_set_to": ("b", "TT"),
+    "narrow": ("T", "Till"),
+    "select": ("T", "Til"),
+    "slice": ("T", "Tilll"),
+    "transpose": ("T", "Tii"),
+    "t": ("T", "T"),
+    "permute": ("T", "TiI"),
+    "unfold": ("T", "Till"),
+    "expand": ("T", "TiL"),
+    "expand_as": ("T", "TT"),
+    "view": ("T", "TiL"),
+    "view_as": ("T", "TT"),
+    "reshape": ("T", "TiL"),
+    "squeeze": ("T", "T"),
+    "squeeze_dim": ("T", "Ti"),
+    "unsqueeze": ("T", "Ti"),
+    "flatten": ("T", "Tii"),
+    "as_strided": ("T", "TiLLl"),
+    "split": ("i", "TliAi"),
+    "chunk": ("i", "TiiAi"),
+    "clone": ("T", "T"),
+    "contiguous": ("T", "T"),
+    "to_dtype": ("T", "Ti"),
+    "to_device": ("T", "Ti"),
+    "copy_": ("i", "TT"),
+    "fill_": ("i", "Td"),
+    "zero_": ("i", "T"),
+    "neg": ("T", "T"),
+    "abs": ("T", "T"),
+    "sign": ("T", "T"),
+    "exp": ("T", "T"),
+    "exp2": ("T", "T"),
+    "log": ("T", "T"),
+    "log2": ("T", "T"),
+    "log1p": ("T", "T"),
+    "expm1": ("T", "T"),
+    "sqrt": ("T", "T"),
+    "rsqrt": ("T", "T"),
+    "reciprocal": ("T", "T"),
+    "sin": ("T", "T"),
+    "cos": ("T", "T"),
+    "tan": ("T", "T"),
+    "tanh": ("T", "T"),
+    "sigmoid": ("T", "T"),
+    "relu": ("T", "T"),
+    "gelu": ("T", "T"),
+    "silu": ("T", "T"),
+    "erf": ("T", "T"),
+    "floor": ("T", "T"),
+    "ceil": ("T", "T"),
+    "round": ("T", "T"),
+    "trunc": ("T", "T"),
+    "logical_not": ("T", "T"),
+    "add": ("T", "TT"),
+    "sub": ("T", "TT"),
+    "mul": ("T", "TT"),
+    "div": ("T", "TT"),
+    "pow": ("T", "TT"),
+    "maximum": ("T", "TT"),
+    "minimum": ("T", "TT"),
+    "fmod": ("T", "TT"),
+    "remainder": ("T", "TT"),
+    "atan2": ("T", "TT"),
+    "eq": ("T", "TT"),
+    "ne": ("T", "TT"),
+    "lt": ("T", "TT"),
+    "le": ("T", "TT"),
+    "gt": ("T", "TT"),
+    "ge": ("T", "TT"),
+    "logical_and": ("T", "TT"),
+    "logical_or": ("T", "TT"),
+    "logical_xor": ("T", "TT"),
+    "add_scalar": ("T", "Td"),
+    "sub_scalar": ("T", "Td"),
+    "mul_scalar": ("T", "Td"),
+    "div_scalar": ("T", "Td"),
+    "pow_scalar": ("T", "Td"),
+    "maximum_scalar": ("T", "Td"),
+    "minimum_scalar": ("T", "Td"),
+    "eq_scalar": ("T", "Td"),
+    "ne_scalar": ("T", "Td"),
+    "lt_scalar": ("T", "Td"),
+    "le_scalar": ("T", "Td"),
+    "gt_scalar": ("T", "Td"),
+    "ge_scalar": ("T", "Td"),
+    "where": ("T", "TTT"),
+    "clamp": ("T", "Tdd"),
+    "sum": ("T", "TiIb"),
+    "mean": ("T", "TiIb"),
+    "prod": ("T", "TiIb"),
+    "amax": ("T", "TiIb"),
+    "amin": ("T", "TiIb"),
+    "all": ("T", "TiIb"),
+    "any": ("T", "TiIb"),
+    "argmax": ("T", "Tib"),
+    "argmin": ("T", "Tib"),
+    "realize": ("i", "T"),
+    "realize_many": ("i", "Ai"),
+    "read": ("i", "Tpn"),
+    "item": ("d", "T"),
+    "get": ("d", "TL"),
+    "set": ("i", "TLd"),
+    "data": ("p", "T"),
+    "print": ("i", "Tp"),
+    "to_string": ("m", "T"),
+    "set_backend": ("i", "z"),
+    "set_num_threads": ("i", "i"),
+    "profile_begin": ("v", ""),
+    "profile_end": ("v", ""),
+    "profile_count": ("i", ""),
+    "profile_get": ("i", "ip"),
+}
+
+# Functions whose int result is a count or a value, not a kiln_status: a
+# negative result is only an error together with kiln_last_status().
+_INT_NOT_STATUS = {"last_status", "default_dtype", "dim", "dtype_of",
+                   "device_of", "storage_dtype", "profile_count"}
+
+_CT = {"T": c_void_p, "S": c_void_p, "i": c_int, "l": c_int64,
+       "u": c_uint64, "d": c_double, "b": c_bool, "n": c_size_t,
+       "z": c_char_p, "m": c_void_p, "p": c_void_p, "L": POINTER(c_int64),
+       "I": POINTER(c_int), "A": POINTER(c_void_p), "v": None}
+
+
+def _find_library():
+    path = os.environ.get("KILN_LIB")
+    if path:
+        return path
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in ("build/libkiln.so", "build-asan/libkiln.so"):
+        p = os.path.join(here, "..", "..", cand)
+        if os.path.exists(p):
+            return os.path.normpath(p)
+    raise RuntimeError("kiln_ctypes: set KILN_LIB to the path of libkiln.so")
+
+
+LIB_PATH = _find_library()
+lib = ctypes.CDLL(LIB_PATH)
+MISSING = []          # functions of kiln.h the library does not export
+for _name, (_ret, _args) in SIGNATURES.items():
+    try:
+        _f = getattr(lib, "kiln_" + _name)
+    except AttributeError:
+        MISSING.append("kiln_" + _name)
+        continue
+    _f.restype = _CT[_ret]
+    _f.argtypes = [_CT[c] for c in _args]
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [c_void_p]
+_libc.free.restype = None
+_libc.tmpfile.restype = c_void_p
+_libc.fclose.argtypes = [c_void_p]
+_libc.fflush.argtypes = [c_void_p]
+_libc.rewind.argtypes = [c_void_p]
+_libc.rewind.restype = None
+_libc.fread.argtypes = [c_void_p, c_size_t, c_size_t, c_void_p]
+_libc.fread.restype = c_size_t
+
+
+# ---------------------------------------------------------------- errors
+
+class KilnError(Exception):
+    """A Kiln call failed: `status` (negative kiln_status), `message`
+    (kiln_last_error(), e.g. "kiln_add: sizes [3] and [4] cannot be
+    broadcast") and `function` (the Python-level call)."""
+
+    def __init__(self, status, message, function):
+        super().__init__(f"{function}: {STATUS_NAMES.get(status, status)}: "
+                         f"{message}")
+        self.status = status
+        self.message = message
+        self.function = function
+
+
+def _raise_if_error(name, ret_code, result):
+    status = lib.kiln_last_status()
+    if status != OK:
+        msg = lib.kiln_last_error().decode()
+        lib.kiln_clear_error()
+        raise KilnError(status, msg, "kiln_" + name)
+    if ret_code in "TS" and not result:
+        raise KilnError(0, "returned NULL without setting an error",
+                        "kiln_" + name)
+    if (ret_code == "i" and name not in _INT_NOT_STATUS
+            and name not in ("split", "chunk") and result < 0):
+        raise KilnError(result, "returned a negative status without "
+                        "setting an error", "kiln_" + name)
+
+
+# --------------------------------------------------------------- handles
+
+class Storage:
+    """Owns one kiln_storage reference."""
+    __slots__ = ("_h", "__weakref__")
+
+    def __init__(self, handle):
+        self._h = handle
+
+    def __del__(self):
+        if self._h and lib is not None:
+            lib.kiln_storage_release(self._h)
+            self._h = None
+
+    @property
+    def handle(self):
+        return self._h
+
+    @property
+    def numel(self):
+        return storage_numel(self)
+
+    @property
+    def dtype(self):
+        return storage_dtype(self)
+
+    def __eq__(self, other):
+        return isinstance(other, Storage) and self._h == other._h
+
+    def __hash__(self):
+        return hash(self._h)
+
+
+class Tensor:
+    """Owns one kiln_tensor reference (released when garbage-collected).
+    Every module-level function is also a method: t.narrow(0, 1, 2)."""
+    __slots__ = ("_h", "__weakref__")
+
+    def __init__(self, handle):
+        self._h = handle
+
+    def __del__(self):
+        if self._h and lib is not None:
+            lib.kiln_release(self._h)
+            self._h = None
+
+    @property
+    def handle(self):
+        return self._h
+
+    @property
+    def ndim(self):
+        return dim(self)
+
+    @property
+    def shape(self):
+        n = dim(self)
+        p = lib.kiln_sizes(self._h)
+        return tuple(p[i] for i in range(n))
+
+    @property
+    def stride_tuple(self):
+        n = dim(self)
+        p = lib.kiln_strides(self._h)
+        return tuple(p[i] for i in range(n))
+
+    @property
+    def offset(self):
+        return storage_offset(self)
+
+    @property
+    def dtype(self):
+        return dtype_of(self)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def to_numpy(self):
+        """Forces the tensor and returns its values (row-major copy) as a
+        NumPy array; BF16 as uint16 bits."""
+        out = np.empty(self.shape, dtype=NP_DTYPE[self.dtype])
+        read(self, out)
+        return out
+
+    def storage(self):
+        return storage_of(self)
+
+    def __repr__(self):
+        try:
+            return (f"<kiln.Tensor {DTYPE_NAMES.get(self.dtype)} "
+                    f"sizes={self.shape} strides={self.stride_tuple} "
+                    f"offset={self.offset}>")
+        except KilnError:
+            return "<kiln.Tensor ?>"
+
+    def __getattr__(self, name):
+        f = globals().get(name)
+        if name in SIGNATURES and callable(f):
+            return lambda *a, **k: f(self, *a, **k)
+        raise AttributeError(name)
+
+
+# ------------------------------------------------- generic call wrapper
+
+def _arr(ctype, seq):
+    seq = [int(x) for x in seq]
+    return (ctype * max(len(seq), 1))(*seq), len(seq)
+
+
+def _convert(code, value, keep):
+    if code == "T":
+        if value is None:
+            return None
+        if not isinstance(value, Tensor):
+            raise TypeError(f"expected a kiln Tensor, got {type(value)}")
+        return value._h
+    if code == "S":
+        return None if value is None else value._h
+    if code in "LI":
+        if value is None:
+            return None
+        a, _ = _arr(c_int64 if code == "L" else c_int, value)
+        keep.append(a)
+        return a
+    if code == "A":
+        a = (c_void_p * max(len(value), 1))(
+            *[None if v is None else v._h for v in value])
+        keep.append(a)
+        return a
+    if code == "z":
+        return None if value is None else value.encode()
+    if code == "p":
+        if isinstance(value, np.ndarray):
+            return value.ctypes.data
+        return value
+    return value
+
+
+def _make(name, ret, args):
+    cfunc = getattr(lib, "kiln_" + name, None)
+    # An `i` right before an array argument (L, I) is that array's length,
+    # and an `i` right after an A is the A's length: both are filled in from
+    # the Python sequence.
+    counts = {k for k in range(len(args) - 1)
+              if args[k] == "i" and args[k + 1] in "LI"}
+    counts |= {k + 1 for k in range(len(args) - 1)
+               if args[k] == "A" and args[k + 1] == "i"}
+    n_expected = len(args) - len(counts)
+
+    def call(*pyargs):
+        if cfunc is None:
+            raise KilnError(ERR_UNSUPPORTED, "not exported by " + LIB_PATH,
+                            "kiln_" + name)
+        if len(pyargs) != n_expected:
+            raise TypeError(f"{name}() takes {n_expected} arguments "
+                            f"({len(pyargs)} given)")
+        keep, cargs = [], []
+        it = iter(pyargs)
+        for k, code in enumerate(args):
+            if k in counts:
+                if code == "i" and k + 1 < len(args) and args[k + 1] in "LI":
+                    cargs.append(None)          # set when the array comes
+                else:                           # after an A
+                    cargs.append(len(last_seq))
+                continue
+            v = next(it)
+            if code in "LIA":
+                last_seq = [] if v is None else list(v)
+                if k - 1 in counts and args[k - 1] == "i":
+                    cargs[k - 1] = len(last_seq)
+            cargs.append(_convert(code, v, keep))
+        result = cfunc(*cargs)
+        if ret == "m":
+            text = None
+            if result:
+                text = ctypes.string_at(result).decode()
+                _libc.free(result)
+            _raise_if_error(name, "T", text)
+            return text
+        # wrap first: a handle returned together with an error is released
+        obj = Tensor(result) if ret == "T" and result else \
+            Storage(result) if ret == "S" and result else result
+        _raise_if_error(name, ret, result)
+        if ret in "TS":
+            return obj
+        if ret == "z":
+            return result.decode() if result is not None else None
+        return result
+
+    call.__name__ = name
+    call.__doc__ = f"kiln_{name}: returns {ret}, args {args!r}"
+    return call
+
+
+for _name, (_ret, _args) in SIGNATURES.items():
+    globals()[_name] = _make(_name, _ret, _args)
+
+# The error functions themselves never raise.
+def last_error():
+    return lib.kiln_last_error().decode()
+
+
+def last_status():
+    return lib.kiln_last_status()
+
+
+def clear_error():
+    lib.kiln_clear_error()
+
+
+_raw_read = globals()["read"]
+_raw_split = globals()["split"]
+_raw_chunk = globals()["chunk"]
+_raw_print = globals()["print"]
+_raw_sizes = globals()["sizes"]
+_raw_strides = globals()["strides"]
+
+
+# --------------------------------------------------------- conveniences
+
+class KernelRecord(ctypes.Structure):
+    """The known prefix of struct kiln_kernel_record (fields may be added
+    after these, so profile_records() passes a larger buffer)."""
+    _fields_ = [("name", c_char_p), ("backend", c_char_p), ("n_ops", c_int),
+                ("numel", c_int64), ("bytes_read", c_int64),
+                ("bytes_written", c_int64), ("flops", c_int64),
+                ("compile_ns", c_int64), ("run_ns", c_int64),
+                ("cache_hit", c_bool), ("threads", c_int)]
+
+
+def profile_records():
+    """Every record since kiln_profile_begin, as dicts."""
+    out = []
+    for i in range(profile_count()):
+        buf = ctypes.create_string_buffer(4096)   # room for added fields
+        profile_get(i, ctypes.addressof(buf))
+        r = KernelRecord.from_buffer_copy(buf.raw[:ctypes.sizeof(
+            KernelRecord)])
+        d = {f: getattr(r, f) for f, _ in KernelRecord._fields_}
+        d["name"] = d["name"].decode() if d["name"] else None
+        d["backend"] = d["backend"].decode() if d["backend"] else None
+        out.append(d)
+    return out
+
+
+def read(t, out):
+    """kiln_read into a NumPy array `out` (its bytes are the limit)."""
+    return _raw_read(t, out.ctypes.data if out.nbytes else
+                     np.empty(1, np.uint8).ctypes.data, out.nbytes)
+
+
+def sizes(t):
+    return t.shape
+
+
+def strides(t):
+    return t.stride_tuple
+
+
+def split(t, size, d):
+    n = _raw_split(t, size, d, [])
+    out = (c_void_p * max(n, 1))()
+    n2 = lib.kiln_split(t._h, size, d, out, n)
+    _raise_if_error("split", "i", n2)
+    return [Tensor(out[i]) for i in range(min(n, n2))]
+
+
+def chunk(t, n, d):
+    count = _raw_chunk(t, n, d, [])
+    out = (c_void_p * max(count, 1))()
+    n2 = lib.kiln_chunk(t._h, n, d, out, count)
+    _raise_if_error("chunk", "i", n2)
+    return [Tensor(out[i]) for i in range(min(count, n2))]
+
+
+def print_to_string(t):
+    """What kiln_print writes to a FILE, via tmpfile()."""
+    f = _libc.tmpfile()
+    try:
+        _raw_print(t, f)
+        _libc.fflush(f)
+        _libc.rewind(f)
+        chunks = []
+        buf = ctypes.create_string_buffer(4096)
+        while True:
+            got = _libc.fread(buf, 1, 4096, f)
+            if not got:
+                break
+            chunks.append(buf.raw[:got])
+        return b"".join(chunks).decode()
+    finally:
+        _libc.fclose(f)
+
+
+def from_numpy(a, dtype=None):
+    """A new contiguous Kiln tensor with a copy of `a` (kiln_from_data).
+    For dtype=BF16, `a` is either uint16 bits or floats (rounded to
+    nearest even)."""
+    a = np.asarray(a)
+    if dtype is None:
+        dtype = FROM_NP[a.dtype]
+    if dtype == BF16:
+        if a.dtype != np.uint16:
+            a = f32_to_bf16_bits(a.astype(np.float32))
+    else:
+        a = a.astype(NP_DTYPE[dtype], copy=False)
+    a = np.array(a, order="C", copy=True)   # (ascontiguousarray makes 0-d 1-d)
+    return from_data(dtype, list(a.shape), a if a.size else None)
+
+
+def tensor(values, dtype):
+    """from_numpy of a nested list / scalar with an explicit dtype."""
+    return from_numpy(np.asarray(values), dtype)
