@@ -1,7 +1,7 @@
 /*
- * llvm_internal.h — what the two halves of the CPU backend share:
- * llvm_lower.c (kernel IR → LLVM IR) and llvm_jit.c (ORC LLJIT, locking,
- * host target). Internal to codegen_llvm/.
+ * llvm_internal.h — what the parts of the CPU backend share:
+ * llvm_lower.c (kernel IR → LLVM IR), llvm_math.c (inline F32 math) and
+ * llvm_jit.c (ORC LLJIT, locking, host target). Internal to codegen_llvm/.
  */
 #ifndef KILN_LLVM_INTERNAL_H
 #define KILN_LLVM_INTERNAL_H
@@ -19,5 +19,14 @@
  *  context, so threads may lower into different contexts concurrently. */
 LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const char *fname, char *err,
                                size_t errlen);
+
+/** Emits at b's insertion point a branch-free, vectorisable F32 expansion
+ *  of math op `op` applied to a (and c: POW is pow(a, c), ATAN2 is
+ *  atan2(a, c)); a and c are float values of mod's context. Covers EXP,
+ *  EXP2, EXPM1, LOG, LOG2, LOG1P, TANH, ERF, SIN, COS, TAN, POW, ATAN2 (the
+ *  accuracy table is in llvm_math.c); returns NULL for any other op. Sets
+ *  *failed if an LLVM intrinsic could not be declared. */
+LLVMValueRef llvm_math_f32(LLVMBuilderRef b, LLVMModuleRef mod, kir_op op, LLVMValueRef a, LLVMValueRef c,
+                           bool *failed);
 
 #endif /* KILN_LLVM_INTERNAL_H */

@@ -360,10 +360,16 @@ static LLVMValueRef lower_where(lower_ctx *c, const kir_uop *u) {
   return LLVMBuildSelect(c->b, val(c, u->src[0]), val(c, u->src[1]), val(c, u->src[2]), "");
 }
 
+/* F32 transcendentals are expanded inline (llvm_math.c) so that loops
+ * containing them vectorise; F64 and the rest call intrinsics or libm. */
 static LLVMValueRef lower_math(lower_ctx *c, const kir_uop *u) {
   const op_lowering *l = &lowerings[u->op];
   unsigned n = (unsigned)kir_op_arity(u->op);
   LLVMValueRef args[2] = {val(c, u->src[0]), n > 1 ? val(c, u->src[1]) : NULL};
+  if (u->type == KILN_F32) {
+    LLVMValueRef v = llvm_math_f32(c->b, c->mod, u->op, args[0], args[1], &c->failed);
+    if (v) return v;
+  }
   if (l->intrinsic) return call_intrinsic(c, l->intrinsic, reg_type(c, u->type), args, n);
   return call_libm(c, l->libm, u->type, args, n);
 }
