@@ -137,6 +137,7 @@ static kiln_tensor *arg(kiln_tensor *t, int dim, bool keepdim, graph_op op, cons
   if (!api_check(t, fn, "t")) return NULL;
   uint32_t mask;
   if (!reduce_mask(t, 1, &dim, &mask, fn) || !check_nonempty(t, mask, fn)) return NULL;
+  if (t->view.ndim == 0) return kiln_zeros(KILN_I64, 0, NULL); /* Torch: the only index is 0 */
   return reduce_node(t, mask, keepdim, op, KILN_I64, fn);
 }
 

@@ -345,11 +345,27 @@ static int value_at(lower_ctx *c, const graph_node *n, const int *idx) {
   return v >= 0 ? v : memo_add(c, n, idx, compute_at(c, n, idx));
 }
 
+/* Torch converts tensor operands to the op's dtype first: when that is F16
+ * or BF16, an operand of another dtype is rounded to it before arithmetic
+ * (which then runs in F32). Scalars — fill values and operands broadcast
+ * from a single element, as 0-d tensors are — stay exact. */
+static int half_operand(lower_ctx *c, const graph_node *n, int i, int v) {
+  const graph_node *src = n->inputs[i].node;
+  const graph_view *view = &n->inputs[i].view;
+  bool half = n->cdtype == KILN_F16 || n->cdtype == KILN_BF16;
+  bool scalar = true; /* every stride 0: one element broadcast */
+  for (int d = 0; d < view->ndim; d++) scalar = scalar && view->strides[d] == 0;
+  scalar = scalar || (!src->buffer && src->op == GRAPH_OP_FULL);
+  bool is_cond = n->op == GRAPH_OP_WHERE && i == 0;
+  if (!half || scalar || is_cond || src->dtype == n->cdtype) return v;
+  return pass_to_register(c->k, pass_cast_to(c->k, n->cdtype, v));
+}
+
 static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   kir_kernel *k = c->k;
   kiln_dtype t = graph_compute_dtype(n->cdtype);
   int v[GRAPH_MAX_INPUTS];
-  for (int i = 0; i < n->n_inputs; i++) v[i] = input_at(c, n, i, idx);
+  for (int i = 0; i < n->n_inputs; i++) v[i] = half_operand(c, n, i, input_at(c, n, i, idx));
   int res = -1;
   switch (graph_ops[n->op].kind) {
   case GRAPH_CAST: res = v[0]; break;

@@ -47,10 +47,16 @@ static int op_sign(kir_kernel *k, int x) {
   return pass_where(k, pass_cmp(k, KIR_CMPNE, x, x), x, s); /* NaN stays NaN */
 }
 
+/* 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: e = e^-|x| never overflows,
+ * so silu(-90) keeps its tiny value instead of collapsing to -0. */
 static int op_sigmoid(kir_kernel *k, int x) {
   kiln_dtype t = pass_type_of(k, x);
-  int e = pass_alu1(k, KIR_EXP, pass_alu1(k, KIR_NEG, x));
-  return pass_alu2(k, KIR_DIV, pass_cst(k, t, 1), pass_alu2(k, KIR_ADD, pass_cst(k, t, 1), e));
+  int zero = pass_cst(k, t, 0), one = pass_cst(k, t, 1);
+  int nonneg = pass_cmp(k, KIR_CMPLE, zero, x);
+  int neg_abs = pass_where(k, nonneg, pass_alu1(k, KIR_NEG, x), x);
+  int e = pass_alu1(k, KIR_EXP, neg_abs);
+  int num = pass_where(k, nonneg, one, e);
+  return pass_alu2(k, KIR_DIV, num, pass_alu2(k, KIR_ADD, one, e));
 }
 
 static int op_gelu(kir_kernel *k, int x) {

@@ -143,10 +143,6 @@ def test_trig_large_arguments(name):
 SILU_LIMIT = -88.7
 
 
-@pytest.mark.xfail(strict=True, reason="F32 silu(x) for x < -88.72 is -0.0 "
-                   "although the true value is a normal float down to "
-                   "x = -97 (x / (1 + exp(-x)) overflows exp; Torch's "
-                   "float formula does the same)")
 def test_silu_near_underflow():
     x = np.array([-89.0, -90.0, -93.0, -96.0], np.float32)
     got = K.silu(K.from_numpy(x)).to_numpy()
@@ -419,9 +415,6 @@ def test_binary_zero_dim_promotion(name, data):
     O.assert_same(r.to_numpy(), want, rd, what=name, **tol_kwargs(tol, rd))
 
 
-@pytest.mark.xfail(strict=True, reason="Kiln converts an integer operand "
-                   "straight to float32 for an F16/BF16 result; Torch first "
-                   "converts it to the half type (rounding, inf)")
 @pytest.mark.parametrize("case", ["i32*f16", "i16/bf16"])
 def test_int_operand_rounds_to_half(case):
     """Torch casts every input to the common dtype before computing:

@@ -151,11 +151,6 @@ def test_argmax_argmin(name, data):
                        f"{keep})")
 
 
-@pytest.mark.xfail(strict=True, reason="argmax/argmin of a 0-d tensor: "
-                   "passes/lower.c lower_reduce indexes ranges[-1] (UBSan "
-                   "aborts); release builds fail at read time with "
-                   "KILN_ERR_COMPILE 'R_argmax: invalid kernel: uop (cast): "
-                   "invalid types'")
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 @pytest.mark.parametrize("d", [K.F32, K.I32], ids=["f32", "i32"])
 def test_argmax_zero_dim(name, d):
