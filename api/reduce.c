@@ -69,13 +69,43 @@ static kiln_tensor *reduce_node(kiln_tensor *t, uint32_t mask, bool keepdim, gra
 
 static kiln_dtype widened(kiln_dtype d) { return graph_is_float(d) ? d : KILN_I64; }
 
+/* A reduction of every element of a large tensor runs in two stages —
+ * SPLIT partial reductions over rows of the flat view (one per thread
+ * chunk), then one over the partials — so it uses every core. The split is
+ * fixed, so the result does not depend on the thread count. */
+#define SPLIT 64
+static kiln_tensor *reduce_all_split(kiln_tensor *t, bool keepdim, graph_op op, kiln_dtype dtype, const char *fn) {
+  int64_t numel = graph_view_numel(&t->view), rows[2] = {SPLIT, numel / SPLIT};
+  graph_view flat;
+  if (numel < (1 << 18) || numel % SPLIT || !graph_view_reshape(&t->view, 2, rows, &flat)) return NULL;
+  kiln_tensor *v = graph_tensor_new(t->storage, &flat);
+  if (!v) return NULL;
+  api_untracked_begin();
+  kiln_tensor *part = reduce_node(v, 2u, true, op, dtype, fn);
+  kiln_tensor *all = part ? reduce_node(part, 3u, false, op, dtype, fn) : NULL;
+  kiln_tensor *r = all;
+  if (all && keepdim) {
+    int64_t ones[KILN_MAX_DIMS];
+    for (int d = 0; d < t->view.ndim; d++) ones[d] = 1;
+    r = kiln_view(all, t->view.ndim, ones);
+    kiln_release(all);
+  }
+  kiln_release(part);
+  kiln_release(v);
+  api_untracked_end();
+  return api_track(r);
+}
+
 static kiln_tensor *reduce(kiln_tensor *t, int ndims, const int *dims, bool keepdim, graph_op op, const char *fn) {
   uint32_t mask;
   if (!api_check(t, fn, "t") || !reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
   kiln_dtype d = t->storage->dtype;
   bool extremum = op == GRAPH_OP_AMAX || op == GRAPH_OP_AMIN;
   if (extremum && !check_nonempty(t, mask, fn)) return NULL;
-  return reduce_node(t, mask, keepdim, op, extremum ? d : widened(d), fn);
+  kiln_dtype out = extremum ? d : widened(d);
+  bool all = t->view.ndim > 0 && mask == (uint32_t)((1ull << t->view.ndim) - 1);
+  kiln_tensor *r = all ? reduce_all_split(t, keepdim, op, out, fn) : NULL;
+  return r ? r : reduce_node(t, mask, keepdim, op, out, fn);
 }
 
 KILN_API kiln_tensor *kiln_sum(kiln_tensor *t, int ndims, const int *dims, bool keepdim) {

@@ -126,7 +126,15 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
     x->fuse_cheap = cheap(x);
     x->fused = x->n_consumers <= 1 || x->fuse_cheap || x->row_dep;
   }
-  /* rule 4: a broadcast read of an expensive fused producer */
+  /* a row reduction read by a reduction over other rows is materialized */
+  for (int i = 0; i < n; i++) {
+    if (graph_ops[order[i]->op].kind != GRAPH_REDUCE) continue;
+    for (int j = 0; j < order[i]->n_inputs; j++) {
+      graph_node *in = order[i]->inputs[j].node;
+      if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
+    }
+  }
+    /* rule 4: a broadcast read of an expensive fused producer */
   for (int i = 0; i < n; i++)
     for (int j = 0; j < order[i]->n_inputs; j++) {
       graph_node *in = order[i]->inputs[j].node;

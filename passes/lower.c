@@ -603,7 +603,7 @@ static int lower_reduce(lower_ctx *c) {
   return KILN_OK;
 }
 
-static bool same_rows(const graph_node *a, const graph_node *b) {
+bool pass_same_rows(const graph_node *a, const graph_node *b) {
   const graph_view *va = &a->inputs[0].view, *vb = &b->inputs[0].view;
   if (a->attr.reduce_mask != b->attr.reduce_mask || va->ndim != vb->ndim) return false;
   for (int d = 0; d < va->ndim; d++)
@@ -616,7 +616,7 @@ static bool same_rows(const graph_node *a, const graph_node *b) {
  * *full tells which. */
 static bool root_fits_rows(const graph_node *root, const graph_node *q, int n_outer, bool *full) {
   const graph_view *v = &q->inputs[0].view;
-  if (graph_ops[root->op].kind == GRAPH_REDUCE) return same_rows(root, q);
+  if (graph_ops[root->op].kind == GRAPH_REDUCE) return pass_same_rows(root, q);
   if (root->ndim != v->ndim) return false;
   bool all_full = true, all_one = true;
   for (int d = 0; d < v->ndim; d++) {
@@ -638,7 +638,7 @@ static int lower_rows(lower_ctx *c) {
   const graph_view *v = &q0->inputs[0].view;
   bool full = false;
   for (int i = 1; i < c->n_rows; i++)
-    if (!same_rows(c->rows[i], q0)) return KILN_ERR_UNSUPPORTED;
+    if (!pass_same_rows(c->rows[i], q0)) return KILN_ERR_UNSUPPORTED;
   while (c->n_outer < v->ndim && !(q0->attr.reduce_mask & (1u << c->n_outer))) c->n_outer++;
   if (!root_fits_rows(root, q0, c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
   int ranges[KILN_MAX_DIMS];

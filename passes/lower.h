@@ -58,6 +58,10 @@ bool pass_is_computed_inline(const graph_node *n);
 int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
                     size_t errlen);
 
+/** True when reductions a and b reduce the same dims of inputs of the same
+ *  sizes (they can share a row loop). */
+bool pass_same_rows(const graph_node *a, const graph_node *b);
+
 /** Extent of the kernel's parallel range (the runtime passes [0, extent)
  *  or splits it), 0 when it has none. */
 int64_t pass_parallel_extent(const kir_kernel *k);

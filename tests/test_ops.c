@@ -204,11 +204,28 @@ static void tiled_transpose(void **state) {
   kiln_scope_end();
 }
 
+/* Whole-tensor reductions of large tensors run in two stages. */
+static void split_full_reductions(void **state) {
+  kiln_scope_begin();
+  int64_t n = INT64_C(1) << 18;
+  kiln_tensor *x = kiln_view(kiln_arange(KILN_I64, 0, (double)n, 1), 3, (int64_t[]){64, 64, 64});
+  kiln_tensor *s = kiln_sum(x, 0, NULL, false);
+  assert_int_equal(kiln_dim(s), 0);
+  assert_float_equal(kiln_item(s), (double)(n * (n - 1) / 2), 0);
+  kiln_tensor *m = kiln_amax(kiln_t(kiln_view(x, 2, (int64_t[]){512, 512})), 0, NULL, true);
+  assert_int_equal(kiln_dim(m), 2);
+  assert_int_equal(kiln_size(m, 1), 1);
+  assert_float_equal(kiln_item(m), (double)(n - 1), 0);
+  kiln_tensor *f = kiln_sum(kiln_ones(KILN_F32, 1, (int64_t[]){INT64_C(1) << 20}), 0, NULL, false);
+  assert_float_equal(kiln_item(f), 1048576.0, 0);
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(promotion), cmocka_unit_test(broadcasting), cmocka_unit_test(integer_semantics),
       cmocka_unit_test(unary_values), cmocka_unit_test(reductions), cmocka_unit_test(column_reductions),
-      cmocka_unit_test(tiled_transpose),
+      cmocka_unit_test(tiled_transpose), cmocka_unit_test(split_full_reductions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
