@@ -14,18 +14,11 @@
 
 #include "graph.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 #include "runtime.h"
 
 static void expect_values(kiln_tensor *t, const double *want, int64_t n) {
-  assert_non_null(t);
-  assert_int_equal(kiln_numel(t), n);
-  double got[64];
-  kiln_tensor *d = kiln_to_dtype(t, KILN_F64);
-  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
-  for (int64_t i = 0; i < n; i++) {
-    if (isnan(want[i])) assert_true(isnan(got[i]));
-    else assert_float_equal(got[i], want[i], 1e-6);
-  }
+  expect_values_tol(t, want, n, 1e-6);
 }
 
 /* DESIGN.md's example, step by step. */

@@ -13,18 +13,9 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
-static void expect_values(kiln_tensor *t, const double *want, int64_t n, double tol) {
-  assert_non_null(t);
-  assert_int_equal(kiln_numel(t), n);
-  double got[64];
-  kiln_tensor *d = kiln_to_dtype(t, KILN_F64);
-  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
-  for (int64_t i = 0; i < n; i++) {
-    if (isnan(want[i])) assert_true(isnan(got[i]));
-    else assert_float_equal(got[i], want[i], tol);
-  }
-}
+#define expect_values expect_values_tol
 
 static kiln_tensor *vec(kiln_dtype dt, int64_t n, const double *v) {
   kiln_tensor *d = kiln_from_data(KILN_F64, 1, &n, v);

@@ -16,20 +16,10 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 #define V(...) ((const int64_t[]){__VA_ARGS__})
 
-static void expect_error(kiln_status status, ...) {
-  assert_int_equal(kiln_last_status(), status);
-  const char *msg = kiln_last_error();
-  va_list ap;
-  va_start(ap, status);
-  for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *)) {
-    if (!strstr(msg, s)) fail_msg("error \"%s\" does not contain \"%s\"", msg, s);
-  }
-  va_end(ap);
-  kiln_clear_error();
-}
 
 /* Asserts kiln_to_string(t) is `want`, and that kiln_print writes the same. */
 static void check_text(kiln_tensor *t, const char *want) {

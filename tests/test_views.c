@@ -14,22 +14,9 @@
 
 #include "graph.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 
-static void expect_error(kiln_status status, ...) {
-  assert_int_equal(kiln_last_status(), status);
-  const char *msg = kiln_last_error();
-  va_list ap;
-  va_start(ap, status);
-  for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *)) {
-    if (!strstr(msg, s)) fail_msg("error \"%s\" does not contain \"%s\"", msg, s);
-  }
-  va_end(ap);
-  kiln_clear_error();
-}
 
-static void expect_no_error(void) {
-  if (kiln_last_status() != KILN_OK) fail_msg("unexpected error: %s", kiln_last_error());
-}
 
 /* Asserts t's view is exactly sizes/strides [ndim] at offset. */
 static void check_view(const kiln_tensor *t, int ndim, const int64_t *sizes, const int64_t *strides, int64_t offset) {

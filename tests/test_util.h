@@ -1,0 +1,47 @@
+/*
+ * test_util.h — assertions shared by the C tests (include after cmocka.h).
+ */
+#ifndef KILN_TEST_UTIL_H
+#define KILN_TEST_UTIL_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "kiln/kiln.h"
+
+/* The thread's error has `status` and its message contains every string of
+ * the NULL-terminated list; the error is cleared afterwards. */
+static inline void expect_error(kiln_status status, ...) {
+  assert_int_equal(kiln_last_status(), status);
+  const char *msg = kiln_last_error();
+  va_list ap;
+  va_start(ap, status);
+  for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *)) {
+    if (!strstr(msg, s)) fail_msg("error \"%s\" does not contain \"%s\"", msg, s);
+  }
+  va_end(ap);
+  kiln_clear_error();
+}
+
+static inline void expect_no_error(void) {
+  if (kiln_last_status() != KILN_OK) fail_msg("unexpected error: %s", kiln_last_error());
+}
+
+/* t's n (≤ 256) elements, read as F64 in row-major order, equal want
+ * within tol (NaN matches NaN). */
+static inline void expect_values_tol(kiln_tensor *t, const double *want, int64_t n, double tol) {
+  assert_non_null(t);
+  assert_int_equal(kiln_numel(t), n);
+  double got[256];
+  assert_true(n <= 256);
+  kiln_tensor *d = kiln_to_dtype(t, KILN_F64);
+  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
+  kiln_release(d);
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(want[i])) assert_true(isnan(got[i]));
+    else assert_float_equal(got[i], want[i], tol);
+  }
+}
+
+#endif /* KILN_TEST_UTIL_H */
