@@ -35,9 +35,10 @@ static inline void expect_values_tol(kiln_tensor *t, const double *want, int64_t
   assert_int_equal(kiln_numel(t), n);
   double got[256];
   assert_true(n <= 256);
-  kiln_tensor *d = kiln_to_dtype(t, KILN_F64);
-  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
-  kiln_release(d);
+  kiln_scope_begin(); /* owns the converted copy */
+  int st = kiln_read(kiln_to_dtype(t, KILN_F64), got, sizeof got);
+  kiln_scope_end();
+  assert_int_equal(st, KILN_OK);
   for (int64_t i = 0; i < n; i++) {
     if (isnan(want[i])) assert_true(isnan(got[i]));
     else assert_float_equal(got[i], want[i], tol);
