@@ -39,20 +39,7 @@ KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device) {
 static bool source_view(kiln_tensor *dst, kiln_tensor *src, graph_view *out, kiln_tensor **owned) {
   const graph_view *d = &dst->view, *s = &src->view;
   *owned = NULL;
-  bool broadcasts = s->ndim <= d->ndim;
-  for (int i = 0; broadcasts && i < s->ndim; i++) {
-    int64_t ss = s->sizes[s->ndim - 1 - i], ds = d->sizes[d->ndim - 1 - i];
-    broadcasts = ss == ds || ss == 1;
-  }
-  if (broadcasts) {
-    *out = (graph_view){.ndim = d->ndim, .offset = s->offset};
-    for (int i = 0; i < d->ndim; i++) {
-      int si = i - (d->ndim - s->ndim);
-      out->sizes[i] = d->sizes[i];
-      out->strides[i] = (si < 0 || s->sizes[si] != d->sizes[i]) ? 0 : s->strides[si];
-    }
-    return true;
-  }
+  if (graph_view_broadcast(s, d->ndim, d->sizes, out)) return true;
   if (graph_view_numel(s) != graph_view_numel(d)) {
     char a[256], b[256];
     api_error(KILN_ERR_SHAPE, "kiln_copy_", "source sizes %s (%lld elements) do not match destination sizes %s (%lld elements)",

@@ -70,18 +70,6 @@ static bool broadcast_sizes(const graph_view *const *vs, int n, int *ndim, int64
   return true;
 }
 
-/* v expanded (stride 0) to sizes [ndim]; v must broadcast to them. */
-static graph_view broadcast_view(const graph_view *v, int ndim, const int64_t *sizes) {
-  graph_view r = {.ndim = ndim, .offset = v->offset};
-  int shift = ndim - v->ndim;
-  for (int d = 0; d < ndim; d++) {
-    r.sizes[d] = sizes[d];
-    int sd = d - shift;
-    r.strides[d] = (sd < 0 || v->sizes[sd] != sizes[d]) ? 0 : v->strides[sd];
-  }
-  return r;
-}
-
 static kiln_dtype op_result(graph_op op, kiln_dtype promoted) {
   switch (graph_ops[op].result) {
   case GRAPH_RES_FLOAT: return graph_is_float(promoted) ? promoted : graph_default_float();
@@ -139,7 +127,8 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
   node->attr.scalar = attr0;
   node->attr.scalar2 = attr1;
   for (int i = 0; i < n; i++) {
-    graph_view bv = broadcast_view(vp[i], ndim, sizes);
+    graph_view bv;
+    graph_view_broadcast(vp[i], ndim, sizes, &bv); /* cannot fail: sizes broadcast */
     if (ts[i]) {
       graph_node_add_input(node, ts[i]->storage->version, &bv);
       continue;

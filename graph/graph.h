@@ -73,6 +73,9 @@ bool graph_view_is_contiguous(const graph_view *v);
 int64_t graph_view_extent(const graph_view *v);
 /** Row-major contiguous strides for sizes [ndim] into strides. */
 void graph_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+/** v broadcast to sizes [ndim] (NumPy rules, aligned at the last dim):
+ *  new and size-1 dims get stride 0. False when v does not broadcast. */
+bool graph_view_broadcast(const graph_view *v, int ndim, const int64_t *sizes, graph_view *out);
 /** Torch's view rule: strides for new sizes over the same memory, or false
  *  when the old strides cannot express them. */
 bool graph_view_reshape(const graph_view *v, int ndim, const int64_t *sizes, graph_view *out);

@@ -89,3 +89,17 @@ bool graph_view_reshape(const graph_view *v, int ndim, const int64_t *sizes, gra
   *out = r;
   return true;
 }
+
+bool graph_view_broadcast(const graph_view *v, int ndim, const int64_t *sizes, graph_view *out) {
+  int shift = ndim - v->ndim;
+  if (shift < 0) return false;
+  graph_view r = {.ndim = ndim, .offset = v->offset};
+  for (int d = 0; d < ndim; d++) {
+    int sd = d - shift;
+    if (sd >= 0 && v->sizes[sd] != sizes[d] && v->sizes[sd] != 1) return false;
+    r.sizes[d] = sizes[d];
+    r.strides[d] = (sd < 0 || v->sizes[sd] != sizes[d]) ? 0 : v->strides[sd];
+  }
+  *out = r;
+  return true;
+}

@@ -475,6 +475,14 @@ static kir_op reduce_alu(graph_op op, kiln_dtype t) {
   }
 }
 
+/* acc = op(acc, x), marked reassociable so the backend can vectorise it. */
+static void reduce_update(kir_kernel *k, graph_op op, int acc, int x) {
+  kiln_dtype t = pass_type_of(k, acc);
+  int upd = kir_alu(k, reduce_alu(op, t), t, acc, x, -1);
+  kir_set_reassoc(k, upd);
+  kir_acc_set(k, acc, upd);
+}
+
 static kiln_dtype reduce_acc_type(const graph_node *n) {
   kiln_dtype in = n->inputs[0].node->dtype;
   if (n->op == GRAPH_OP_SUM || n->op == GRAPH_OP_PROD) return graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
@@ -511,11 +519,7 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
   int x = pass_cast_to(k, t, input_at(c, q, 0, ranges));
   if (is_arg) arg_update(k, q->op, acc, acc_idx, x, ranges[red_dim]);
-  else {
-    int upd = kir_alu(k, reduce_alu(q->op, t), t, acc, x, -1);
-    kir_set_reassoc(k, upd); /* lets the backend vectorise the reduction */
-    kir_acc_set(k, acc, upd);
-  }
+  else reduce_update(k, q->op, acc, x);
   for (int d = v->ndim - 1; d >= 0; d--)
     if (mask & (1u << d)) {
       kir_end(k, ranges[d]);
@@ -573,9 +577,7 @@ static int lower_columns(lower_ctx *c) {
   for (int u = 0; u < COLS; u++) {
     ranges[last] = pass_alu2(k, KIR_ADD, base, kir_const_i(k, KIR_INDEX, u));
     int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
-    int upd = kir_alu(k, reduce_alu(n->op, t), t, acc[u], x, -1);
-    kir_set_reassoc(k, upd);
-    kir_acc_set(k, acc[u], upd);
+    reduce_update(k, n->op, acc[u], x);
   }
   for (int d = last - 1; d >= 0; d--)
     if (mask & (1u << d)) {

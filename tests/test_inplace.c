@@ -138,7 +138,6 @@ static void realize_many_shares_work(void **state) {
   kiln_tensor *c = kiln_mul_scalar(a, 2);
   kiln_tensor *both[2] = {b, c};
   assert_int_equal(kiln_realize_many(both, 2), KILN_OK);
-  assert_int_equal(graph_pending_count() >= 0, 1);
   assert_float_equal(kiln_get(b, (int64_t[]){1}), expf(1) + 1, 1e-5);
   assert_float_equal(kiln_get(c, (int64_t[]){2}), 2 * expf(2), 1e-4);
   kiln_scope_end();
