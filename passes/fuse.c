@@ -23,7 +23,10 @@
  *  4. A node read through a broadcast view (a stride-0 dim of size > 1) is
  *     fused only when cheap or row-dependent (per-row values are loop
  *     invariant in the inner loop and hoisted by the compiler).
- *  5. A kernel may read at most PASS_MAX_INPUTS buffers: when a group's
+ *  5. The inputs of an extern op (BLAS matmul) are materialized: the
+ *     library reads buffers. Its elementwise readers fuse as usual, so
+ *     bias, activation and scale become one epilogue kernel.
+ *  6. A kernel may read at most PASS_MAX_INPUTS buffers: when a group's
  *     external reads would exceed that, its fused inputs are materialized.
  * Fused nodes are never realized; a later request recomputes them from
  * their inputs, which they keep alive.
@@ -134,14 +137,19 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
       if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
     }
   }
-    /* rule 4: a broadcast read of an expensive fused producer */
+  /* rule 5: extern ops read buffers */
+  for (int i = 0; i < n; i++) {
+    if (graph_ops[order[i]->op].kind != GRAPH_EXTERN) continue;
+    for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
+  }
+  /* rule 4: a broadcast read of an expensive fused producer */
   for (int i = 0; i < n; i++)
     for (int j = 0; j < order[i]->n_inputs; j++) {
       graph_node *in = order[i]->inputs[j].node;
       bool keep = in->fuse_cheap || in->row_dep;
       if (in->fused && !in->buffer && broadcast_read(&order[i]->inputs[j].view) && !keep) in->fused = false;
     }
-  /* rule 5, producers first so each group's count is final when read */
+  /* rule 6, producers first so each group's count is final when read */
   for (int i = 0; i < n; i++) {
     graph_node *x = order[i];
     x->fuse_reads = external_reads(x);

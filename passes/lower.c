@@ -715,7 +715,8 @@ int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_bind
   kir_init(k, "");
   memset(b, 0, sizeof *b);
   lower_ctx c = {.k = k, .root = n, .b = b};
-  int st = n->op == GRAPH_OP_BUFFER ? KILN_ERR_ARG : lower_root(&c, in_place);
+  bool not_kernel = n->op == GRAPH_OP_BUFFER || graph_ops[n->op].kind == GRAPH_EXTERN;
+  int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
   if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;
   if (st != KILN_OK) {
     snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, kiln_status_name(st),

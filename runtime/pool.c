@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "pool.h"
+#include "runtime.h"
 
 #define SPIN_NS 50000          /* spin this long before sleeping (ns) */
 #define PAUSE_SPINS 200        /* pause-hint spins before yielding */
@@ -84,11 +85,6 @@ static _Thread_local bool in_pool;
 
 /* ------------------------------------------------------------ helpers */
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* One step of a spin wait: a few µs of CPU pause hints, then
  * sched_yield, so that on a loaded machine a spinning thread hands its
@@ -141,7 +137,7 @@ static uint64_t wait_for_job(uint64_t seen) {
     uint64_t g = atomic_load_explicit(&P.gen, memory_order_acquire);
     if (g != seen) return g;
     if (i % 64 == 0) {
-      int64_t t = now_ns();
+      int64_t t = rt_now_ns();
       if (!t0) t0 = t;
       else if (t - t0 > SPIN_NS) break;
     }
@@ -279,9 +275,9 @@ static void run_parallel(llvm_kernel_fn fn, void *const *bufs, int64_t extent, i
   in_pool = true;
   run_chunk(0);
   in_pool = false;
-  int64_t t0 = now_ns();
+  int64_t t0 = rt_now_ns();
   for (unsigned i = 1; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; i++) {
-    if (i % 64 == 0 && now_ns() - t0 > SPIN_NS) break;
+    if (i % 64 == 0 && rt_now_ns() - t0 > SPIN_NS) break;
     backoff(i);
   }
   pthread_mutex_lock(&P.lock);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime.h"
 
@@ -20,6 +21,12 @@ static rt_record *records;
 static int n_records, cap_records;
 
 bool rt_profiling(void) { return prof_on; }
+
+int64_t rt_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 void rt_profile_begin(void) {
   pthread_mutex_lock(&prof_lock);

@@ -43,11 +43,6 @@ static bool fusion_enabled(void) {
   return fusion;
 }
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 typedef struct node_list {
   graph_node **items;
@@ -234,18 +229,18 @@ static int run_node(graph_node *n, char *err, size_t errlen) {
   in_place = in_place && can_write_in_place(n);
   llvm_kernel_fn fn;
   bool hit = false;
-  int64_t t0 = now_ns();
+  int64_t t0 = rt_now_ns();
   st = rt_kernel_get(&k, &fn, &hit, err, errlen);
-  int64_t t1 = now_ns();
+  int64_t t1 = rt_now_ns();
   graph_buffer *out = NULL;
   if (st == KILN_OK) st = output_buffer(n, in_place, &out, err, errlen);
   if (st == KILN_OK) {
     kernel_args a;
     bind_args(&b, out, &a);
     if (rt_debug_level() >= 3) debug_ir(&k);
-    int64_t t2 = now_ns();
+    int64_t t2 = rt_now_ns();
     int threads = run_kernel(n, &k, in_place, fn, a.bufs);
-    int64_t t3 = now_ns();
+    int64_t t3 = rt_now_ns();
     if (rt_debug_level() >= 1) debug_line(n, &k, hit, t3 - t2);
     if (rt_profiling()) profile(n, &k, &b, hit, in_place, threads, t1 - t0, t3 - t2);
     graph_node_set_buffer(n, out);
@@ -271,7 +266,8 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   int st = KILN_OK;
   for (int i = 0; i < order.n && st == KILN_OK; i++) {
     graph_node *x = order.items[i];
-    if (!x->buffer && !x->fused) st = run_node(x, err, errlen);
+    if (x->buffer || x->fused) continue;
+    st = graph_ops[x->op].kind == GRAPH_EXTERN ? rt_run_extern(x, err, errlen) : run_node(x, err, errlen);
   }
   free(order.items);
   return st;

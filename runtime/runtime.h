@@ -28,6 +28,13 @@ void rt_set_fusion(int enabled);
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
 
+/* ---- extern ops (extern.c, blas.c) ---- */
+/** Runs an EXTERN node (realizing any pending input first) into a new
+ *  buffer, records its profile line, and marks it realized. */
+int rt_run_extern(graph_node *n, char *err, size_t errlen);
+/** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]). */
+int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */
 void rt_alloc_install(void);
@@ -38,6 +45,8 @@ int64_t rt_alloc_cached_bytes(void);
 
 /* ---- profiler records (profile.c) ---- */
 bool rt_profiling(void);
+/** CLOCK_MONOTONIC in nanoseconds. */
+int64_t rt_now_ns(void);
 void rt_profile_begin(void);
 void rt_profile_end(void);
 void rt_profile_add(const kiln_kernel_record *r);

@@ -407,6 +407,37 @@ KILN_API kiln_tensor *kiln_argmax(kiln_tensor *t, int dim, bool keepdim);
 /** Index (I64) of the first minimum along dim. Torch: argmin(dim). */
 KILN_API kiln_tensor *kiln_argmin(kiln_tensor *t, int dim, bool keepdim);
 
+/* ------------------------------------------------------ linear algebra
+ * Products of F32/F64 operands run in OpenBLAS (sgemm/dgemm, gemv for a
+ * vector side) on the operands' views: a transposed view is a transpose
+ * flag and a leading dimension, never a copy. Integer, F16 and BF16
+ * products run in a generated kernel (F16/BF16 accumulate in F32,
+ * integers wrap like Torch's). Operand dtypes promote as for kiln_add;
+ * BOOL operands are KILN_ERR_DTYPE. The product is one graph node: its
+ * elementwise readers (bias, activation, scale) fuse into one kernel.
+ * All return a new reference (lazy) or NULL: KILN_ERR_SHAPE for mismatched
+ * sizes (the message gives both), KILN_ERR_ARG for NULL operands. */
+
+/** NumPy matmul: a [..., M, K] @ b [..., K, N] -> [batch..., M, N] with the
+ *  batch dims broadcast; a 1-D a is a row [1, K] and a 1-D b a column
+ *  [K, 1], and that dim is removed from the result (1-D @ 1-D gives a
+ *  0-d tensor). 0-d operands are KILN_ERR_SHAPE. Torch: matmul. */
+KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
+/** a [M, K] @ b [K, N] -> [M, N]; both exactly 2-D. Torch: mm. */
+KILN_API kiln_tensor *kiln_mm(kiln_tensor *a, kiln_tensor *b);
+/** a [B, M, K] @ b [B, K, N] -> [B, M, N]; both 3-D with equal B (no
+ *  broadcasting). Torch: bmm. */
+KILN_API kiln_tensor *kiln_bmm(kiln_tensor *a, kiln_tensor *b);
+/** a [M, K] @ x [K] -> [M]. Torch: mv. */
+KILN_API kiln_tensor *kiln_mv(kiln_tensor *a, kiln_tensor *x);
+/** Inner product of two 1-D tensors of equal size -> 0-d. Torch: dot. */
+KILN_API kiln_tensor *kiln_dot(kiln_tensor *a, kiln_tensor *b);
+/** beta × bias + alpha × (a [M, K] @ b [K, N]) -> [M, N]; bias broadcasts
+ *  to [M, N] (e.g. [N] or [M, 1]). beta = 0 ignores bias's values (NaN
+ *  included) but still checks its sizes. Composed lazily: the scale and
+ *  bias fuse into one kernel after the product. Torch: addmm. */
+KILN_API kiln_tensor *kiln_addmm(kiln_tensor *bias, kiln_tensor *a, kiln_tensor *b, double beta, double alpha);
+
 /* ----------------------------------------------- forcing, reading values */
 
 /** Computes t's storage contents now. Returns KILN_OK or an error. */

@@ -1,0 +1,84 @@
+/*
+ * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
+ * (OpenBLAS for MATMUL) instead of a generated kernel. The fusion pass
+ * materializes their inputs; an input that is still pending here (an
+ * inlined FULL or ARANGE source) is realized first. The output is a new
+ * contiguous buffer of the node's sizes.
+ */
+#include <cblas.h>
+#include <stdio.h>
+
+#include "pool.h"
+#include "runtime.h"
+
+/* OpenBLAS uses as many threads as Kiln's pool (KILN_NUM_THREADS,
+ * kiln_set_num_threads); set before each call only when it changed. */
+static void match_blas_threads(void) {
+  static _Atomic int blas_threads;
+  int want = rt_pool_threads();
+  if (blas_threads != want) {
+    openblas_set_num_threads(want);
+    blas_threads = want;
+  }
+}
+
+/* Name, flops and bytes of one run, as the profiler reports them. */
+static void describe(const graph_node *n, kiln_kernel_record *r, char *name, size_t len) {
+  int nd = n->ndim, esz = graph_dtypes[n->dtype].size;
+  int64_t m = n->sizes[nd - 2], nn = n->sizes[nd - 1], k = n->inputs[0].view.sizes[nd - 1];
+  int64_t batches = nd > 2 ? n->numel / (m * nn > 0 ? m * nn : 1) : 1;
+  if (m * nn == 0) batches = 0;
+  snprintf(name, len, "blas_%cgemm_%lldx%lldx%lld", n->dtype == KILN_F64 ? 'd' : 's', (long long)m,
+           (long long)nn, (long long)k);
+  r->name = name;
+  r->backend = "blas";
+  r->n_ops = 1;
+  r->numel = n->numel;
+  r->flops = 2 * batches * m * nn * k;
+  r->bytes_read = (graph_view_numel(&n->inputs[0].view) + graph_view_numel(&n->inputs[1].view)) * esz;
+  r->bytes_written = n->numel * esz;
+  r->cache_hit = true; /* nothing to compile */
+  r->threads = openblas_get_num_threads();
+}
+
+static int dispatch(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
+  switch (n->op) {
+  case GRAPH_OP_MATMUL: return rt_blas_matmul(n, out, err, errlen);
+  default:
+    snprintf(err, errlen, "op %s has no extern implementation", graph_ops[n->op].name);
+    return KILN_ERR_UNSUPPORTED;
+  }
+}
+
+int rt_run_extern(graph_node *n, char *err, size_t errlen) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    graph_node *in = n->inputs[i].node;
+    int st = in->buffer ? KILN_OK : rt_realize(&in, 1, err, errlen);
+    if (st != KILN_OK) return st;
+  }
+  int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
+  graph_buffer *out = graph_buffer_alloc(bytes);
+  if (!out) {
+    snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
+    return KILN_ERR_OOM;
+  }
+  match_blas_threads();
+  int64_t t0 = rt_now_ns();
+  int st = dispatch(n, out, err, errlen);
+  int64_t t1 = rt_now_ns();
+  if (st != KILN_OK) {
+    graph_buffer_release(out);
+    return st;
+  }
+  if (rt_debug_level() >= 1 || rt_profiling()) {
+    kiln_kernel_record r = {.run_ns = t1 - t0};
+    char name[96];
+    describe(n, &r, name, sizeof name);
+    if (rt_debug_level() >= 1)
+      fprintf(stderr, "kiln: %-40s blas  numel %-10lld %8.3f ms  %.1f GFLOP/s\n", name, (long long)n->numel,
+              (t1 - t0) / 1e6, (t1 - t0) > 0 ? (double)r.flops / (double)(t1 - t0) : 0.0);
+    if (rt_profiling()) rt_profile_add(&r);
+  }
+  graph_node_set_buffer(n, out);
+  return KILN_OK;
+}

@@ -1,0 +1,186 @@
+/*
+ * test_linalg.c — matrix products on known values: every layout BLAS
+ * takes as it is (row-major, transposed views) and the packed fallback,
+ * broadcast batches, the generated-kernel path for integer and half
+ * dtypes, addmm's beta/alpha, the profile records of a product and its
+ * fused epilogue, and the error paths.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+/* [rows, cols] tensor of dtype dt holding 0, 1, 2, ... scaled by `scale`. */
+static kiln_tensor *ramp(kiln_dtype dt, int64_t rows, int64_t cols, double scale) {
+  kiln_tensor *r = kiln_mul_scalar(kiln_arange(KILN_F64, 0, (double)(rows * cols), 1), scale);
+  return kiln_to_dtype(kiln_view(r, 2, (int64_t[]){rows, cols}), dt);
+}
+
+/* want = a @ b for ramp matrices, computed here in double. */
+static void reference(int64_t m, int64_t k, int64_t n, double sa, double sb, bool ta, bool tb, double *want) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; p++) {
+        double x = (ta ? p * m + i : i * k + p) * sa, y = (tb ? j * k + p : p * n + j) * sb;
+        acc += x * y;
+      }
+      want[i * n + j] = acc;
+    }
+}
+
+/* a [3, 4] @ b [4, 5] for every transposed/plain combination and dtype. */
+static void layouts_and_dtypes(void **state) {
+  kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16, KILN_I32, KILN_I64, KILN_U8};
+  for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+    for (int t = 0; t < 4; t++) {
+      kiln_scope_begin();
+      bool ta = t & 1, tb = t & 2;
+      kiln_tensor *a = ta ? kiln_t(ramp(dts[d], 4, 3, 1)) : ramp(dts[d], 3, 4, 1);
+      kiln_tensor *b = tb ? kiln_t(ramp(dts[d], 5, 4, 1)) : ramp(dts[d], 4, 5, 1);
+      kiln_tensor *c = kiln_mm(a, b);
+      assert_int_equal(kiln_dtype_of(c), dts[d]);
+      assert_int_equal(kiln_size(c, 0), 3);
+      assert_int_equal(kiln_size(c, 1), 5);
+      double want[15];
+      reference(3, 4, 5, 1, 1, ta, tb, want);
+      if (dts[d] == KILN_U8)
+        for (int i = 0; i < 15; i++) want[i] = fmod(want[i], 256);
+      /* BF16 holds 8 significant bits: products up to ~1000 round */
+      expect_values_tol(c, want, 15, dts[d] == KILN_BF16 ? 4 : 0);
+      kiln_scope_end();
+    }
+  expect_no_error();
+}
+
+/* Neither layout (stride 2 in both dims): the operand is packed first. */
+static void packed_operand(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *big = ramp(KILN_F32, 6, 8, 1);
+  kiln_tensor *a = kiln_as_strided(big, 2, (int64_t[]){3, 4}, (int64_t[]){16, 2}, 0);
+  kiln_tensor *b = ramp(KILN_F32, 4, 2, 1);
+  double want[6];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 2; j++) {
+      want[i * 2 + j] = 0;
+      for (int p = 0; p < 4; p++) want[i * 2 + j] += (double)(i * 16 + p * 2) * (p * 2 + j);
+    }
+  expect_values_tol(kiln_mm(a, b), want, 6, 0);
+  kiln_scope_end();
+}
+
+/* Batch dims broadcast ([2, 1, 2, 3] @ [3, 3, 2] -> [2, 3, 2, 2]); 1-D
+ * operands lose their added dim. */
+static void batches_and_vectors(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = kiln_view(ramp(KILN_F64, 2, 6, 1), 4, (int64_t[]){2, 1, 2, 3});
+  kiln_tensor *b = kiln_view(ramp(KILN_F64, 3, 6, 1), 3, (int64_t[]){3, 3, 2});
+  kiln_tensor *c = kiln_matmul(a, b);
+  assert_int_equal(kiln_dim(c), 4);
+  int64_t want_sizes[] = {2, 3, 2, 2};
+  for (int d = 0; d < 4; d++) assert_int_equal(kiln_size(c, d), want_sizes[d]);
+  double got[24];
+  assert_int_equal(kiln_read(c, got, sizeof got), KILN_OK);
+  for (int x = 0; x < 2; x++)
+    for (int y = 0; y < 3; y++)
+      for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+          double acc = 0;
+          for (int p = 0; p < 3; p++) acc += (double)(x * 6 + i * 3 + p) * (y * 6 + p * 2 + j);
+          assert_float_equal(got[((x * 3 + y) * 2 + i) * 2 + j], acc, 0);
+        }
+  kiln_tensor *v = kiln_arange(KILN_F32, 1, 4, 1); /* [1, 2, 3] */
+  kiln_tensor *m = ramp(KILN_F32, 3, 2, 1);        /* [[0,1],[2,3],[4,5]] */
+  kiln_tensor *vm = kiln_matmul(v, m), *mv = kiln_mv(kiln_t(m), v), *dot = kiln_dot(v, v);
+  assert_int_equal(kiln_dim(vm), 1);
+  assert_int_equal(kiln_dim(dot), 0);
+  expect_values_tol(vm, (double[]){16, 22}, 2, 0);
+  expect_values_tol(mv, (double[]){16, 22}, 2, 0);
+  assert_float_equal(kiln_item(dot), 14, 0);
+  /* K = 0: zeros; M = 0: empty */
+  kiln_tensor *z = kiln_mm(kiln_zeros(KILN_F32, 2, (int64_t[]){2, 0}), kiln_zeros(KILN_F32, 2, (int64_t[]){0, 3}));
+  expect_values_tol(z, (double[]){0, 0, 0, 0, 0, 0}, 6, 0);
+  kiln_tensor *e = kiln_mm(kiln_zeros(KILN_F32, 2, (int64_t[]){0, 2}), kiln_ones(KILN_F32, 2, (int64_t[]){2, 3}));
+  assert_int_equal(kiln_numel(e), 0);
+  assert_int_equal(kiln_realize(e), KILN_OK);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+static void addmm_values(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(KILN_F32, 2, 2, 1), *id = kiln_zeros(KILN_F32, 2, (int64_t[]){2, 2});
+  kiln_set(id, (int64_t[]){0, 0}, 1);
+  kiln_set(id, (int64_t[]){1, 1}, 1);
+  kiln_tensor *bias = kiln_arange(KILN_F32, 10, 12, 1); /* [10, 11] broadcast over rows */
+  /* 0.5 * bias + 2 * (a @ I) */
+  expect_values_tol(kiln_addmm(bias, a, id, 0.5, 2), (double[]){5, 7.5, 9, 11.5}, 4, 0);
+  kiln_tensor *nan_bias = kiln_full(KILN_F32, 2, (int64_t[]){2, 2}, NAN);
+  expect_values_tol(kiln_addmm(nan_bias, a, id, 0, 1), (double[]){0, 1, 2, 3}, 4, 0);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* relu(a @ b + bias): the BLAS call, then one fused kernel. */
+static void profile_of_product_and_epilogue(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(KILN_F32, 8, 16, 0.01), *b = ramp(KILN_F32, 16, 4, -0.01);
+  kiln_tensor *bias = kiln_arange(KILN_F32, 0, 4, 1);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  assert_int_equal(kiln_realize(b), KILN_OK);
+  assert_int_equal(kiln_realize(bias), KILN_OK);
+  kiln_profile_begin();
+  kiln_tensor *y = kiln_relu(kiln_add(kiln_mm(kiln_t(b), kiln_t(a)), kiln_unsqueeze(bias, 1)));
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  kiln_profile_end();
+  assert_int_equal(kiln_profile_count(), 2);
+  kiln_kernel_record r;
+  assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
+  assert_string_equal(r.backend, "blas");
+  assert_string_equal(r.name, "blas_sgemm_4x8x16");
+  assert_int_equal(r.flops, 2 * 4 * 8 * 16);
+  assert_int_equal(r.bytes_written, 4 * 8 * 4);
+  assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
+  assert_string_equal(r.backend, "llvm");
+  assert_int_equal(r.n_ops, 2); /* add and relu */
+  kiln_scope_end();
+}
+
+static void errors(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *m23 = kiln_zeros(KILN_F32, 2, (int64_t[]){2, 3}), *m45 = kiln_zeros(KILN_F32, 2, (int64_t[]){4, 5});
+  assert_null(kiln_matmul(m23, m45));
+  expect_error(KILN_ERR_SHAPE, "kiln_matmul", "[2, 3]", "[4, 5]", "inner dims differ (3 and 4)", NULL);
+  assert_null(kiln_matmul(NULL, m45));
+  expect_error(KILN_ERR_ARG, "kiln_matmul", NULL);
+  assert_null(kiln_mm(kiln_zeros(KILN_F32, 1, (int64_t[]){3}), m23));
+  expect_error(KILN_ERR_SHAPE, "kiln_mm: a must be 2-D, got 1-D", NULL);
+  assert_null(kiln_mv(m23, m23));
+  expect_error(KILN_ERR_SHAPE, "kiln_mv: b must be 1-D", NULL);
+  assert_null(kiln_dot(kiln_scalar(KILN_F32, 1), kiln_scalar(KILN_F32, 1)));
+  expect_error(KILN_ERR_SHAPE, "kiln_dot: a must be 1-D, got 0-D", NULL);
+  assert_null(kiln_bmm(kiln_zeros(KILN_F32, 3, (int64_t[]){2, 2, 3}), kiln_zeros(KILN_F32, 3, (int64_t[]){3, 3, 2})));
+  expect_error(KILN_ERR_SHAPE, "kiln_bmm", "batch sizes differ", NULL);
+  kiln_tensor *bools = kiln_ones(KILN_BOOL, 2, (int64_t[]){2, 2});
+  assert_null(kiln_mm(bools, bools));
+  expect_error(KILN_ERR_DTYPE, "kiln_mm", "bool", NULL);
+  assert_null(kiln_addmm(kiln_zeros(KILN_F32, 1, (int64_t[]){3}), m23, kiln_t(m23), 1, 1));
+  expect_error(KILN_ERR_SHAPE, "kiln_addmm", "bias of sizes [3] cannot be broadcast to [2, 2]", NULL);
+  kiln_scope_end();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(layouts_and_dtypes), cmocka_unit_test(packed_operand),
+      cmocka_unit_test(batches_and_vectors), cmocka_unit_test(addmm_values),
+      cmocka_unit_test(profile_of_product_and_epilogue), cmocka_unit_test(errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
