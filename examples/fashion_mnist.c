@@ -1,0 +1,379 @@
+/*
+ * fashion_mnist.c — Kiln's main job: trains an MLP 784-256-10 (ReLU) on
+ * Fashion-MNIST with softmax cross-entropy and mini-batch SGD with
+ * momentum, forward and hand-written backward through Kiln's C API only.
+ *
+ *   fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X]
+ *                 [--data DIR]
+ *
+ * Data: the IDX files of Debian's dataset-fashion-mnist package
+ * (/usr/share/datasets/fashion-mnist/, gzip-compressed), read with zlib.
+ *
+ * Every step builds the same graph on new data: the matmuls read
+ * transposed views (no copies), the bias is a broadcast read, the ReLU
+ * mask and the softmax cross-entropy fuse into their neighbours, and the
+ * parameter updates are in-place writes (kiln_copy_) into the parameters'
+ * storages. After the first step every kernel is a cache hit; the program
+ * counts compiles per epoch to show it. Deterministic for a given seed and
+ * thread count (KILN_NUM_THREADS).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+
+#include "kiln/kiln.h"
+
+#define IMG 784
+#define HID 256
+#define CLS 10
+
+typedef struct dataset {
+  int64_t n;
+  float *images;   /* [n, 784], scaled to [0, 1] */
+  int64_t *labels; /* [n] */
+} dataset;
+
+typedef struct options {
+  int epochs, batch;
+  uint64_t seed;
+  double lr, momentum;
+  const char *data_dir;
+} options;
+
+/* ------------------------------------------------------------ IDX files */
+
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads a whole gzip file into a malloc'ed buffer; NULL with a message. */
+static unsigned char *read_gz(const char *path, size_t *len) {
+  gzFile f = gzopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "fashion_mnist: cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
+            path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 20, n = 0;
+  unsigned char *buf = malloc(cap);
+  int got = 0;
+  while (buf && (got = gzread(f, buf + n, (unsigned)(cap - n))) > 0) {
+    n += (size_t)got;
+    if (n == cap) {
+      unsigned char *bigger = realloc(buf, cap *= 2);
+      if (!bigger) free(buf);
+      buf = bigger;
+    }
+  }
+  int err = 0;
+  const char *msg = gzerror(f, &err); /* owned by f: print before gzclose */
+  bool bad = !buf || got < 0 || (err != Z_OK && err != Z_STREAM_END);
+  if (bad && buf) fprintf(stderr, "fashion_mnist: corrupt or truncated file: %s\n", msg); /* msg names the file */
+  if (!buf) fprintf(stderr, "fashion_mnist: out of memory reading %s\n", path);
+  gzclose(f);
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  *len = n;
+  return buf;
+}
+
+/* Checks an IDX header: magic (type 0x08 = u8, ndim), sizes, and that the
+ * payload is exactly what the sizes say. Returns the item count or -1. */
+static int64_t idx_check(const char *path, const unsigned char *p, size_t len, int ndim, const uint32_t *dims) {
+  size_t header = 4 + 4 * (size_t)ndim;
+  if (len < header || be32(p) != (uint32_t)(0x0800 | ndim)) {
+    fprintf(stderr, "fashion_mnist: %s is not an IDX file of %d-D u8 data\n", path, ndim);
+    return -1;
+  }
+  size_t items = be32(p + 4), per = 1;
+  for (int d = 1; d < ndim; d++) {
+    if (be32(p + 4 + 4 * d) != dims[d]) {
+      fprintf(stderr, "fashion_mnist: %s: dim %d is %u, expected %u\n", path, d, be32(p + 4 + 4 * d), dims[d]);
+      return -1;
+    }
+    per *= dims[d];
+  }
+  if (len - header != items * per) {
+    fprintf(stderr, "fashion_mnist: %s: %zu data bytes, header says %zu (truncated?)\n", path, len - header,
+            items * per);
+    return -1;
+  }
+  return (int64_t)items;
+}
+
+static bool load_split(const char *dir, const char *prefix, dataset *ds) {
+  char ipath[1024], lpath[1024];
+  snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
+  snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
+  size_t ilen = 0, llen = 0;
+  unsigned char *img = read_gz(ipath, &ilen), *lab = img ? read_gz(lpath, &llen) : NULL;
+  int64_t ni = img && lab ? idx_check(ipath, img, ilen, 3, (uint32_t[]){0, 28, 28}) : -1;
+  int64_t nl = ni >= 0 ? idx_check(lpath, lab, llen, 1, (uint32_t[]){0}) : -1;
+  bool ok = ni >= 0 && nl >= 0;
+  if (ok && ni != nl) {
+    fprintf(stderr, "fashion_mnist: %s has %lld images but %s has %lld labels\n", ipath, (long long)ni, lpath,
+            (long long)nl);
+    ok = false;
+  }
+  if (ok) {
+    ds->n = ni;
+    ds->images = malloc(sizeof(float) * (size_t)(ni * IMG));
+    ds->labels = malloc(sizeof(int64_t) * (size_t)ni);
+    ok = ds->images && ds->labels;
+    for (int64_t i = 0; ok && i < ni * IMG; i++) ds->images[i] = img[16 + i] / 255.0f;
+    for (int64_t i = 0; ok && i < ni; i++) {
+      ds->labels[i] = lab[8 + i];
+      if (ds->labels[i] >= CLS) {
+        fprintf(stderr, "fashion_mnist: %s: label %lld of item %lld is not a class\n", lpath,
+                (long long)ds->labels[i], (long long)i);
+        ok = false;
+      }
+    }
+  }
+  free(img);
+  free(lab);
+  return ok;
+}
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct model {
+  kiln_tensor *w1, *b1, *w2, *b2; /* [784,256] [256] [256,10] [10] */
+  kiln_tensor *v[4];              /* momentum buffers, same shapes */
+} model;
+
+static kiln_tensor *param(int ndim, const int64_t *sizes, double scale) {
+  kiln_scope_begin();
+  kiln_tensor *p = scale ? kiln_contiguous(kiln_mul_scalar(kiln_randn(KILN_F32, ndim, sizes), scale))
+                         : kiln_zeros(KILN_F32, ndim, sizes);
+  kiln_keep(p);
+  kiln_scope_end();
+  return p;
+}
+
+static void model_init(model *m) {
+  m->w1 = param(2, (int64_t[]){IMG, HID}, 1.4142 / 28.0); /* He: sqrt(2 / 784) */
+  m->b1 = param(1, (int64_t[]){HID}, 0);
+  m->w2 = param(2, (int64_t[]){HID, CLS}, 1.4142 / 16.0); /* sqrt(2 / 256) */
+  m->b2 = param(1, (int64_t[]){CLS}, 0);
+  kiln_tensor *ps[4] = {m->w1, m->b1, m->w2, m->b2};
+  for (int i = 0; i < 4; i++) m->v[i] = kiln_zeros(KILN_F32, kiln_dim(ps[i]), kiln_sizes(ps[i]));
+}
+
+static void model_free(model *m) {
+  kiln_release(m->w1), kiln_release(m->b1), kiln_release(m->w2), kiln_release(m->b2);
+  for (int i = 0; i < 4; i++) kiln_release(m->v[i]);
+}
+
+/* Forward pass to logits [B, 10]; the hidden pre-activation and
+ * activation are returned for the backward pass. */
+static kiln_tensor *forward(const model *m, kiln_tensor *x, kiln_tensor **h_pre, kiln_tensor **h) {
+  *h_pre = kiln_add(kiln_matmul(x, m->w1), m->b1);
+  *h = kiln_relu(*h_pre);
+  return kiln_add(kiln_matmul(*h, m->w2), m->b2);
+}
+
+/* log_softmax over the classes, max-subtracted (one row kernel). */
+static kiln_tensor *log_softmax(kiln_tensor *logits) {
+  int last = -1;
+  kiln_tensor *z = kiln_sub(logits, kiln_amax(logits, 1, &last, true));
+  return kiln_sub(z, kiln_log(kiln_sum(kiln_exp(z), 1, &last, true)));
+}
+
+/* v = momentum * v + g; p -= lr * v (in-place writes). */
+static void sgd(kiln_tensor *p, kiln_tensor *v, kiln_tensor *g, const options *o) {
+  kiln_copy_(v, kiln_add(kiln_mul_scalar(v, o->momentum), g));
+  kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(v, o->lr)));
+}
+
+typedef struct step_out {
+  double loss;
+  int64_t correct;
+} step_out;
+
+/* One SGD step on a batch: x [B, 784], labels [B] (I64). */
+static int train_step(model *m, kiln_tensor *x, kiln_tensor *labels, const options *o, step_out *out) {
+  kiln_scope_begin();
+  int64_t b = kiln_size(x, 0);
+  int first = 0;
+  kiln_tensor *h_pre, *h, *logits = forward(m, x, &h_pre, &h);
+  kiln_tensor *logp = log_softmax(logits);
+  kiln_tensor *classes = kiln_unsqueeze(kiln_arange(KILN_I64, 0, CLS, 1), 0);
+  kiln_tensor *onehot = kiln_to_dtype(kiln_eq(classes, kiln_unsqueeze(labels, 1)), KILN_F32);
+  kiln_tensor *loss = kiln_div_scalar(kiln_neg(kiln_sum(kiln_mul(onehot, logp), 0, NULL, false)), (double)b);
+  kiln_tensor *correct = kiln_sum(kiln_eq(kiln_argmax(logits, -1, false), labels), 0, NULL, false);
+  /* backward: d logits = (softmax - onehot) / B */
+  kiln_tensor *dlogits = kiln_div_scalar(kiln_sub(kiln_exp(logp), onehot), (double)b);
+  kiln_tensor *dw2 = kiln_matmul(kiln_t(h), dlogits), *db2 = kiln_sum(dlogits, 1, &first, false);
+  kiln_tensor *dh = kiln_matmul(dlogits, kiln_t(m->w2));
+  kiln_tensor *dh_pre = kiln_mul(dh, kiln_gt_scalar(h_pre, 0)); /* ReLU mask */
+  kiln_tensor *dw1 = kiln_matmul(kiln_t(x), dh_pre), *db1 = kiln_sum(dh_pre, 1, &first, false);
+  kiln_tensor *grads[4] = {dw1, db1, dw2, db2}, *ps[4] = {m->w1, m->b1, m->w2, m->b2};
+  for (int i = 0; i < 4; i++) sgd(ps[i], m->v[i], grads[i], o);
+  kiln_tensor *force[] = {m->w1, m->b1, m->w2, m->b2, m->v[0], m->v[1], m->v[2], m->v[3], loss, correct};
+  int st = kiln_realize_many(force, 10);
+  if (st == KILN_OK) {
+    out->loss = kiln_item(loss);
+    out->correct = (int64_t)kiln_item(correct);
+  }
+  kiln_scope_end();
+  return st == KILN_OK ? kiln_last_status() : st;
+}
+
+/* Correct predictions over a dataset, in batches of 1000. */
+static int64_t evaluate(const model *m, const dataset *ds) {
+  int64_t correct = 0;
+  for (int64_t start = 0; start < ds->n; start += 1000) {
+    int64_t b = ds->n - start < 1000 ? ds->n - start : 1000;
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){b, IMG}, ds->images + start * IMG);
+    kiln_tensor *y = kiln_from_data(KILN_I64, 1, (int64_t[]){b}, ds->labels + start);
+    kiln_tensor *h_pre, *h, *logits = forward(m, x, &h_pre, &h);
+    correct += (int64_t)kiln_item(kiln_sum(kiln_eq(kiln_argmax(logits, -1, false), y), 0, NULL, false));
+    kiln_scope_end();
+  }
+  return correct;
+}
+
+/* ------------------------------------------------------------- training */
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void shuffle(int64_t *perm, int64_t n, uint64_t *rng) {
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)(rng_next(rng) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Compiles (cache misses) among the profile records. */
+static int count_compiles(void) {
+  int n = 0;
+  kiln_kernel_record r;
+  for (int i = 0; i < kiln_profile_count(); i++)
+    if (kiln_profile_get(i, &r) == KILN_OK && !r.cache_hit) n++;
+  return n;
+}
+
+/* One epoch over the shuffled training set. */
+static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *perm, uint64_t *rng,
+                       float *xb, int64_t *yb, double *loss, int64_t *correct) {
+  shuffle(perm, tr->n, rng);
+  *loss = 0;
+  *correct = 0;
+  int64_t steps = 0;
+  for (int64_t start = 0; start + o->batch <= tr->n; start += o->batch, steps++) {
+    for (int64_t i = 0; i < o->batch; i++) {
+      memcpy(xb + i * IMG, tr->images + perm[start + i] * IMG, sizeof(float) * IMG);
+      yb[i] = tr->labels[perm[start + i]];
+    }
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){o->batch, IMG}, xb);
+    kiln_tensor *y = kiln_from_data(KILN_I64, 1, (int64_t[]){o->batch}, yb);
+    step_out so;
+    int st = train_step(m, x, y, o, &so);
+    kiln_scope_end();
+    if (st != KILN_OK) return st;
+    *loss += so.loss;
+    *correct += so.correct;
+  }
+  *loss /= steps ? (double)steps : 1;
+  return KILN_OK;
+}
+
+static int train(const options *o, const dataset *tr, const dataset *te) {
+  kiln_manual_seed(o->seed);
+  uint64_t rng = o->seed;
+  model m;
+  model_init(&m);
+  int64_t *perm = malloc(sizeof *perm * (size_t)tr->n), *yb = malloc(sizeof *yb * (size_t)o->batch);
+  float *xb = malloc(sizeof *xb * (size_t)(o->batch * IMG));
+  if (!perm || !yb || !xb) {
+    fprintf(stderr, "fashion_mnist: out of memory\n");
+    return 1;
+  }
+  for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
+  double t0 = seconds();
+  int64_t seen = (tr->n / o->batch) * o->batch;
+  double acc = 0;
+  int st = KILN_OK;
+  for (int e = 1; e <= o->epochs && st == KILN_OK; e++) {
+    kiln_profile_begin(); /* the table printed at the end covers the last epoch */
+    double te0 = seconds(), loss;
+    int64_t correct;
+    st = train_epoch(&m, tr, o, perm, &rng, xb, yb, &loss, &correct);
+    double dt = seconds() - te0;
+    kiln_profile_end();
+    if (st != KILN_OK) break;
+    int compiles = count_compiles();
+    acc = (double)evaluate(&m, te) / (double)te->n;
+    printf("epoch %d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.0f images/s  elapsed %.1f s  "
+           "(%d kernels compiled this epoch)\n",
+           e, o->epochs, loss, 100.0 * correct / (double)seen, 100.0 * acc, seen / dt, seconds() - t0, compiles);
+    fflush(stdout);
+  }
+  if (st != KILN_OK) fprintf(stderr, "fashion_mnist: training failed: %s\n", kiln_last_error());
+  else printf("final test accuracy %.2f%%\n", 100.0 * acc);
+  model_free(&m);
+  free(perm), free(yb), free(xb);
+  return st == KILN_OK ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int usage(const char *msg) {
+  fprintf(stderr, "fashion_mnist: %s\nusage: fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X] "
+                  "[--data DIR]\n", msg);
+  return 2;
+}
+
+static int parse(int argc, char **argv, options *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) return usage("missing value after an option");
+    if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
+    else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--batch")) o->batch = atoi(v);
+    else if (!strcmp(a, "--lr")) o->lr = atof(v);
+    else if (!strcmp(a, "--data")) o->data_dir = v;
+    else return usage("unknown option");
+    i++;
+  }
+  if (o->epochs < 1 || o->batch < 1 || !(o->lr > 0)) return usage("epochs, batch and lr must be positive");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o = {.epochs = 5, .batch = 128, .seed = 1, .lr = 0.05, .momentum = 0.9,
+               .data_dir = "/usr/share/datasets/fashion-mnist"};
+  int bad = parse(argc, argv, &o);
+  if (bad) return bad;
+  dataset tr = {0}, te = {0};
+  if (!load_split(o.data_dir, "train", &tr) || !load_split(o.data_dir, "t10k", &te)) return 1;
+  printf("Fashion-MNIST: %lld training and %lld test images; MLP 784-256-10, batch %d, lr %g, momentum %g, "
+         "seed %llu\n",
+         (long long)tr.n, (long long)te.n, o.batch, o.lr, o.momentum, (unsigned long long)o.seed);
+  int rc = train(&o, &tr, &te);
+  free(tr.images), free(tr.labels), free(te.images), free(te.labels);
+  return rc;
+}
