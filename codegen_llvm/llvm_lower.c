@@ -293,7 +293,12 @@ static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef p = element_ptr(c, u, &mt);
   LLVMValueRef v = val(c, u->src[2]);
   if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
-  LLVMBuildStore(c->b, v, p);
+  LLVMValueRef st = LLVMBuildStore(c->b, v, p);
+  if (u->nontemporal) {
+    LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(c->ctx), 1, false));
+    LLVMSetMetadata(st, LLVMGetMDKindIDInContext(c->ctx, "nontemporal", 11),
+                    LLVMMetadataAsValue(c->ctx, LLVMMDNodeInContext2(c->ctx, &one, 1)));
+  }
   return NULL;
 }
 

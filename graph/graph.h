@@ -160,8 +160,11 @@ typedef struct graph_node {
   graph_buffer *buffer; /* set once realized; inputs are then dropped */
   struct graph_node *free_next; /* work list while releasing */
   int sched_mark;               /* scratch for the scheduler */
+  int sched_pos;                /* scheduler: position in its schedule */
+  struct graph_node *replace;   /* simplifier: readers read this instead */
   int n_consumers;              /* scheduler: readers within this schedule */
   int fuse_reads;               /* scheduler: external reads of its group */
+  int fuse_edges, fuse_nodes;   /* scheduler: external edges and nodes of it */
   bool fused;                   /* scheduler: computed inside its readers'
                                    kernels instead of materialized */
   bool row_dep;                 /* scheduler: depends on a fused reduction */

@@ -10,7 +10,8 @@
  *     once per row before using it (row fusion: softmax, layer norm,
  *     variance become one kernel per block of rows). Other reductions are
  *     materialized.
- *  2. An elementwise node read by one reader in the schedule is fused:
+ *  2. An elementwise node read by one reader in the schedule is fused
+ *     (a reader reading it twice through the same view reads it once):
  *     recomputing it costs nothing, materializing it costs a write and a
  *     read of its whole output.
  *  3. An elementwise node read by several readers is fused only when it is
@@ -26,11 +27,16 @@
  *  5. The inputs of an extern op (BLAS matmul) are materialized: the
  *     library reads buffers. Its elementwise readers fuse as usual, so
  *     bias, activation and scale become one epilogue kernel.
- *  6. A kernel may read at most PASS_MAX_INPUTS buffers: when a group's
- *     external reads would exceed that, its fused inputs are materialized.
+ *  6. A kernel may read at most PASS_MAX_INPUTS buffers, have at most
+ *     PASS_MAX_EDGES external reads (each takes an argument: an offset or
+ *     a fill value) and PASS_MAX_GROUP nodes: when a group would exceed
+ *     one of them, its fused inputs are materialized. (Lowering still
+ *     checks its own limits and falls back the same way at run time.)
  * Fused nodes are never realized; a later request recomputes them from
  * their inputs, which they keep alive.
  */
+#include <string.h>
+
 #include "lower.h"
 
 static bool is_elementwise(const graph_node *n) {
@@ -97,8 +103,35 @@ static int external_reads(const graph_node *n) {
   return count;
 }
 
+/* External edges (reads of buffers, fills and aranges: each takes a
+ * kernel argument) and nodes of n's group, upper bounds as above. */
+static void group_size(const graph_node *n, int *edges, int *nodes) {
+  *edges = 0;
+  *nodes = 1;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    bool fused = !in->buffer && in->fused;
+    *edges += fused ? in->fuse_edges : 1;
+    *nodes += fused ? in->fuse_nodes : 0;
+  }
+}
+
 void pass_unfuse_inputs(graph_node *n) {
   for (int i = 0; i < n->n_inputs; i++) n->inputs[i].node->fused = false;
+}
+
+/* Input j of n repeats an earlier input (same node, same view): one
+ * read, since the kernel computes a fused value once per index. */
+static bool read_before(const graph_node *n, int j) {
+  const graph_input *b = &n->inputs[j];
+  for (int k = 0; k < j; k++) {
+    const graph_input *a = &n->inputs[k];
+    if (a->node == b->node && a->view.ndim == b->view.ndim && a->view.offset == b->view.offset &&
+        !memcmp(a->view.sizes, b->view.sizes, sizeof *a->view.sizes * (size_t)a->view.ndim) &&
+        !memcmp(a->view.strides, b->view.strides, sizeof *a->view.strides * (size_t)a->view.ndim))
+      return true;
+  }
+  return false;
 }
 
 static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) {
@@ -115,7 +148,8 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
     order[i]->n_consumers = 0;
   }
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->n_consumers++;
+    for (int j = 0; j < order[i]->n_inputs; j++)
+      if (!read_before(order[i], j)) order[i]->inputs[j].node->n_consumers++;
   if (!enabled) return;
   for (int i = 0; i < n; i++) {
     graph_node *x = order[i];
@@ -153,9 +187,11 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
   for (int i = 0; i < n; i++) {
     graph_node *x = order[i];
     x->fuse_reads = external_reads(x);
-    if (x->fuse_reads > PASS_MAX_INPUTS) {
+    group_size(x, &x->fuse_edges, &x->fuse_nodes);
+    if (x->fuse_reads > PASS_MAX_INPUTS || x->fuse_edges > PASS_MAX_EDGES || x->fuse_nodes > PASS_MAX_GROUP) {
       pass_unfuse_inputs(x);
-      x->fuse_reads = x->n_inputs;
+      x->fuse_reads = x->fuse_edges = x->n_inputs;
+      x->fuse_nodes = 1;
     }
   }
 }

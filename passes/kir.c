@@ -298,7 +298,7 @@ static void print_uop(strbuf *sb, int i, const kir_uop *u) {
   case KIR_RANGE: sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : ""); break;
   default: break;
   }
-  sb_printf(sb, u->reassoc ? " reassoc\n" : "\n");
+  sb_printf(sb, "%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "");
 }
 
 char *kir_to_string(const kir_kernel *k) {

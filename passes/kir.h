@@ -79,6 +79,8 @@ typedef struct kir_uop {
                        so the backend can vectorise them: the order of a
                        sum then depends on the vector width, never on
                        the thread count) */
+  bool nontemporal; /* STORE: a streaming store that bypasses the caches
+                       (outputs larger than the last-level cache) */
 } kir_uop;
 
 typedef struct kir_kernel {

@@ -153,7 +153,13 @@ static bool seen(lower_ctx *c, const graph_node *n) {
   return false;
 }
 
-static int input_param(lower_ctx *c, const graph_node *src) {
+static pass_slot slot_of(const graph_node *consumer, int input) {
+  return (pass_slot){.pos = consumer->sched_pos, .input = input};
+}
+
+/* The buffer param for input `input` of n (one per distinct node). */
+static int input_param(lower_ctx *c, const graph_node *n, int input) {
+  const graph_node *src = n->inputs[input].node;
   for (int i = 0; i < c->b->n_inputs; i++)
     if (c->b->inputs[i] == src) return c->input_param[i];
   if (c->b->n_inputs == PASS_MAX_INPUTS) {
@@ -162,6 +168,7 @@ static int input_param(lower_ctx *c, const graph_node *src) {
   }
   int i = c->b->n_inputs++;
   c->b->inputs[i] = src;
+  c->b->input_slot[i] = slot_of(n, input);
   c->input_param[i] = kir_param(c->k, src->dtype, false);
   return c->input_param[i];
 }
@@ -182,34 +189,54 @@ static int int_arg(lower_ctx *c, int64_t value) {
     return -1;
   }
   c->b->args[c->b->n_args] = value;
+  c->b->arg_slot[c->b->n_args] = (pass_slot){.pos = -1};
   int u = kir_load(c->k, c->args, kir_const_i(c->k, KIR_INDEX, c->b->n_args++));
   return pass_cast_to(c->k, KIR_INDEX, u);
 }
 
-/* A pending FULL's value as a kernel argument, in registers: integers and
- * bool travel in the int64 array, floats in the F64 array, both holding
- * the value already converted to the FULL's dtype (exactly representable
- * there), so the kernel computes what a materialized FULL would hold. */
-static int scalar_arg(lower_ctx *c, const graph_node *src) {
+/* A pending FULL's value converted to its dtype (exactly representable
+ * there), as it travels in the argument arrays: integers and bool in the
+ * int64 array (I64 bit-exact beyond 2^53), floats in the F64 array. */
+static bool fill_value(const graph_node *src, int64_t *iv, double *fv) {
   unsigned char tmp[8];
   graph_store_scalar(src->dtype, tmp, src->attr.scalar);
-  double v = graph_load_scalar(src->dtype, tmp);
-  kiln_dtype reg = graph_compute_dtype(src->dtype);
-  bool is_float = graph_is_float(src->dtype);
-  int *n = is_float ? &c->b->n_fargs : &c->b->n_args;
-  if (*n == PASS_MAX_ARGS) {
+  *fv = graph_load_scalar(src->dtype, tmp);
+  if (src->dtype == KILN_I64) memcpy(iv, tmp, 8);
+  else *iv = (int64_t)*fv;
+  return graph_is_float(src->dtype);
+}
+
+/* The value of the pending FULL read by input `input` of n, as a kernel
+ * argument in registers, so the kernel computes what a materialized FULL
+ * would hold and one compiled kernel serves every fill value. */
+static int scalar_arg(lower_ctx *c, const graph_node *n, int input) {
+  const graph_node *src = n->inputs[input].node;
+  int64_t iv;
+  double fv;
+  bool is_float = fill_value(src, &iv, &fv);
+  int *count = is_float ? &c->b->n_fargs : &c->b->n_args;
+  if (*count == PASS_MAX_ARGS) {
     c->full = true;
     return -1;
   }
-  if (is_float) {
-    c->b->fargs[*n] = v;
-  } else if (src->dtype == KILN_I64) {
-    memcpy(&c->b->args[*n], tmp, 8); /* exact beyond 2^53 */
-  } else {
-    c->b->args[*n] = (int64_t)v;
+  if (is_float) c->b->fargs[*count] = fv, c->b->farg_slot[*count] = slot_of(n, input);
+  else c->b->args[*count] = iv, c->b->arg_slot[*count] = slot_of(n, input);
+  int u = kir_load(c->k, is_float ? c->fargs : c->args, kir_const_i(c->k, KIR_INDEX, (*count)++));
+  return pass_cast_to(c->k, graph_compute_dtype(src->dtype), u);
+}
+
+void pass_rebind(pass_binding *b, graph_node *const *order) {
+  for (int i = 0; i < b->n_inputs; i++) b->inputs[i] = order[b->input_slot[i].pos]->inputs[b->input_slot[i].input].node;
+  int64_t iv;
+  double fv;
+  for (int i = 0; i < b->n_args; i++) {
+    pass_slot s = b->arg_slot[i];
+    if (s.pos >= 0 && !fill_value(order[s.pos]->inputs[s.input].node, &iv, &fv)) b->args[i] = iv;
   }
-  int u = kir_load(c->k, is_float ? c->fargs : c->args, kir_const_i(c->k, KIR_INDEX, (*n)++));
-  return pass_cast_to(c->k, reg, u);
+  for (int i = 0; i < b->n_fargs; i++) {
+    pass_slot s = b->farg_slot[i];
+    if (fill_value(order[s.pos]->inputs[s.input].node, &iv, &fv)) b->fargs[i] = fv;
+  }
 }
 
 static void add_edge(lower_ctx *c, const graph_node *n, int i) {
@@ -221,11 +248,11 @@ static void add_edge(lower_ctx *c, const graph_node *n, int i) {
   edge *e = &c->edges[c->n_edges++];
   *e = (edge){.consumer = n, .input = i, .param = -1, .offset = -1, .scalar = -1};
   if (src->op == GRAPH_OP_FULL && !src->buffer) {
-    e->scalar = scalar_arg(c, src);
+    e->scalar = scalar_arg(c, n, i);
     return;
   }
   if (src->op != GRAPH_OP_ARANGE || src->buffer) {
-    e->param = input_param(c, src);
+    e->param = input_param(c, n, i);
     c->b->bytes_read += touched(&n->inputs[i].view) * graph_dtypes[src->dtype].size;
   }
   e->offset = int_arg(c, n->inputs[i].view.offset);
@@ -396,9 +423,15 @@ static void close_ranges(kir_kernel *k, int ndim, const int *ranges) {
     if (ranges[d] >= 0) kir_end(k, ranges[d]);
 }
 
+/* Outputs at least this large are written with streaming stores: they
+ * do not fit the last-level cache, so caching them only evicts inputs. */
+#define NONTEMPORAL_BYTES (32ll << 20)
+
 static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
   graph_view out = graph_view_contiguous(c->root->ndim, c->root->sizes);
   kir_store(c->k, c->out, view_index(c->k, &out, ranges, -1), pass_cast_to(c->k, c->root->dtype, value));
+  if (!c->k->oom && c->root->numel * graph_dtypes[c->root->dtype].size >= NONTEMPORAL_BYTES)
+    c->k->uops[c->k->n_uops - 1].nontemporal = true;
 }
 
 /* Tile edge for transposed reads. */

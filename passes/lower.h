@@ -30,6 +30,20 @@
 
 #define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3)
 #define PASS_MAX_ARGS 64
+/** Fusion keeps a kernel's group within these: external reads (each
+ *  takes one argument; one more is kept for an ASSIGN's region offset)
+ *  and fused nodes (lower.c's walk tracks up to 256). */
+#define PASS_MAX_EDGES (PASS_MAX_ARGS - 1)
+#define PASS_MAX_GROUP 200
+
+/** Where a binding slot's value came from: input `input` of the node at
+ *  schedule position `pos` (node->sched_pos); pos -1 = a value fixed by
+ *  the kernel's structure (a view offset). A cached schedule uses these to
+ *  bind the same kernel to a new graph of the same structure. */
+typedef struct pass_slot {
+  int32_t pos;
+  int32_t input;
+} pass_slot;
 
 /** What the runtime binds to a lowered kernel's parameters. */
 typedef struct pass_binding {
@@ -40,7 +54,15 @@ typedef struct pass_binding {
   double fargs[PASS_MAX_ARGS];               /* PARAM 2 */
   int n_ops;                                 /* graph ops in the kernel */
   int64_t bytes_read;                        /* external reads, each element once */
+  pass_slot input_slot[PASS_MAX_INPUTS];     /* where inputs[i] was read */
+  pass_slot arg_slot[PASS_MAX_ARGS];         /* fill values: the FULL read there */
+  pass_slot farg_slot[PASS_MAX_ARGS];
 } pass_binding;
+
+/** Rebinds b (a binding lowered from a graph of the same structure) to the
+ *  nodes of `order` (the new schedule, by position): its input buffers and
+ *  the fill values of the pending FULL sources it reads. */
+void pass_rebind(pass_binding *b, graph_node *const *order);
 
 /** True when a pending input node is computed inside its consumer's kernel
  *  rather than realized first (pending FULL/ARANGE sources). */
@@ -65,6 +87,15 @@ bool pass_same_rows(const graph_node *a, const graph_node *b);
 /** Extent of the kernel's parallel range (the runtime passes [0, extent)
  *  or splits it), 0 when it has none. */
 int64_t pass_parallel_extent(const kir_kernel *k);
+
+/** Algebraic simplification of a schedule (`order`, post-order; `roots`
+ *  requested), before fusion: identities, CSE, constant folding (see
+ *  algebra.c). Rewrites edges in place; returns how many edges it
+ *  dropped, with the nodes they held in *dropped (malloc'ed; the caller
+ *  releases each node once the schedule no longer points at them, then
+ *  frees the array), 0 when nothing changed. Dead nodes drop out when the
+ *  caller collects the schedule again. */
+int pass_simplify(graph_node *const *order, int n, graph_node *const *roots, int n_roots, graph_node ***dropped);
 
 /** Fusion decisions for a schedule: `order` holds the pending nodes in
  *  post-order (producers first); the requested `roots` are materialized.

@@ -36,7 +36,7 @@ static unsigned char *kernel_key(const kir_kernel *k, size_t *len) {
   return key;
 }
 
-static uint64_t hash_bytes(const unsigned char *p, size_t len) {
+uint64_t rt_hash_bytes(const unsigned char *p, size_t len) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
   size_t i = 0;
   for (; i + 8 <= len; i += 8) {
@@ -79,7 +79,7 @@ int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char
   size_t len = 0;
   unsigned char *key = kernel_key(k, &len);
   if (!key) return KILN_ERR_OOM;
-  uint64_t h = hash_bytes(key, len);
+  uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
   static bool registered;
   if (!registered) registered = atexit(cache_free_all) == 0;

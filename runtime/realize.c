@@ -94,6 +94,24 @@ static bool collect(graph_node *const *roots, int n, node_list *order) {
   return ok;
 }
 
+/* The schedule of a request: the pending nodes in post-order, simplified
+ * (with fusion on) and collected again when simplification changed the
+ * graph, so dead nodes drop out; node->sched_pos = position. */
+static bool schedule(graph_node *const *roots, int n, node_list *order) {
+  if (!collect(roots, n, order)) return false;
+  graph_node **dropped = NULL;
+  int n_dropped = fusion_enabled() ? pass_simplify(order->items, order->n, roots, n, &dropped) : 0;
+  bool ok = true;
+  if (n_dropped > 0) {
+    order->n = 0;
+    ok = collect(roots, n, order);
+    for (int i = 0; i < n_dropped; i++) graph_node_release(dropped[i]); /* none is in the new order */
+  }
+  free(dropped);
+  for (int i = 0; ok && i < order->n; i++) order->items[i]->sched_pos = i;
+  return ok;
+}
+
 /* An ASSIGN writes into its old version's buffer whenever that buffer
  * belongs to the old version alone. If other pending readers still need
  * the old contents, they get a private copy first (copy-on-write), so the
@@ -118,8 +136,8 @@ static int detach_old_readers(graph_node *old, char *err, size_t errlen) {
   return KILN_OK;
 }
 
-static void debug_line(const graph_node *n, const kir_kernel *k, bool hit, int64_t ns) {
-  fprintf(stderr, "kiln: %-40s llvm  numel %-10lld %8.3f ms%s\n", k->name, (long long)n->numel, ns / 1e6,
+static void debug_line(const graph_node *n, const char *name, bool hit, int64_t ns) {
+  fprintf(stderr, "kiln: %-40s llvm  numel %-10lld %8.3f ms%s\n", name, (long long)n->numel, ns / 1e6,
           hit ? "" : "  (compiled)");
 }
 
@@ -157,14 +175,22 @@ static void bind_args(pass_binding *b, graph_buffer *out, kernel_args *a) {
   for (int i = 0; i < b->n_inputs; i++) a->bufs[3 + i] = b->inputs[i]->buffer->data;
 }
 
-static void profile(const graph_node *n, const kir_kernel *k, const pass_binding *b, bool hit, bool in_place,
-                    int threads, int64_t compile_ns, int64_t run_ns) {
-  kiln_kernel_record r = {.name = k->name, .backend = "llvm", .n_ops = b->n_ops, .cache_hit = hit,
-                          .threads = threads, .compile_ns = hit ? 0 : compile_ns, .run_ns = run_ns,
+/* A kernel ready to run: lowered and compiled now, or from a cached
+ * schedule (then hit is true and nothing was lowered). */
+typedef struct ready_kernel {
+  rt_sched_kernel k; /* pos, in_place, split, extent, fn, name, binding */
+  bool hit;
+  int64_t compile_ns;
+} ready_kernel;
+
+static void profile(const graph_node *n, const ready_kernel *rk, int threads, int64_t run_ns) {
+  const pass_binding *b = &rk->k.binding;
+  kiln_kernel_record r = {.name = rk->k.name, .backend = "llvm", .n_ops = b->n_ops, .cache_hit = rk->hit,
+                          .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns, .run_ns = run_ns,
                           .bytes_read = b->bytes_read};
   bool assign = n->op == GRAPH_OP_ASSIGN;
   r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
-  r.bytes_written = (assign && in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
+  r.bytes_written = (assign && rk->k.in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
   int64_t per_elem = b->n_ops - (assign ? 1 : 0);
   r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) * b->n_ops
                                                   : r.numel * (per_elem > 0 ? per_elem : 0);
@@ -188,87 +214,173 @@ static bool splittable(const kir_kernel *k) {
   return par >= 0;
 }
 
-/* Runs k over its parallel range on the pool; returns the threads used.
- * Work per item is the elements one iteration of the parallel range
- * touches: output elements (or region elements of an in-place ASSIGN),
- * or for a reduction the input elements it reads. */
-static int run_kernel(const graph_node *n, const kir_kernel *k, bool in_place, llvm_kernel_fn fn,
-                      void *const *bufs) {
-  int64_t extent = pass_parallel_extent(k);
-  if (extent == 0 || !splittable(k)) {
-    fn(bufs, 0, extent);
+/* Runs the kernel over its parallel range on the pool; returns the
+ * threads used. Work per item is the elements one iteration of the
+ * parallel range touches: output elements (or region elements of an
+ * in-place ASSIGN), or for a reduction the input elements it reads. */
+static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const *bufs) {
+  if (k->extent == 0 || !k->split) {
+    k->fn(bufs, 0, k->extent);
     return 1;
   }
   int64_t work = n->numel;
   if (graph_ops[n->op].kind == GRAPH_REDUCE) work = graph_view_numel(&n->inputs[0].view);
-  else if (n->op == GRAPH_OP_ASSIGN && in_place) work = graph_view_numel(&n->attr.region);
-  return rt_pool_run(fn, bufs, extent, work / extent);
+  else if (n->op == GRAPH_OP_ASSIGN && k->in_place) work = graph_view_numel(&n->attr.region);
+  return rt_pool_run(k->fn, bufs, k->extent, work / k->extent);
 }
+
+/* What one rt_realize call is doing: the schedule and whether it can be
+ * cached (no fallback changed its fusion decisions while it ran). */
+typedef struct sched_run {
+  graph_node *const *order;
+  bool cacheable;
+  const rt_schedule *cached;
+  rt_sched_kernel *kernels; /* lowered this run, for the cache */
+  int n_kernels, cap_kernels;
+} sched_run;
 
 /* Lowers n's kernel; a group too big for one kernel loses its fused
  * inputs (they run as kernels of their own first) and is lowered again. */
-static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err, size_t errlen) {
+static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
+                 size_t errlen) {
   int st = pass_lower_node(n, in_place, k, b, err, errlen);
   if (st != KILN_ERR_UNSUPPORTED) return st;
   bool had_fused = false;
   for (int i = 0; i < n->n_inputs; i++) had_fused |= !n->inputs[i].node->buffer && n->inputs[i].node->fused;
   if (!had_fused) return st;
+  run->cacheable = false;
   pass_unfuse_inputs(n);
   graph_node *inputs[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;
   st = rt_realize(inputs, n->n_inputs, err, errlen);
-  return st == KILN_OK ? lower(n, in_place, k, b, err, errlen) : st;
+  return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
-static int run_node(graph_node *n, char *err, size_t errlen) {
+static void remember(sched_run *run, const rt_sched_kernel *k) {
+  if (!run->cacheable) return;
+  if (run->n_kernels == run->cap_kernels) {
+    int cap = run->cap_kernels ? run->cap_kernels * 2 : 16;
+    rt_sched_kernel *ks = realloc(run->kernels, sizeof *ks * (size_t)cap);
+    if (!ks) {
+      run->cacheable = false;
+      return;
+    }
+    run->kernels = ks;
+    run->cap_kernels = cap;
+  }
+  run->kernels[run->n_kernels++] = *k;
+}
+
+/* Lowers and compiles n's kernel into rk. */
+static int prepare(graph_node *n, int pos, sched_run *run, ready_kernel *rk, char *err, size_t errlen) {
   bool in_place = can_write_in_place(n);
   kir_kernel k;
-  pass_binding b;
-  int st = lower(n, in_place, &k, &b, err, errlen);
+  int st = lower(n, in_place, &k, &rk->k.binding, run, err, errlen);
   if (st != KILN_OK) return st;
-  in_place = in_place && can_write_in_place(n);
-  llvm_kernel_fn fn;
-  bool hit = false;
+  if (in_place && !can_write_in_place(n)) run->cacheable = false;
+  rk->k.pos = pos;
+  rk->k.in_place = in_place && can_write_in_place(n);
+  rk->k.extent = pass_parallel_extent(&k);
+  rk->k.split = splittable(&k);
+  snprintf(rk->k.name, sizeof rk->k.name, "%s", k.name);
   int64_t t0 = rt_now_ns();
-  st = rt_kernel_get(&k, &fn, &hit, err, errlen);
-  int64_t t1 = rt_now_ns();
-  graph_buffer *out = NULL;
-  if (st == KILN_OK) st = output_buffer(n, in_place, &out, err, errlen);
-  if (st == KILN_OK) {
-    kernel_args a;
-    bind_args(&b, out, &a);
-    if (rt_debug_level() >= 3) debug_ir(&k);
-    int64_t t2 = rt_now_ns();
-    int threads = run_kernel(n, &k, in_place, fn, a.bufs);
-    int64_t t3 = rt_now_ns();
-    if (rt_debug_level() >= 1) debug_line(n, &k, hit, t3 - t2);
-    if (rt_profiling()) profile(n, &k, &b, hit, in_place, threads, t1 - t0, t3 - t2);
-    graph_node_set_buffer(n, out);
-    out = NULL;
-  }
-  graph_buffer_release(out);
+  st = rt_kernel_get(&k, &rk->k.fn, &rk->hit, err, errlen);
+  rk->compile_ns = rt_now_ns() - t0;
+  if (st == KILN_OK && rt_debug_level() >= 3) debug_ir(&k);
   kir_free(&k);
+  if (st == KILN_OK) remember(run, &rk->k);
   return st;
 }
+
+/* The cached kernel for n when the in-place decision still matches. */
+static bool from_cache(graph_node *n, int pos, sched_run *run, ready_kernel *rk) {
+  const rt_sched_kernel *ck = run->cached ? rt_schedule_kernel(run->cached, pos) : NULL;
+  if (!ck || ck->in_place != can_write_in_place(n)) return false;
+  rk->k = *ck;
+  pass_rebind(&rk->k.binding, run->order);
+  rk->hit = true;
+  rk->compile_ns = 0;
+  return true;
+}
+
+static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
+  graph_buffer *out = NULL;
+  int st = output_buffer(n, rk->k.in_place, &out, err, errlen);
+  if (st != KILN_OK) {
+    graph_buffer_release(out);
+    return st;
+  }
+  kernel_args a;
+  bind_args(&rk->k.binding, out, &a);
+  int64_t t0 = rt_now_ns();
+  int threads = run_kernel(n, &rk->k, a.bufs);
+  int64_t t1 = rt_now_ns();
+  if (rt_debug_level() >= 1) debug_line(n, rk->k.name, rk->hit, t1 - t0);
+  if (rt_profiling()) profile(n, rk, threads, t1 - t0);
+  graph_node_set_buffer(n, out);
+  return KILN_OK;
+}
+
+static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
+  if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
+  ready_kernel rk;
+  if (!from_cache(n, pos, run, &rk)) {
+    int st = prepare(n, pos, run, &rk, err, errlen);
+    if (st != KILN_OK) return st;
+  }
+  return execute(n, &rk, err, errlen);
+}
+
+/* rt_realize calls made while a schedule runs (a lowering fallback, an
+ * extern op's pending inputs) on this thread. */
+static _Thread_local int nesting;
+
+/* The schedule cache serves outermost schedules only (the key lives in a
+ * per-thread buffer) and is skipped at KILN_DEBUG >= 3 (the kernel IR is
+ * printed as it is lowered). */
+static bool use_schedule_cache(void) { return nesting == 0 && rt_debug_level() < 3; }
 
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   rt_alloc_install();
   node_list order = {0};
-  if (!collect(nodes, n, &order)) {
+  if (!schedule(nodes, n, &order)) {
     free(order.items);
     snprintf(err, errlen, "out of memory scheduling %d nodes", n);
     return KILN_ERR_OOM;
   }
+  sched_run run = {.order = order.items, .cacheable = use_schedule_cache()};
+  size_t key_len = 0;
+  const unsigned char *key = NULL;
+  if (run.cacheable) {
+    int order_epoch = sched_epoch;
+    key = rt_schedule_key(order.items, order.n, nodes, n, fusion_enabled(), order_epoch, ++sched_epoch, &key_len);
+    run.cached = key ? rt_schedule_find(key, key_len) : NULL;
+    run.cacheable = key && !run.cached;
+  }
   /* No retains needed: running a node drops only its inputs, which come
    * earlier in post-order; every node still to run is held by a consumer
    * still to run or by a root (held by the caller). */
-  pass_fuse(order.items, order.n, nodes, n, fusion_enabled());
+  bool *fused = NULL; /* the decisions, kept before running frees nodes */
+  if (run.cached) {
+    rt_schedule_apply(run.cached, order.items);
+  } else {
+    pass_fuse(order.items, order.n, nodes, n, fusion_enabled());
+    fused = run.cacheable ? malloc(sizeof *fused * (size_t)(order.n ? order.n : 1)) : NULL;
+    for (int i = 0; fused && i < order.n; i++) fused[i] = order.items[i]->fused;
+    run.cacheable = fused != NULL;
+  }
   int st = KILN_OK;
+  nesting++;
   for (int i = 0; i < order.n && st == KILN_OK; i++) {
     graph_node *x = order.items[i];
-    if (x->buffer || x->fused) continue;
-    st = graph_ops[x->op].kind == GRAPH_EXTERN ? rt_run_extern(x, err, errlen) : run_node(x, err, errlen);
+    if (!x->buffer && !x->fused) st = run_node(x, i, &run, err, errlen);
   }
+  nesting--;
+  if (st == KILN_OK && run.cacheable) {
+    rt_schedule_insert(key, key_len, fused, order.n, run.kernels, run.n_kernels);
+  }
+  free(fused);
+  free(run.kernels);
   free(order.items);
   return st;
 }

@@ -1,0 +1,128 @@
+/*
+ * test_schedule.c — the schedule cache: forcing a graph with the same
+ * structure on new data is a hit (no passes, no compiles) and gives the
+ * same values as a fresh schedule; changed shapes, dtypes, views or
+ * sharing are misses; fill values travel as arguments (a hit with a new
+ * value computes with the new value); in-place writes stay correct.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "runtime.h"
+#include "test_util.h"
+
+/* relu(a * b + c) * sigmoid(d) + s over [n] tensors made from `base`. */
+static kiln_tensor *w1(kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor *d, double s) {
+  return kiln_add_scalar(kiln_mul(kiln_relu(kiln_add(kiln_mul(a, b), c)), kiln_sigmoid(d)), s);
+}
+
+static kiln_tensor *data(int64_t n, double start) {
+  kiln_tensor *t = kiln_arange(KILN_F32, start, start + (double)n, 1);
+  kiln_realize(t);
+  return t;
+}
+
+static double w1_value(double a, double b, double c, double d, double s) {
+  double x = a * b + c;
+  return (x > 0 ? x : 0) * (1 / (1 + exp(-d))) + s;
+}
+
+static void same_structure_new_data_hits(void **state) {
+  kiln_scope_begin();
+  int64_t n = 8;
+  /* first force: a miss (compiles are the kernel cache's business) */
+  kiln_tensor *y0 = w1(data(n, 0), data(n, 1), data(n, -3), data(n, -2), 0.5);
+  assert_int_equal(kiln_realize(y0), KILN_OK);
+  for (int rep = 1; rep <= 3; rep++) {
+    double s = 0.5 * rep + 0.25; /* a new fill value (non-integral: F64 like 0.5): an argument, a hit */
+    kiln_tensor *a = data(n, rep), *b = data(n, 1), *c = data(n, -3), *d = data(n, -2);
+    int64_t hits = rt_schedule_hits(), compiles = rt_compile_count();
+    kiln_tensor *y = w1(a, b, c, d, s);
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    assert_int_equal(rt_schedule_hits(), hits + 1);
+    assert_int_equal(rt_compile_count(), compiles);
+    double want[8];
+    for (int i = 0; i < 8; i++) want[i] = w1_value(rep + i, 1 + i, -3 + i, -2 + i, s);
+    expect_values_tol(y, want, n, 1e-5);
+  }
+  kiln_scope_end();
+  expect_no_error();
+}
+
+static void different_structure_misses(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = data(6, 0), *b = data(6, 10);
+  assert_int_equal(kiln_realize(kiln_mul(a, b)), KILN_OK);
+  int64_t hits = rt_schedule_hits();
+  /* sharing differs: a*a reads one buffer twice */
+  kiln_tensor *sq = kiln_mul(a, a);
+  expect_values_tol(sq, (double[]){0, 1, 4, 9, 16, 25}, 6, 0);
+  /* a view with another offset */
+  kiln_tensor *nb = kiln_mul(kiln_narrow(data(8, 0), 0, 2, 6), b);
+  expect_values_tol(nb, (double[]){20, 33, 48, 65, 84, 105}, 6, 0);
+  /* another dtype */
+  kiln_tensor *ib = kiln_mul(kiln_to_dtype(a, KILN_I32), kiln_to_dtype(b, KILN_I32));
+  expect_values_tol(ib, (double[]){0, 11, 24, 39, 56, 75}, 6, 0);
+  /* none of those could reuse the first schedule */
+  kiln_tensor *again = kiln_mul(data(6, 1), data(6, 10));
+  expect_values_tol(again, (double[]){10, 22, 36, 52, 70, 90}, 6, 0);
+  assert_true(rt_schedule_hits() >= hits + 1); /* the last one hits */
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* SGD-style in-place updates repeated: p -= 0.5 * g, each step a hit,
+ * each writing into p's one buffer. */
+static void in_place_updates_hit(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *p = kiln_zeros(KILN_F32, 1, (int64_t[]){4});
+  assert_int_equal(kiln_realize(p), KILN_OK);
+  const void *buf = kiln_data(p);
+  for (int step = 0; step < 4; step++) {
+    kiln_tensor *g = data(4, step);
+    int64_t hits = rt_schedule_hits();
+    assert_int_equal(kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(g, 0.5))), KILN_OK);
+    assert_int_equal(kiln_realize(p), KILN_OK);
+    if (step > 0) assert_int_equal(rt_schedule_hits(), hits + 1);
+  }
+  /* p = -0.5 * sum over steps of (step + i) */
+  expect_values_tol(p, (double[]){-3, -5, -7, -9}, 4, 0);
+  assert_ptr_equal(kiln_data(p), buf);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* A chain of 100 tiny ops over one input, recorded and forced again and
+ * again (the W8 benchmark): every repeat is a hit. */
+static void repeated_chain_hits(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = data(1000, 0);
+  for (int rep = 0; rep < 3; rep++) {
+    kiln_scope_begin();
+    kiln_tensor *y = x;
+    for (int i = 0; i < 100; i++) y = i % 3 == 0 ? kiln_mul_scalar(y, 1.0001) : i % 3 == 1 ? kiln_add(y, x) : kiln_tanh(y);
+    int64_t hits = rt_schedule_hits();
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    if (rep > 0) assert_int_equal(rt_schedule_hits(), hits + 1);
+    kiln_scope_end();
+  }
+  kiln_scope_end();
+  expect_no_error();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(same_structure_new_data_hits),
+      cmocka_unit_test(different_structure_misses),
+      cmocka_unit_test(in_place_updates_hit),
+      cmocka_unit_test(repeated_chain_hits),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
