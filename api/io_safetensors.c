@@ -285,7 +285,12 @@ KILN_API void kiln_safetensors_free(int n, char **names, kiln_tensor **tensors) 
 static int load_all(st_file *f, char ***names_out, kiln_tensor ***ts_out) {
   for (int i = 0; i < f->n; i++)
     if (check_loadable(f, &f->e[i]) != KILN_OK) return kiln_last_status();
-  size_t cap = (size_t)(f->n > 0 ? f->n : 1);
+  if (f->n == 0) {
+    *names_out = NULL;
+    *ts_out = NULL;
+    return KILN_OK;
+  }
+  size_t cap = (size_t)f->n;
   char **names = calloc(cap, sizeof *names);
   kiln_tensor **ts = calloc(cap, sizeof *ts);
   int st = names && ts ? KILN_OK : api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
