@@ -55,7 +55,8 @@ typedef struct cb_span {
 
 static double read_input(const cb_input *in, const cb_span *s) {
   int64_t off = in->w.off;
-  if (in->alias && off >= s->lo && off < s->hi) return graph_load_scalar(in->dtype, s->work + (size_t)(off - s->lo) * s->esize);
+  if (in->alias && off >= s->lo && off < s->hi)
+    return graph_load_scalar(in->dtype, s->work + (size_t)(off - s->lo) * s->esize);
   return graph_load_scalar(in->dtype, in->base + (size_t)off * in->esize);
 }
 
@@ -109,7 +110,8 @@ static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *nam
   graph_buffer *buf = graph_buffer_alloc((s.hi - s.lo) * (int64_t)s.esize);
   if (!buf) return api_error(KILN_ERR_OOM, fname, "out of memory");
   s.work = buf->data;
-  memcpy(s.work, (const char *)t->storage->version->buffer->data + (size_t)s.lo * s.esize, (size_t)(s.hi - s.lo) * s.esize);
+  memcpy(s.work, (const char *)t->storage->version->buffer->data + (size_t)s.lo * s.esize,
+         (size_t)(s.hi - s.lo) * s.esize);
   cb_input inputs[2];
   for (int k = 0; k < n_in; k++) {
     cb_input *c = &inputs[k];

@@ -70,8 +70,8 @@ static void swap_bytes(unsigned char *p, int64_t n, int esize) {
   }
 }
 
-kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v,
-                            bool swap, const char *what) {
+kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
+                            const char *what) {
   int esize = graph_dtypes[dtype].size;
   int64_t bytes = numel * esize;
   /* check the range before allocating: a header cannot claim more memory
@@ -149,7 +149,8 @@ int io_write_view(io_writer *w, const kiln_tensor *t) {
   api_walk_init(&it, v, 0);
   for (int64_t done = 0; done < numel && w->status == KILN_OK;) {
     int64_t k = numel - done < chunk ? numel - done : chunk;
-    for (int64_t i = 0; i < k; i++, api_walk_next(&it)) memcpy(tmp + (size_t)i * esize, base + (size_t)it.off * esize, esize);
+    for (int64_t i = 0; i < k; i++, api_walk_next(&it))
+      memcpy(tmp + (size_t)i * esize, base + (size_t)it.off * esize, esize);
     io_write(w, tmp, (size_t)k * esize);
     done += k;
   }

@@ -38,8 +38,8 @@ int io_read_at(io_reader *r, int64_t off, void *dst, size_t n, const char *what)
  *  read from byte offset `off`, seen through view v (which must fit in
  *  numel). `swap` reverses each element's bytes (big-endian files); BOOL
  *  bytes become 0/1. NULL with the error set on failure. */
-kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v,
-                            bool swap, const char *what);
+kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
+                            const char *what);
 
 /* ---- writing ---- */
 

@@ -31,11 +31,11 @@ static const char *const npy_descr[KILN_DTYPE_COUNT] = {
 /* ----------------------------------------------------- header parsing */
 
 typedef struct npy_header {
-  char descr[32];   /* the descr string, if it is one and fits */
-  bool descr_ok;    /* a string that fit in descr */
-  bool descr_struct;/* a list: a structured dtype */
+  char descr[32];    /* the descr string, if it is one and fits */
+  bool descr_ok;     /* a string that fit in descr */
+  bool descr_struct; /* a list: a structured dtype */
   bool fortran;
-  int ndim;         /* may exceed KILN_MAX_DIMS; sizes keeps the first 16 */
+  int ndim; /* may exceed KILN_MAX_DIMS; sizes keeps the first 16 */
   int64_t sizes[KILN_MAX_DIMS];
 } npy_header;
 
@@ -81,7 +81,9 @@ static bool lex_string(npy_lex *x, const char **s, size_t *n) {
   return true;
 }
 
-static bool is_ident(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+static bool is_ident(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
 
 /* The identifier `w` (True, False), not followed by more identifier chars. */
 static bool lex_word(npy_lex *x, const char *w) {
@@ -121,8 +123,10 @@ static bool skip_nested(npy_lex *x) {
       if (!lex_string(x, &s, &n)) return false;
       continue;
     }
-    if (c == '[' || c == '(') depth++;
-    else if (c == ']' || c == ')') depth--;
+    if (c == '[' || c == '(')
+      depth++;
+    else if (c == ']' || c == ')')
+      depth--;
     x->p++;
   } while (depth > 0);
   return true;
@@ -142,9 +146,12 @@ static bool parse_descr(npy_lex *x, npy_header *h) {
 }
 
 static bool parse_fortran(npy_lex *x, npy_header *h) {
-  if (lex_word(x, "True")) h->fortran = true;
-  else if (lex_word(x, "False")) h->fortran = false;
-  else return lex_fail(x, "fortran_order is not True or False");
+  if (lex_word(x, "True"))
+    h->fortran = true;
+  else if (lex_word(x, "False"))
+    h->fortran = false;
+  else
+    return lex_fail(x, "fortran_order is not True or False");
   return true;
 }
 
@@ -174,10 +181,14 @@ static bool parse_entry(npy_lex *x, npy_header *h, int *seen) {
   if (!eat(x, ':')) return lex_fail(x, "expected ':' after a key");
   int bit;
   bool ok;
-  if (n == 5 && !memcmp(k, "descr", 5)) bit = 1, ok = parse_descr(x, h);
-  else if (n == 13 && !memcmp(k, "fortran_order", 13)) bit = 2, ok = parse_fortran(x, h);
-  else if (n == 5 && !memcmp(k, "shape", 5)) bit = 4, ok = parse_shape(x, h);
-  else return lex_fail(x, "unknown key (expected descr, fortran_order and shape)");
+  if (n == 5 && !memcmp(k, "descr", 5))
+    bit = 1, ok = parse_descr(x, h);
+  else if (n == 13 && !memcmp(k, "fortran_order", 13))
+    bit = 2, ok = parse_fortran(x, h);
+  else if (n == 5 && !memcmp(k, "shape", 5))
+    bit = 4, ok = parse_shape(x, h);
+  else
+    return lex_fail(x, "unknown key (expected descr, fortran_order and shape)");
   if (*seen & bit) return lex_fail(x, "repeated key");
   *seen |= bit;
   return ok;
@@ -244,7 +255,8 @@ static int read_preamble(io_reader *r, int64_t *hoff, uint32_t *hlen) {
     *hoff = 12;
   }
   if (*hlen > NPY_MAX_HEADER)
-    return api_error(KILN_ERR_IO, r->fn, "%s: header length %u is larger than %d bytes", r->path, *hlen, NPY_MAX_HEADER);
+    return api_error(KILN_ERR_IO, r->fn, "%s: header length %u is larger than %d bytes", r->path, *hlen,
+                     NPY_MAX_HEADER);
   return KILN_OK;
 }
 
@@ -260,8 +272,9 @@ static int read_header(io_reader *r, npy_header *h, int64_t *data_off) {
     *h = (npy_header){0};
     if (!parse_dict(&x, h)) {
       int at = (int)(x.p - text);
-      st = api_error(KILN_ERR_IO, r->fn, "%s: malformed .npy header (%s) at byte %d: \"%.*s\"", r->path, x.why ? x.why : "syntax error", at,
-                     (int)(hlen - (uint32_t)at < 40 ? hlen - (uint32_t)at : 40), x.p);
+      st = api_error(KILN_ERR_IO, r->fn, "%s: malformed .npy header (%s) at byte %d: \"%.*s\"", r->path,
+                     x.why ? x.why : "syntax error", at, (int)(hlen - (uint32_t)at < 40 ? hlen - (uint32_t)at : 40),
+                     x.p);
     }
   }
   free(text);
@@ -341,8 +354,8 @@ KILN_API int kiln_save_npy(kiln_tensor *t, const char *path) {
   if (!api_force(t, fn)) return kiln_last_status();
   char header[1024]; /* 16 dims of 19 digits fit with room to spare */
   size_t hlen = npy_format_header(t, header, sizeof header);
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
-                           (unsigned char)(hlen >> 8)};
+  unsigned char pre[10] = {
+      0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
   io_writer w;
   if (io_create(&w, path, fn) != KILN_OK) return w.status;
   io_write(&w, pre, sizeof pre);

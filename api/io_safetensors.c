@@ -39,9 +39,9 @@ typedef struct st_dtype {
 } st_dtype;
 
 static const st_dtype st_dtypes[] = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"I16", 2},     {"I32", 4},     {"I64", 8},  {"F16", 2},
-    {"BF16", 2}, {"F32", 4}, {"F64", 8}, {"U16", 2},     {"U32", 4},     {"U64", 8},  {"F8_E5M2", 1},
-    {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"C64", 8},
+    {"BOOL", 1}, {"U8", 1},      {"I8", 1},      {"I16", 2},     {"I32", 4}, {"I64", 8},
+    {"F16", 2},  {"BF16", 2},    {"F32", 4},     {"F64", 8},     {"U16", 2}, {"U32", 4},
+    {"U64", 8},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"C64", 8},
 };
 #define ST_N_DTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
 
@@ -120,18 +120,20 @@ static int64_t entry_bytes(const st_entry *e, json_t *shape) {
 static int parse_entry(st_file *f, st_entry *e, const char *name, json_t *v) {
   *e = (st_entry){.name = name};
   if (!json_is_object(v)) return bad(f, name, "entry is not an object");
-  json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"), *off = json_object_get(v, "data_offsets");
+  json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+         *off = json_object_get(v, "data_offsets");
   if (!dt || !sh || !off) return bad(f, name, "entry needs dtype, shape and data_offsets");
   if (json_object_size(v) != 3) return bad(f, name, "entry has keys besides dtype, shape and data_offsets");
   if (parse_dtype(f, e, dt) || parse_shape(f, e, sh) || parse_offsets(f, e, off)) return kiln_last_status();
   int64_t bytes = entry_bytes(e, sh);
   if (bytes < 0) return bad(f, name, "shape overflows");
   if (bytes != e->end - e->begin)
-    return api_error(KILN_ERR_IO, f->r.fn,
-                     "%s: bad safetensors header: tensor '%s': data_offsets [%lld, %lld] hold %lld bytes but %s x shape "
-                     "needs %lld",
-                     f->r.path, name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
-                     st_dtypes[e->dtype].name, (long long)bytes);
+    return api_error(
+        KILN_ERR_IO, f->r.fn,
+        "%s: bad safetensors header: tensor '%s': data_offsets [%lld, %lld] hold %lld bytes but %s x shape "
+        "needs %lld",
+        f->r.path, name, (long long)e->begin, (long long)e->end, (long long)(e->end - e->begin),
+        st_dtypes[e->dtype].name, (long long)bytes);
   return KILN_OK;
 }
 
@@ -152,17 +154,20 @@ static int check_coverage(st_file *f) {
   for (int i = 0; i < f->n && st == KILN_OK; i++) {
     const st_entry *e = order[i];
     if (e->begin < at)
-      st = api_error(KILN_ERR_IO, f->r.fn, "%s: bad safetensors header: tensor '%s' at bytes [%lld, %lld) overlaps tensor '%s'",
-                     f->r.path, e->name, (long long)e->begin, (long long)e->end, order[i - 1]->name);
+      st = api_error(KILN_ERR_IO, f->r.fn,
+                     "%s: bad safetensors header: tensor '%s' at bytes [%lld, %lld) overlaps tensor '%s'", f->r.path,
+                     e->name, (long long)e->begin, (long long)e->end, order[i - 1]->name);
     else if (e->begin > at)
-      st = api_error(KILN_ERR_IO, f->r.fn, "%s: bad safetensors header: bytes [%lld, %lld) before tensor '%s' belong to no tensor",
-                     f->r.path, (long long)at, (long long)e->begin, e->name);
+      st = api_error(KILN_ERR_IO, f->r.fn,
+                     "%s: bad safetensors header: bytes [%lld, %lld) before tensor '%s' belong to no tensor", f->r.path,
+                     (long long)at, (long long)e->begin, e->name);
     at = e->end;
   }
   free(order);
   if (st == KILN_OK && at != f->data_size)
-    st = api_error(KILN_ERR_IO, f->r.fn, "%s: the tensors cover %lld bytes but the data section has %lld (%s)", f->r.path,
-                   (long long)at, (long long)f->data_size, at > f->data_size ? "truncated file" : "trailing bytes");
+    st = api_error(KILN_ERR_IO, f->r.fn, "%s: the tensors cover %lld bytes but the data section has %lld (%s)",
+                   f->r.path, (long long)at, (long long)f->data_size,
+                   at > f->data_size ? "truncated file" : "trailing bytes");
   return st;
 }
 
@@ -249,8 +254,7 @@ static kiln_tensor *load_entry(st_file *f, const st_entry *e) {
   graph_view v = graph_view_contiguous(e->ndim, e->sizes);
   char what[300];
   snprintf(what, sizeof what, "tensor '%s'", e->name);
-  return io_read_tensor(&f->r, f->data_off + e->begin, d, (e->end - e->begin) / graph_dtypes[d].size, &v, false,
-                        what);
+  return io_read_tensor(&f->r, f->data_off + e->begin, d, (e->end - e->begin) / graph_dtypes[d].size, &v, false, what);
 }
 
 /* -------------------------------------------------------------- load */
@@ -266,8 +270,10 @@ KILN_API kiln_tensor *kiln_load_safetensor(const char *path, const char *name) {
   kiln_tensor *t = NULL;
   int i = 0;
   while (i < f.n && strcmp(f.e[i].name, name) != 0) i++;
-  if (i == f.n) api_error(KILN_ERR_ARG, fn, "%s: no tensor named '%s' (the file has %d)", path, name, f.n);
-  else if (check_loadable(&f, &f.e[i]) == KILN_OK) t = load_entry(&f, &f.e[i]);
+  if (i == f.n)
+    api_error(KILN_ERR_ARG, fn, "%s: no tensor named '%s' (the file has %d tensors)", path, name, f.n);
+  else if (check_loadable(&f, &f.e[i]) == KILN_OK)
+    t = load_entry(&f, &f.e[i]);
   st_close(&f);
   return api_track(t);
 }
@@ -297,8 +303,10 @@ static int load_all(st_file *f, char ***names_out, kiln_tensor ***ts_out) {
   for (int i = 0; i < f->n && st == KILN_OK; i++) {
     names[i] = strdup(f->e[i].name);
     ts[i] = names[i] ? load_entry(f, &f->e[i]) : NULL;
-    if (!names[i]) st = api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
-    else if (!ts[i]) st = kiln_last_status();
+    if (!names[i])
+      st = api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
+    else if (!ts[i])
+      st = kiln_last_status();
   }
   if (st != KILN_OK) {
     kiln_safetensors_free(f->n, names, ts);
@@ -397,7 +405,8 @@ static char *header_json(int n, const char *const *names, kiln_tensor *const *ts
   int st = root ? KILN_OK : api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n && st == KILN_OK; i++) {
     json_t *e = entry_json(ts[i], begin[i]);
-    if (!e) st = api_error(KILN_ERR_OOM, fn, "out of memory");
+    if (!e)
+      st = api_error(KILN_ERR_OOM, fn, "out of memory");
     else if (json_object_set_new(root, names[i], e) != 0)
       st = api_error(KILN_ERR_ARG, fn, "name %d is not valid UTF-8", i);
   }

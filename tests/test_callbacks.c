@@ -131,8 +131,8 @@ static void map2_values_and_order(void **state) {
                    KILN_ERR_SHAPE);
   expect_error(KILN_ERR_SHAPE, "kiln_map2_", "b has 1 elements", NULL);
   assert_int_equal(tr.n, 0);
-  assert_int_equal(kiln_map2_(u, kiln_arange(KILN_U8, 0, 3, 1), kiln_expand(kiln_scalar(KILN_F64, 9), 1, (int64_t[]){3}),
-                              record3, &tr),
+  assert_int_equal(kiln_map2_(u, kiln_arange(KILN_U8, 0, 3, 1),
+                              kiln_expand(kiln_scalar(KILN_F64, 9), 1, (int64_t[]){3}), record3, &tr),
                    KILN_OK);
   assert_int_equal(tr.n, 3);
   for (int i = 0; i < 3; i++) {
@@ -204,10 +204,14 @@ static void errors_write_nothing(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(apply_counter_on_transposed_view), cmocka_unit_test(overlapping_views_accumulate),
-      cmocka_unit_test(map_transposed_src_and_conversion), cmocka_unit_test(map_src_aliasing_t),
-      cmocka_unit_test(map2_values_and_order),            cmocka_unit_test(laziness_and_sharing),
-      cmocka_unit_test(from_blob_memory_updated),         cmocka_unit_test(errors_write_nothing),
+      cmocka_unit_test(apply_counter_on_transposed_view),
+      cmocka_unit_test(overlapping_views_accumulate),
+      cmocka_unit_test(map_transposed_src_and_conversion),
+      cmocka_unit_test(map_src_aliasing_t),
+      cmocka_unit_test(map2_values_and_order),
+      cmocka_unit_test(laziness_and_sharing),
+      cmocka_unit_test(from_blob_memory_updated),
+      cmocka_unit_test(errors_write_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

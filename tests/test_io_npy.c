@@ -110,13 +110,21 @@ static size_t special_bytes(kiln_dtype d, unsigned char *out) {
   case KILN_I8: memcpy(out, (int8_t[]){-128, 127, -1, 0, 1, 5, -77, 99}, 8); return 8;
   case KILN_I16: memcpy(out, (int16_t[]){-32768, 32767, -1, 0, 1, 300, -3000, 12345}, 16); return 16;
   case KILN_I32: memcpy(out, (int32_t[]){INT32_MIN, INT32_MAX, -1, 0, 1, 70000, -70000, 5}, 32); return 32;
-  case KILN_I64: memcpy(out, (int64_t[]){INT64_MIN, INT64_MAX, -1, 0, 1, 1LL << 53 | 1, -(1LL << 60), 5}, 64); return 64;
+  case KILN_I64:
+    memcpy(out, (int64_t[]){INT64_MIN, INT64_MAX, -1, 0, 1, 1LL << 53 | 1, -(1LL << 60), 5}, 64);
+    return 64;
   case KILN_F16: /* +0, -0, inf, -inf, qNaN with payload, sNaN, subnormal, max */
-  case KILN_BF16: memcpy(out, (uint16_t[]){0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e5a, 0xfd01, 0x0001, 0x7bff}, 16); return 16;
-  case KILN_F32: memcpy(out, (uint32_t[]){0, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc12345u, 0xffa00001u, 1, 0x7f7fffffu}, 32); return 32;
+  case KILN_BF16:
+    memcpy(out, (uint16_t[]){0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e5a, 0xfd01, 0x0001, 0x7bff}, 16);
+    return 16;
+  case KILN_F32:
+    memcpy(out, (uint32_t[]){0, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc12345u, 0xffa00001u, 1, 0x7f7fffffu}, 32);
+    return 32;
   case KILN_F64:
-    memcpy(out, (uint64_t[]){0, 1ull << 63, 0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8dead0000beefull,
-                             0xfff4000000000001ull, 1, 0x7fefffffffffffffull}, 64);
+    memcpy(out,
+           (uint64_t[]){0, 1ull << 63, 0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8dead0000beefull,
+                        0xfff4000000000001ull, 1, 0x7fefffffffffffffull},
+           64);
     return 64;
   default: fail();
   }
@@ -331,8 +339,8 @@ static void corrupt_headers(void **state) {
       {"{'descr': '<U5', 'fortran_order': False, 'shape': (2,)}", KILN_ERR_DTYPE, "'<U5'"},
       {"{'descr': [('a', '<f4'), ('b', [('c', '<i2')])], 'fortran_order': False, 'shape': (2,)}", KILN_ERR_DTYPE,
        "structured"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1)}",
-       KILN_ERR_UNSUPPORTED, "17 dims"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1)}", KILN_ERR_UNSUPPORTED,
+       "17 dims"},
   };
   float data[2] = {1, 2};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -427,12 +435,18 @@ static void errors_chain(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(roundtrip_every_dtype), cmocka_unit_test(zero_dim_and_empty),
-      cmocka_unit_test(views_written_row_major), cmocka_unit_test(exact_file_bytes),
-      cmocka_unit_test(bf16_refused), cmocka_unit_test(handmade_files),
-      cmocka_unit_test(truncated_every_length), cmocka_unit_test(corrupt_headers),
-      cmocka_unit_test(bad_preamble), cmocka_unit_test(path_errors),
-      cmocka_unit_test(failed_write_removes_file), cmocka_unit_test(errors_chain),
+      cmocka_unit_test(roundtrip_every_dtype),
+      cmocka_unit_test(zero_dim_and_empty),
+      cmocka_unit_test(views_written_row_major),
+      cmocka_unit_test(exact_file_bytes),
+      cmocka_unit_test(bf16_refused),
+      cmocka_unit_test(handmade_files),
+      cmocka_unit_test(truncated_every_length),
+      cmocka_unit_test(corrupt_headers),
+      cmocka_unit_test(bad_preamble),
+      cmocka_unit_test(path_errors),
+      cmocka_unit_test(failed_write_removes_file),
+      cmocka_unit_test(errors_chain),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -99,7 +99,8 @@ static size_t special_bytes(kiln_dtype d, unsigned char *out) {
   case KILN_BF16: memcpy(out, (uint16_t[]){0x0000, 0x8000, 0x7f80, 0xff81, 0x7fc1, 0x0001}, 12); return 12;
   case KILN_F32: memcpy(out, (uint32_t[]){0, 0x80000000u, 0x7f800000u, 0x7fc12345u, 0xffa00001u, 1}, 24); return 24;
   case KILN_F64:
-    memcpy(out, (uint64_t[]){0, 1ull << 63, 0x7ff0000000000000ull, 0x7ff8dead0000beefull, 0xfff4000000000001ull, 1}, 48);
+    memcpy(out, (uint64_t[]){0, 1ull << 63, 0x7ff0000000000000ull, 0x7ff8dead0000beefull, 0xfff4000000000001ull, 1},
+           48);
     return 48;
   default: fail();
   }
