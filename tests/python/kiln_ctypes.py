@@ -98,8 +98,8 @@ def f32_to_bf16_bits(x):
 # name (without "kiln_") -> (return code, argument codes). Codes:
 #   T tensor*   S storage*   i int (also enums)   l int64_t   u uint64_t
 #   d double    b bool       n size_t   z const char*   m malloc'ed char*
-#   p void*/FILE*/function pointer   L int64_t*   I int*   A kiln_tensor**
-#   v void
+#   p void*/FILE*/function pointer/other out-pointers   L int64_t*   I int*
+#   A kiln_tensor**   Z const char *const* (array of strings)   v void
 # tests/python/test_binding.py checks this table against kiln.h.
 SIGNATURES = {
     "retain": ("T", "T"),
@@ -264,6 +264,15 @@ SIGNATURES = {
     "profile_end": ("v", ""),
     "profile_count": ("i", ""),
     "profile_get": ("i", "ip"),
+    "save_npy": ("i", "Tz"),
+    "load_npy": ("T", "z"),
+    "save_safetensors": ("i", "ziZA"),
+    "load_safetensors": ("i", "zppp"),
+    "safetensors_free": ("v", "ipA"),
+    "load_safetensor": ("T", "zz"),
+    "apply_": ("i", "Tpp"),
+    "map_": ("i", "TTpp"),
+    "map2_": ("i", "TTTpp"),
 }
 
 # Functions whose int result is a count or a value, not a kiln_status: a
@@ -274,7 +283,8 @@ _INT_NOT_STATUS = {"last_status", "default_dtype", "dim", "dtype_of",
 _CT = {"T": c_void_p, "S": c_void_p, "i": c_int, "l": c_int64,
        "u": c_uint64, "d": c_double, "b": c_bool, "n": c_size_t,
        "z": c_char_p, "m": c_void_p, "p": c_void_p, "L": POINTER(c_int64),
-       "I": POINTER(c_int), "A": POINTER(c_void_p), "v": None}
+       "I": POINTER(c_int), "A": POINTER(c_void_p),
+       "Z": POINTER(c_char_p), "v": None}
 
 
 def _find_library():
@@ -474,6 +484,14 @@ def _convert(code, value, keep):
         return a
     if code == "z":
         return None if value is None else value.encode()
+    if code == "Z":
+        if value is None:
+            return None
+        a = (c_char_p * max(len(value), 1))(
+            *[None if v is None else
+              (v if isinstance(v, bytes) else v.encode()) for v in value])
+        keep.append(a)
+        return a
     if code == "p":
         if isinstance(value, np.ndarray):
             return value.ctypes.data
@@ -483,11 +501,11 @@ def _convert(code, value, keep):
 
 def _make(name, ret, args):
     cfunc = getattr(lib, "kiln_" + name, None)
-    # An `i` right before an array argument (L, I) is that array's length,
-    # and an `i` right after an A is the A's length: both are filled in from
-    # the Python sequence.
+    # An `i` right before an array argument (L, I, Z) is that array's
+    # length, and an `i` right after an A is the A's length: both are filled
+    # in from the Python sequence.
     counts = {k for k in range(len(args) - 1)
-              if args[k] == "i" and args[k + 1] in "LI"}
+              if args[k] == "i" and args[k + 1] in "LIZ"}
     counts |= {k + 1 for k in range(len(args) - 1)
                if args[k] == "A" and args[k + 1] == "i"}
     n_expected = len(args) - len(counts)
@@ -503,13 +521,13 @@ def _make(name, ret, args):
         it = iter(pyargs)
         for k, code in enumerate(args):
             if k in counts:
-                if code == "i" and k + 1 < len(args) and args[k + 1] in "LI":
+                if code == "i" and k + 1 < len(args) and args[k + 1] in "LIZ":
                     cargs.append(None)          # set when the array comes
                 else:                           # after an A
                     cargs.append(len(last_seq))
                 continue
             v = next(it)
-            if code in "LIA":
+            if code in "LIAZ":
                 last_seq = [] if v is None else list(v)
                 if k - 1 in counts and args[k - 1] == "i":
                     cargs[k - 1] = len(last_seq)
@@ -656,3 +674,53 @@ def from_numpy(a, dtype=None):
 def tensor(values, dtype):
     """from_numpy of a nested list / scalar with an explicit dtype."""
     return from_numpy(np.asarray(values), dtype)
+
+
+# ------------------------------------------------- files and callbacks
+
+def load_safetensors(path):
+    """kiln_load_safetensors: {name: Tensor} in the header's order. Each
+    Tensor holds its own reference; the C arrays are freed with
+    kiln_safetensors_free before returning."""
+    n = c_int(-1)
+    names = POINTER(c_char_p)()
+    handles = POINTER(c_void_p)()
+    st = lib.kiln_load_safetensors(path.encode(), ctypes.byref(n),
+                                   ctypes.byref(names), ctypes.byref(handles))
+    _raise_if_error("load_safetensors", "i", st)
+    out = {}
+    for i in range(n.value):
+        out[names[i].decode()] = Tensor(lib.kiln_retain(handles[i]))
+    lib.kiln_safetensors_free(n.value, names, handles)
+    return out
+
+
+# C types of kiln_fn1/2/3. The wrappers below accept either such an object
+# or a Python callable taking the element values (without ctx).
+FN1 = ctypes.CFUNCTYPE(c_double, c_double, c_void_p)
+FN2 = ctypes.CFUNCTYPE(c_double, c_double, c_double, c_void_p)
+FN3 = ctypes.CFUNCTYPE(c_double, c_double, c_double, c_double, c_void_p)
+_raw_apply = globals()["apply_"]
+_raw_map = globals()["map_"]
+_raw_map2 = globals()["map2_"]
+
+
+def _callback(kind, f):
+    if f is None or isinstance(f, kind):
+        return f
+    return kind(lambda *a: f(*a[:-1]))
+
+
+def apply_(t, f, ctx=None):
+    """kiln_apply_(t, f, ctx); f a Python callable f(x) or an FN1."""
+    return _raw_apply(t, _callback(FN1, f), ctx)
+
+
+def map_(t, src, f, ctx=None):
+    """kiln_map_(t, src, f, ctx); f a Python callable f(x, y) or an FN2."""
+    return _raw_map(t, src, _callback(FN2, f), ctx)
+
+
+def map2_(t, a, b, f, ctx=None):
+    """kiln_map2_(t, a, b, f, ctx); f(x, y, z) or an FN3."""
+    return _raw_map2(t, a, b, _callback(FN3, f), ctx)

@@ -24,7 +24,10 @@ _CODE = {"kiln_tensor *": "T", "const kiln_tensor *": "T",
          "kiln_device": "i", "kiln_status": "i", "void": "v",
          "const char *": "z", "char *": "m", "size_t": "n", "FILE *": "p",
          "void *": "p", "const void *": "p", "kiln_tensor *const *": "A",
-         "kiln_tensor **": "A", "kiln_kernel_record *": "p"}
+         "kiln_tensor **": "A", "kiln_kernel_record *": "p",
+         "const char *const *": "Z", "int *": "p", "char **": "p",
+         "char ***": "p", "kiln_tensor ***": "p", "kiln_fn1": "p",
+         "kiln_fn2": "p", "kiln_fn3": "p"}
 
 
 def header_signatures():
@@ -52,8 +55,9 @@ def header_signatures():
                     codes += "p"
                     continue
                 t = re.match(r"(.*?)\w+$", p.strip()).group(1)
-                t = " ".join(t.replace("*", " * ").split()).replace(
-                    "* *", "**").replace(" *", " *")
+                t = re.sub(r"\*(?: \*)+",
+                           lambda m: "*" * m.group(0).count("*"),
+                           " ".join(t.replace("*", " * ").split()))
                 t = t.replace(" * const *", " *const *")
                 codes += _CODE.get(t, "?" + t)
         out[m.group(3)[5:]] = (_CODE.get(rt.strip(), "?" + rt), codes)

@@ -470,6 +470,99 @@ KILN_API int kiln_print(kiln_tensor *t, FILE *f);
  *  free(); NULL on error. */
 KILN_API char *kiln_to_string(kiln_tensor *t);
 
+/* ---------------------------------------------------------------- files
+ * Saving forces the tensors and writes the elements of each view in
+ * row-major order (a transposed, strided or expanded view is written as
+ * the values it shows), little-endian. Loading returns tensors with their
+ * own, already realized storage. Round trips are bit-exact (NaN payloads,
+ * -0.0, F16/BF16 bits). A file that cannot be opened, read or written, or
+ * whose contents are truncated or malformed, gives KILN_ERR_IO with a
+ * message naming the path and the problem; nothing is read past the end
+ * of the file, and a failed save removes its partly written file. A NULL
+ * path or tensor is KILN_ERR_ARG. */
+
+/** Writes t to a NumPy .npy file (format 1.0, descr '|b1' '|u1' '|i1'
+ *  '<i2' '<i4' '<i8' '<f2' '<f4' '<f8' for BOOL U8 I8 I16 I32 I64 F16 F32
+ *  F64, fortran_order False, shape = t's sizes; 0-d and empty tensors
+ *  included). BF16 has no NumPy dtype: KILN_ERR_DTYPE (convert with
+ *  kiln_to_dtype(t, KILN_F32), which is exact, or use safetensors).
+ *  Forces t. NumPy: numpy.save. */
+KILN_API int kiln_save_npy(kiln_tensor *t, const char *path);
+/** Reads a NumPy .npy file (format 1.0, 2.0 or 3.0) into a new tensor (new
+ *  reference) of the file's shape and dtype. Big-endian files ('>f4') are
+ *  byte-swapped; fortran_order True gives a column-major view (strides
+ *  [1, d0, d0*d1, ...], no copy: kiln_contiguous makes it row-major).
+ *  Errors: dtypes Kiln lacks (uint16/32/64, complex, strings, objects,
+ *  structured) KILN_ERR_DTYPE; more than KILN_MAX_DIMS dims
+ *  KILN_ERR_UNSUPPORTED; a bad magic, version, header or size
+ *  KILN_ERR_IO. Bytes after the data are ignored, as NumPy does.
+ *  NumPy: numpy.load. */
+KILN_API kiln_tensor *kiln_load_npy(const char *path);
+
+/** Writes n named tensors to a safetensors file. names [n] are distinct,
+ *  non-NULL, valid UTF-8 and not "__metadata__" (else KILN_ERR_ARG, nothing
+ *  written); ts [n] may be any views of any dtype (dtype strings BOOL U8
+ *  I8 I16 I32 I64 F16 BF16 F32 F64). The header lists the tensors in the
+ *  given order; their data is laid out with larger elements first, so
+ *  each is aligned to its element size. n may be 0. No __metadata__ is
+ *  written. Forces every tensor. Borrows everything.
+ *  Python: safetensors.torch.save_file. */
+KILN_API int kiln_save_safetensors(const char *path, int n, const char *const *names, kiln_tensor *const *ts);
+/** Reads every tensor of a safetensors file. On success *n_out is the
+ *  tensor count, *names_out a malloc'ed array of n malloc'ed names and
+ *  *tensors_out a malloc'ed array of n new references, in the header's
+ *  order (both arrays NULL when n is 0). The caller owns all of it and
+ *  frees it with kiln_safetensors_free; these tensors are NOT registered
+ *  with an open scope (kiln_retain one to keep it past the free).
+ *  "__metadata__" is accepted and ignored. The whole header is validated
+ *  first: known dtype strings, integer shapes, data_offsets consistent with
+ *  dtype x shape, tensors covering the data section exactly (no holes, no
+ *  overlaps), header size against the file size (KILN_ERR_IO otherwise).
+ *  A tensor of a dtype Kiln lacks (U16, U32, U64, F8_*, C64) is
+ *  KILN_ERR_DTYPE, more than KILN_MAX_DIMS dims KILN_ERR_UNSUPPORTED. On
+ *  error the outputs are untouched. Python: safetensors.torch.load_file. */
+KILN_API int kiln_load_safetensors(const char *path, int *n_out, char ***names_out, kiln_tensor ***tensors_out);
+/** Frees what kiln_load_safetensors returned: frees names[0..n) and
+ *  releases tensors[0..n) (NULL entries are skipped), then frees both
+ *  arrays. NULL-safe. */
+KILN_API void kiln_safetensors_free(int n, char **names, kiln_tensor **tensors);
+/** Reads the one tensor called `name` from a safetensors file (new
+ *  reference, scope-tracked like any returned tensor), after validating
+ *  the whole header as kiln_load_safetensors does; only that tensor's
+ *  bytes are read. No such tensor: KILN_ERR_ARG. Python:
+ *  safetensors.safe_open(path).get_tensor(name). */
+KILN_API kiln_tensor *kiln_load_safetensor(const char *path, const char *name);
+
+/* ---------------------------------------------------- element callbacks
+ * Torch7's apply/map/map2. fn runs once per element of t's view, in
+ * row-major order, on the calling thread; it gets the elements as doubles
+ * (I64 beyond 2^53 rounds) and its result is stored into that element of t,
+ * converted as a cast does (float → int truncates, → BOOL is != 0, F16/BF16
+ * round to nearest even). Each store is visible to later visits: with an
+ * overlapping view (stride 0, unfold) a later visit of the same storage
+ * element sees the earlier result, and stateful callbacks (counters) run
+ * in a defined order. The inputs (src, a, b) must have as many elements as
+ * t (sizes may differ, as in Torch7) and are walked in row-major order of
+ * their own views. An input over t's storage reads the values as updated
+ * so far by this call (Torch7's loop over the same memory). They force t
+ * and the inputs and are not lazy: the result is computed before they
+ * return. Ops recorded before the call still see the old values; every
+ * tensor over t's storage sees the new ones. fn must not write to t's or
+ * the inputs' storages through Kiln. Errors: NULL tensor or fn
+ * (KILN_ERR_ARG), element counts that differ (KILN_ERR_SHAPE); nothing is
+ * written then, and fn is not called. */
+typedef double (*kiln_fn1)(double x, void *ctx);
+typedef double (*kiln_fn2)(double x, double y, void *ctx);
+typedef double (*kiln_fn3)(double x, double y, double z, void *ctx);
+
+/** t[i] = fn(t[i], ctx) for every element i. Torch7: apply. */
+KILN_API int kiln_apply_(kiln_tensor *t, kiln_fn1 fn, void *ctx);
+/** t[i] = fn(t[i], src[i], ctx); src has t's element count. Torch7: map. */
+KILN_API int kiln_map_(kiln_tensor *t, kiln_tensor *src, kiln_fn2 fn, void *ctx);
+/** t[i] = fn(t[i], a[i], b[i], ctx); a and b have t's element count.
+ *  Torch7: map2. */
+KILN_API int kiln_map2_(kiln_tensor *t, kiln_tensor *a, kiln_tensor *b, kiln_fn3 fn, void *ctx);
+
 /* ----------------------------------------------------------- execution */
 
 /** Selects the backend: "llvm" (default; env KILN_BACKEND). "cuda" is not

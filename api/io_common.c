@@ -1,0 +1,174 @@
+/*
+ * io_common.c — the file helpers of io_internal.h: bounds-checked reads,
+ * tensors read straight into a fresh buffer, and streaming writers.
+ *
+ * Invariants: a reader never reads past the size the file had when it was
+ * opened (every range is checked against it first, so a corrupt header
+ * cannot make Kiln allocate more than the file holds or read beyond it);
+ * a writer reports the first failing call and removes its partial file.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io_internal.h"
+#include "runtime.h"
+#include "walk.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "Kiln's file formats (.npy, safetensors) are implemented for little-endian hosts only"
+#endif
+
+/* ------------------------------------------------------------ reading */
+
+int io_open_read(io_reader *r, const char *path, const char *fn) {
+  *r = (io_reader){.path = path, .fn = fn};
+  if (!path) return api_error(KILN_ERR_ARG, fn, "path is NULL");
+  r->f = fopen(path, "rb");
+  if (!r->f) return api_error(KILN_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(r->f), &st) != 0) {
+    int e = errno;
+    io_close_read(r);
+    return api_error(KILN_ERR_IO, fn, "cannot stat %s: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    io_close_read(r);
+    return api_error(KILN_ERR_IO, fn, "%s is not a regular file", path);
+  }
+  r->size = (int64_t)st.st_size;
+  return KILN_OK;
+}
+
+void io_close_read(io_reader *r) {
+  if (r->f) fclose(r->f);
+  r->f = NULL;
+}
+
+int io_read_at(io_reader *r, int64_t off, void *dst, size_t n, const char *what) {
+  if (off < 0 || off > r->size || (int64_t)n > r->size - off)
+    return api_error(KILN_ERR_IO, r->fn, "%s: truncated file: %s needs bytes [%lld, %lld) but the file has %lld bytes",
+                     r->path, what, (long long)off, (long long)off + (long long)n, (long long)r->size);
+  if (n == 0) return KILN_OK;
+  if (fseeko(r->f, (off_t)off, SEEK_SET) != 0)
+    return api_error(KILN_ERR_IO, r->fn, "%s: cannot seek to byte %lld: %s", r->path, (long long)off, strerror(errno));
+  if (fread(dst, 1, n, r->f) != n)
+    return api_error(KILN_ERR_IO, r->fn, "%s: reading %s failed%s%s", r->path, what, ferror(r->f) ? ": " : "",
+                     ferror(r->f) ? strerror(errno) : " (file shrank while reading)");
+  return KILN_OK;
+}
+
+/* Reverses the bytes of each of the n elements of esize bytes at p. */
+static void swap_bytes(unsigned char *p, int64_t n, int esize) {
+  for (int64_t i = 0; i < n; i++, p += esize) {
+    for (int a = 0, b = esize - 1; a < b; a++, b--) {
+      unsigned char c = p[a];
+      p[a] = p[b];
+      p[b] = c;
+    }
+  }
+}
+
+kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
+                            const char *what) {
+  int esize = graph_dtypes[dtype].size;
+  int64_t bytes = numel * esize;
+  /* check the range before allocating: a header cannot claim more memory
+   * than the file holds */
+  if (off < 0 || off > r->size || bytes > r->size - off) {
+    io_read_at(r, off, NULL, (size_t)bytes, what);
+    return NULL;
+  }
+  rt_alloc_install();
+  graph_buffer *buf = graph_buffer_alloc(bytes);
+  if (!buf) {
+    api_error(KILN_ERR_OOM, r->fn, "out of memory allocating %lld bytes for %s", (long long)bytes, what);
+    return NULL;
+  }
+  if (io_read_at(r, off, buf->data, (size_t)bytes, what) != KILN_OK) {
+    graph_buffer_release(buf);
+    return NULL;
+  }
+  if (swap && esize > 1) swap_bytes(buf->data, numel, esize);
+  if (dtype == KILN_BOOL) {
+    unsigned char *p = buf->data;
+    for (int64_t i = 0; i < numel; i++) p[i] = p[i] != 0;
+  }
+  graph_node *n = graph_node_from_buffer(buf, dtype, numel);
+  kiln_storage *s = n ? graph_storage_new(dtype, numel, n) : NULL;
+  kiln_tensor *t = s ? graph_tensor_new(s, v) : NULL;
+  kiln_storage_release(s);
+  if (!t) api_error(KILN_ERR_OOM, r->fn, "out of memory");
+  return t;
+}
+
+int64_t io_numel_checked(int ndim, const int64_t *sizes, int64_t esize) {
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0) return -1;
+    if (sizes[d] > 0 && numel > INT64_MAX / sizes[d]) return -1;
+    numel *= sizes[d];
+  }
+  if (numel > 0 && numel > INT64_MAX / (esize > 0 ? esize : 1)) return -1;
+  return numel;
+}
+
+/* ------------------------------------------------------------ writing */
+
+int io_create(io_writer *w, const char *path, const char *fn) {
+  *w = (io_writer){.path = path, .fn = fn};
+  if (!path) return w->status = api_error(KILN_ERR_ARG, fn, "path is NULL");
+  w->f = fopen(path, "wb");
+  if (!w->f) return w->status = api_error(KILN_ERR_IO, fn, "cannot create %s: %s", path, strerror(errno));
+  struct stat st; /* only a regular file is removed on failure, never a device */
+  w->regular = fstat(fileno(w->f), &st) == 0 && S_ISREG(st.st_mode);
+  return KILN_OK;
+}
+
+int io_write(io_writer *w, const void *p, size_t n) {
+  if (w->status != KILN_OK) return w->status;
+  if (n > 0 && fwrite(p, 1, n, w->f) != n)
+    w->status = api_error(KILN_ERR_IO, w->fn, "writing %s failed: %s", w->path, strerror(errno));
+  return w->status;
+}
+
+/* Row-major gather in chunks of up to 1 MiB, so a strided or expanded view
+ * is written without a full-size copy. */
+int io_write_view(io_writer *w, const kiln_tensor *t) {
+  const graph_view *v = &t->view;
+  size_t esize = (size_t)graph_dtypes[t->storage->dtype].size;
+  int64_t numel = graph_view_numel(v);
+  const char *base = t->storage->version->buffer->data;
+  if (numel == 0) return w->status;
+  if (graph_view_is_contiguous(v)) return io_write(w, base + (size_t)v->offset * esize, (size_t)numel * esize);
+  int64_t chunk = (int64_t)((1u << 20) / esize);
+  char *tmp = malloc((size_t)chunk * esize);
+  if (!tmp) return w->status = api_error(KILN_ERR_OOM, w->fn, "out of memory");
+  api_walk it;
+  api_walk_init(&it, v, 0);
+  for (int64_t done = 0; done < numel && w->status == KILN_OK;) {
+    int64_t k = numel - done < chunk ? numel - done : chunk;
+    for (int64_t i = 0; i < k; i++, api_walk_next(&it))
+      memcpy(tmp + (size_t)i * esize, base + (size_t)it.off * esize, esize);
+    io_write(w, tmp, (size_t)k * esize);
+    done += k;
+  }
+  free(tmp);
+  return w->status;
+}
+
+int io_finish(io_writer *w, int status) {
+  if (w->status == KILN_OK && status != KILN_OK) w->status = status;
+  if (w->f) {
+    bool flushed = fflush(w->f) == 0;
+    int e = errno;
+    bool closed = fclose(w->f) == 0;
+    if (!closed && flushed) e = errno;
+    if ((!flushed || !closed) && w->status == KILN_OK)
+      w->status = api_error(KILN_ERR_IO, w->fn, "writing %s failed: %s", w->path, strerror(e));
+    w->f = NULL;
+    if (w->status != KILN_OK && w->regular) remove(w->path);
+  }
+  return w->status;
+}
