@@ -6,12 +6,13 @@
  *  - the JIT is created lazily by the first llvm_compile and lives until
  *    llvm_shutdown, which frees it and all compiled code; llvm_shutdown must
  *    not run while another thread is inside llvm_compile;
- *  - every access to the JIT (creation, adding a module, looking a symbol
- *    up, which compiles it) holds `jit_lock`: LLJIT through the C API is
- *    not safe for concurrent adds. Building and optimising the module
- *    happen outside the lock, in a fresh LLVMContext per compile, with a
- *    TargetMachine per compile (TargetMachines cache subtargets and are not
- *    safe to share between threads);
+ *  - every access to the JIT (creation, adding an object, looking a symbol
+ *    up, which links it) holds `jit_lock`: LLJIT through the C API is not
+ *    safe for concurrent adds. Building, optimising and compiling the
+ *    module to an object file happen outside the lock, in a fresh
+ *    LLVMContext per compile, with a TargetMachine per compile
+ *    (TargetMachines cache subtargets and are not safe to share between
+ *    threads), so several kernels compile at once;
  *  - each kernel's symbol is unique (sanitised kernel name + counter) and
  *    gets its own ResourceTracker, removed again if compiling it fails;
  *  - nothing is printed: session errors are captured into the message.
@@ -78,9 +79,11 @@ static void report_session_error(void *ctx, LLVMErrorRef e) {
   LLVMDisposeErrorMessage(m);
 }
 
+/* Kernels are compiled to position-independent objects that the JIT's
+ * linker places anywhere (calls into libm go through its stubs). */
 static LLVMTargetMachineRef host_machine(void) {
   return LLVMCreateTargetMachine(g.target, g.triple, g.cpu, g.features, LLVMCodeGenLevelAggressive,
-                                 LLVMRelocDefault, LLVMCodeModelJITDefault);
+                                 LLVMRelocPIC, LLVMCodeModelSmall);
 }
 
 static void free_strings(void) {
@@ -166,8 +169,8 @@ static void symbol_name(char *out, size_t n, const char *kname, unsigned long lo
   snprintf(out, n, "kiln_%s_%llu", base, id);
 }
 
-/* Verifies and optimises mod (default<O2> for the host machine). */
-static int optimise(LLVMModuleRef mod, const char *kname, char *err, size_t errlen) {
+/* Verifies and optimises mod (default<O2> for the host machine tm). */
+static int optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *kname, char *err, size_t errlen) {
   char *msg = NULL;
   if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
     int rc = set_err(err, errlen, kname, "invalid LLVM IR: ", msg);
@@ -175,28 +178,35 @@ static int optimise(LLVMModuleRef mod, const char *kname, char *err, size_t errl
     return rc;
   }
   LLVMDisposeMessage(msg);
-  LLVMTargetMachineRef tm = host_machine();
-  if (!tm) return set_err(err, errlen, kname, "cannot create a target machine", NULL);
   LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
   LLVMErrorRef e = LLVMRunPasses(mod, "default<O2>", tm, opts);
   LLVMDisposePassBuilderOptions(opts);
-  LLVMDisposeTargetMachine(tm);
   return e ? set_llvm_err(err, errlen, kname, "running passes: ", e) : KILN_OK;
 }
 
-/* Builds and optimises the module for k in a fresh context. On success
- * *tsm owns module and context. */
-static int build_module(const kir_kernel *k, const char *sym, LLVMOrcThreadSafeModuleRef *tsm,
-                        char **ir_text, char *err, size_t errlen) {
+/* Machine code for the optimised mod: an object file in *obj. */
+static int emit_object(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *kname, LLVMMemoryBufferRef *obj,
+                       char *err, size_t errlen) {
+  char *msg = NULL;
+  if (!LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, obj)) return KILN_OK;
+  int rc = set_err(err, errlen, kname, "code generation: ", msg ? msg : "failed");
+  LLVMDisposeMessage(msg);
+  return rc;
+}
+
+/* Builds, optimises and compiles k to an object file in a fresh context
+ * (no lock: kernels compile in parallel). */
+static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRef *obj, char **ir_text, char *err,
+                        size_t errlen) {
   char lerr[256] = "";
-  LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-  LLVMContextRef ctx = LLVMOrcThreadSafeContextGetContext(tsc);
+  LLVMContextRef ctx = LLVMContextCreate();
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, ctx);
+  LLVMTargetMachineRef tm = host_machine();
   LLVMSetTarget(mod, g.triple);
   LLVMSetDataLayout(mod, g.layout);
-  int rc = KILN_OK;
-  if (!llvm_lower_kernel(k, mod, sym, lerr, sizeof lerr)) rc = set_err(err, errlen, k->name, lerr, NULL);
-  if (rc == KILN_OK) rc = optimise(mod, k->name, err, errlen);
+  int rc = tm ? KILN_OK : set_err(err, errlen, k->name, "cannot create a target machine", NULL);
+  if (rc == KILN_OK && !llvm_lower_kernel(k, mod, sym, lerr, sizeof lerr)) rc = set_err(err, errlen, k->name, lerr, NULL);
+  if (rc == KILN_OK) rc = optimise(mod, tm, k->name, err, errlen);
   if (rc == KILN_OK && ir_text) {
     char *s = LLVMPrintModuleToString(mod);
     *ir_text = dup_str(s);
@@ -206,29 +216,27 @@ static int build_module(const kir_kernel *k, const char *sym, LLVMOrcThreadSafeM
       rc = KILN_ERR_OOM;
     }
   }
-  if (rc == KILN_OK) {
-    *tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-  } else {
-    LLVMDisposeModule(mod);
-  }
-  LLVMOrcDisposeThreadSafeContext(tsc);
+  if (rc == KILN_OK) rc = emit_object(mod, tm, k->name, obj, err, errlen);
+  if (tm) LLVMDisposeTargetMachine(tm);
+  LLVMDisposeModule(mod);
+  LLVMContextDispose(ctx);
   return rc;
 }
 
-/* Under jit_lock: adds the module and looks its symbol up (this runs
- * codegen). A failed kernel's resources are removed again. */
-static int add_and_lookup(LLVMOrcThreadSafeModuleRef tsm, const char *sym, const char *kname,
-                          llvm_kernel_fn *out, char *err, size_t errlen) {
+/* Under jit_lock: links the object into the JIT and looks its symbol up.
+ * A failed kernel's resources are removed again. */
+static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *kname, llvm_kernel_fn *out,
+                          char *err, size_t errlen) {
   int rc = KILN_OK;
   pthread_mutex_lock(&jit_lock);
   if (!g.jit) { /* llvm_shutdown raced with this compile: a caller bug */
     pthread_mutex_unlock(&jit_lock);
-    LLVMOrcDisposeThreadSafeModule(tsm);
+    LLVMDisposeMemoryBuffer(obj);
     return set_err(err, errlen, kname, "llvm_shutdown ran during llvm_compile", NULL);
   }
   g.session_err[0] = 0;
   LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(g.jit));
-  LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModuleWithRT(g.jit, rt, tsm);
+  LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(g.jit, rt, obj); /* takes obj */
   LLVMOrcExecutorAddress addr = 0;
   if (!e) e = LLVMOrcLLJITLookup(g.jit, &addr, sym);
   if (e) {
@@ -258,9 +266,9 @@ int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char 
   char sym[sizeof k->name + 32];
   symbol_name(sym, sizeof sym, k->name, id);
   char *ir = NULL;
-  LLVMOrcThreadSafeModuleRef tsm = NULL;
-  rc = build_module(k, sym, &tsm, ir_text ? &ir : NULL, err, errlen);
-  if (rc == KILN_OK) rc = add_and_lookup(tsm, sym, k->name, out, err, errlen);
+  LLVMMemoryBufferRef obj = NULL;
+  rc = build_object(k, sym, &obj, ir_text ? &ir : NULL, err, errlen);
+  if (rc == KILN_OK) rc = add_and_lookup(obj, sym, k->name, out, err, errlen);
   if (rc == KILN_OK && ir_text) *ir_text = ir;
   else free(ir);
   return rc;

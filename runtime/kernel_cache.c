@@ -3,7 +3,8 @@
  * of the uop array (builders zero every uop, padding included, so equal
  * kernels have equal bytes; the name is not part of it) and which params
  * are written. A hit costs a word-wise hash and a memcmp, no LLVM work and
- * no formatting. Open addressing, guarded by a mutex.
+ * no formatting. Open addressing, guarded by a mutex that is not held
+ * while a kernel compiles.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -75,34 +76,57 @@ static void cache_free_all(void) {
   llvm_shutdown();
 }
 
+/* Under cache_lock: the entry for key (NULL slot content = absent), NULL
+ * when the table cannot grow. */
+static cache_entry *lookup(uint64_t h, const unsigned char *key, size_t len) {
+  static bool registered;
+  if (!registered) registered = atexit(cache_free_all) == 0;
+  if ((n_used + 1) * 2 > n_slots && !grow()) return NULL;
+  return find_slot(slots, n_slots, h, key, len);
+}
+
+/* A miss compiles without holding the lock, so kernels compile in
+ * parallel; when two threads compile the same kernel, the first to
+ * finish is cached and both use it. */
 int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen) {
   size_t len = 0;
   unsigned char *key = kernel_key(k, &len);
   if (!key) return KILN_ERR_OOM;
   uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
-  static bool registered;
-  if (!registered) registered = atexit(cache_free_all) == 0;
-  int st = KILN_OK;
-  if ((n_used + 1) * 2 > n_slots && !grow()) st = KILN_ERR_OOM;
-  cache_entry *e = st == KILN_OK ? find_slot(slots, n_slots, h, key, len) : NULL;
+  cache_entry *e = lookup(h, key, len);
+  bool hit = e && e->key;
+  if (hit) *fn = e->fn;
+  pthread_mutex_unlock(&cache_lock);
+  if (!e) {
+    free(key);
+    return KILN_ERR_OOM;
+  }
+  *cache_hit = hit;
+  if (hit) {
+    free(key);
+    return KILN_OK;
+  }
+  llvm_kernel_fn mine;
+  int st = llvm_compile(k, &mine, NULL, err, errlen);
+  if (st != KILN_OK) {
+    free(key);
+    return st;
+  }
+  pthread_mutex_lock(&cache_lock);
+  e = lookup(h, key, len);
   if (e && e->key) {
-    *fn = e->fn;
-    *cache_hit = true;
-    free(key);
+    *fn = e->fn; /* another thread finished first; ours stays unused */
   } else if (e) {
-    st = llvm_compile(k, fn, NULL, err, errlen);
-    if (st == KILN_OK) {
-      *e = (cache_entry){h, key, len, *fn};
-      n_used++;
-      compiles++;
-      *cache_hit = false;
-      key = NULL;
-    }
-    free(key);
+    *e = (cache_entry){h, key, len, mine};
+    n_used++;
+    compiles++;
+    key = NULL;
+    *fn = mine;
   } else {
-    free(key);
+    *fn = mine; /* no room to cache it: still usable */
   }
   pthread_mutex_unlock(&cache_lock);
-  return st;
+  free(key);
+  return KILN_OK;
 }

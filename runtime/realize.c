@@ -231,12 +231,17 @@ static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const
 
 /* What one rt_realize call is doing: the schedule and whether it can be
  * cached (no fallback changed its fusion decisions while it ran). */
+typedef struct compile_job compile_job;
+
 typedef struct sched_run {
   graph_node *const *order;
   bool cacheable;
   const rt_schedule *cached;
   rt_sched_kernel *kernels; /* lowered this run, for the cache */
   int n_kernels, cap_kernels;
+  compile_job *jobs; /* kernels lowered and compiled before the run */
+  int n_jobs;
+  int *job_at;       /* [order size]: index into jobs, or -1 */
 } sched_run;
 
 /* Lowers n's kernel; a group too big for one kernel loses its fused
@@ -271,6 +276,23 @@ static void remember(sched_run *run, const rt_sched_kernel *k) {
   run->kernels[run->n_kernels++] = *k;
 }
 
+/* What the kernel IR of a lowered kernel tells the runtime. */
+static void describe(const kir_kernel *k, int pos, bool in_place, ready_kernel *rk) {
+  rk->k.pos = pos;
+  rk->k.in_place = in_place;
+  rk->k.extent = pass_parallel_extent(k);
+  rk->k.split = splittable(k);
+  snprintf(rk->k.name, sizeof rk->k.name, "%s", k->name);
+}
+
+/* Compiles k (or finds it in the kernel cache) into rk. */
+static int compile(const kir_kernel *k, ready_kernel *rk, char *err, size_t errlen) {
+  int64_t t0 = rt_now_ns();
+  int st = rt_kernel_get(k, &rk->k.fn, &rk->hit, err, errlen);
+  rk->compile_ns = rt_now_ns() - t0;
+  return st;
+}
+
 /* Lowers and compiles n's kernel into rk. */
 static int prepare(graph_node *n, int pos, sched_run *run, ready_kernel *rk, char *err, size_t errlen) {
   bool in_place = can_write_in_place(n);
@@ -278,18 +300,73 @@ static int prepare(graph_node *n, int pos, sched_run *run, ready_kernel *rk, cha
   int st = lower(n, in_place, &k, &rk->k.binding, run, err, errlen);
   if (st != KILN_OK) return st;
   if (in_place && !can_write_in_place(n)) run->cacheable = false;
-  rk->k.pos = pos;
-  rk->k.in_place = in_place && can_write_in_place(n);
-  rk->k.extent = pass_parallel_extent(&k);
-  rk->k.split = splittable(&k);
-  snprintf(rk->k.name, sizeof rk->k.name, "%s", k.name);
-  int64_t t0 = rt_now_ns();
-  st = rt_kernel_get(&k, &rk->k.fn, &rk->hit, err, errlen);
-  rk->compile_ns = rt_now_ns() - t0;
+  describe(&k, pos, in_place && can_write_in_place(n), rk);
+  st = compile(&k, rk, err, errlen);
   if (st == KILN_OK && rt_debug_level() >= 3) debug_ir(&k);
   kir_free(&k);
   if (st == KILN_OK) remember(run, &rk->k);
   return st;
+}
+
+/* ------------------------------------------------- parallel compiling */
+
+/* A kernel of a new schedule lowered up front, compiled with the others
+ * on the pool's threads before the schedule runs. */
+struct compile_job {
+  kir_kernel k;
+  ready_kernel rk;
+  int status; /* KILN_OK when compiled */
+};
+
+static void compile_jobs(void *const *bufs, int64_t start, int64_t end) {
+  compile_job *jobs = bufs[0];
+  char err[512];
+  for (int64_t i = start; i < end; i++) jobs[i].status = compile(&jobs[i].k, &jobs[i].rk, err, sizeof err);
+}
+
+static bool needs_kernel(const graph_node *x) {
+  return !x->buffer && !x->fused && graph_ops[x->op].kind != GRAPH_EXTERN;
+}
+
+/* Lowers every kernel of a schedule whose structure is new and compiles
+ * them in parallel, so its first force costs about the longest compile
+ * per thread instead of their sum. Kernels that cannot be lowered up
+ * front (their group is too big: the run's fallback handles them) are
+ * left out; nothing here is required for correctness. */
+static void prefetch(sched_run *run, int n) {
+  int count = 0;
+  for (int i = 0; i < n; i++) count += needs_kernel(run->order[i]);
+  if (count < 2 || rt_pool_threads() < 2 || rt_debug_level() >= 3) return;
+  run->jobs = malloc(sizeof *run->jobs * (size_t)count);
+  run->job_at = malloc(sizeof *run->job_at * (size_t)n);
+  if (!run->jobs || !run->job_at) return;
+  int n_jobs = 0;
+  char err[512];
+  for (int i = 0; i < n; i++) {
+    graph_node *x = run->order[i];
+    run->job_at[i] = -1;
+    if (!needs_kernel(x)) continue;
+    compile_job *j = &run->jobs[n_jobs];
+    bool in_place = can_write_in_place(x);
+    if (pass_lower_node(x, in_place, &j->k, &j->rk.k.binding, err, sizeof err) != KILN_OK) continue;
+    describe(&j->k, i, in_place, &j->rk);
+    j->status = KILN_ERR_UNSUPPORTED;
+    run->job_at[i] = n_jobs++;
+  }
+  void *bufs[1] = {run->jobs};
+  rt_pool_run(compile_jobs, bufs, n_jobs, RT_POOL_MIN_WORK);
+  for (int i = 0; i < n_jobs; i++) kir_free(&run->jobs[i].k);
+  run->n_jobs = n_jobs;
+}
+
+/* The prefetched kernel for n, when it compiled and its in-place
+ * decision still holds. */
+static bool from_prefetch(graph_node *n, int pos, sched_run *run, ready_kernel *rk) {
+  int j = run->job_at ? run->job_at[pos] : -1;
+  if (j < 0 || run->jobs[j].status != KILN_OK || run->jobs[j].rk.k.in_place != can_write_in_place(n)) return false;
+  *rk = run->jobs[j].rk;
+  remember(run, &rk->k);
+  return true;
 }
 
 /* The cached kernel for n when the in-place decision still matches. */
@@ -324,7 +401,7 @@ static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
 static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
   if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
   ready_kernel rk;
-  if (!from_cache(n, pos, run, &rk)) {
+  if (!from_cache(n, pos, run, &rk) && !from_prefetch(n, pos, run, &rk)) {
     int st = prepare(n, pos, run, &rk, err, errlen);
     if (st != KILN_OK) return st;
   }
@@ -368,6 +445,7 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
     fused = run.cacheable ? malloc(sizeof *fused * (size_t)(order.n ? order.n : 1)) : NULL;
     for (int i = 0; fused && i < order.n; i++) fused[i] = order.items[i]->fused;
     run.cacheable = fused != NULL;
+    prefetch(&run, order.n);
   }
   int st = KILN_OK;
   nesting++;
@@ -380,6 +458,8 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
     rt_schedule_insert(key, key_len, fused, order.n, run.kernels, run.n_kernels);
   }
   free(fused);
+  free(run.jobs);
+  free(run.job_at);
   free(run.kernels);
   free(order.items);
   return st;
