@@ -19,7 +19,13 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if ((${#missing[@]} == 0)); then
+# dpkg's status can say "installed" while a file is gone (a missing
+# /usr/bin/python3 failed CI once): the interpreter the NumPy tests use must
+# import what they need, else Debian's Python packages are reinstalled.
+PYTHON_PACKAGES=(python3-minimal python3 python3-numpy python3-pytest python3-hypothesis)
+python_ok() { /usr/bin/python3 -c 'import numpy, pytest, hypothesis' >/dev/null 2>&1; }
+
+if ((${#missing[@]} == 0)) && python_ok; then
   echo "setup.sh: all ${#PACKAGES[@]} packages present"
   exit 0
 fi
@@ -34,7 +40,17 @@ if [[ $(id -u) -ne 0 ]]; then
   fi
 fi
 
-echo "setup.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+"${APT[@]}" update -q
+if ((${#missing[@]})); then
+  echo "setup.sh: installing ${missing[*]}"
+  "${APT[@]}" install -y -q --no-install-recommends "${missing[@]}"
+fi
+if ! python_ok; then
+  echo "setup.sh: /usr/bin/python3 cannot import numpy, pytest and hypothesis: reinstalling ${PYTHON_PACKAGES[*]}"
+  "${APT[@]}" install -y -q --no-install-recommends --reinstall "${PYTHON_PACKAGES[@]}"
+  python_ok || {
+    echo "setup.sh: /usr/bin/python3 still cannot import numpy, pytest and hypothesis" >&2
+    exit 1
+  }
+fi

@@ -7,8 +7,8 @@
 # preloaded into the interpreter (CPython itself leaks by LSan's
 # standards: leak checking is off for this test; the C tests keep it on).
 #
-# Outside CI a machine without numpy/pytest/hypothesis gets a skipped test
-# with a message; in CI (env CI set) the test runs and fails instead.
+# Outside CI a machine without numpy/pytest/hypothesis gets skipped tests
+# with a message; in CI (env CI set) they fail with that message instead.
 
 set(KILN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the NumPy differential tests")
 set(KILN_PYTEST_TIMEOUT 1200 CACHE STRING "Timeout (s) of the numpy_diff test")
@@ -17,11 +17,22 @@ execute_process(
   COMMAND ${KILN_PYTHON} -c "import numpy, pytest, hypothesis"
   RESULT_VARIABLE _kiln_py_missing OUTPUT_QUIET ERROR_QUIET)
 
-if(_kiln_py_missing AND NOT DEFINED ENV{CI})
-  message(STATUS "numpy_diff: ${KILN_PYTHON} lacks numpy/pytest/hypothesis; the test will be skipped (run scripts/setup.sh)")
-  add_test(NAME numpy_diff COMMAND sh -c
-    "echo 'numpy_diff skipped: ${KILN_PYTHON} lacks numpy, pytest or hypothesis (run scripts/setup.sh)'; exit 77")
-  set_tests_properties(numpy_diff PROPERTIES SKIP_RETURN_CODE 77)
+if(_kiln_py_missing)
+  # Outside CI: skipped. In CI: a failing test that says why (ctest's own
+  # "Could not find executable" hid the cause once).
+  if(DEFINED ENV{CI})
+    set(_kiln_py_word "FAILED")
+    set(_kiln_py_exit 1)
+  else()
+    set(_kiln_py_word "skipped")
+    set(_kiln_py_exit 77)
+  endif()
+  message(STATUS "numpy_diff: ${KILN_PYTHON} lacks numpy/pytest/hypothesis; the test is ${_kiln_py_word} (run scripts/setup.sh)")
+  foreach(_kiln_py_test numpy_diff numpy_diff_unfused)
+    add_test(NAME ${_kiln_py_test} COMMAND sh -c
+      "echo '${_kiln_py_test} ${_kiln_py_word}: ${KILN_PYTHON} cannot import numpy, pytest and hypothesis (run scripts/setup.sh)'; exit ${_kiln_py_exit}")
+    set_tests_properties(${_kiln_py_test} PROPERTIES SKIP_RETURN_CODE 77 LABELS python)
+  endforeach()
   return()
 endif()
 
