@@ -734,12 +734,17 @@ static int lower_root(lower_ctx *c, bool in_place) {
   return lower_elementwise(c);
 }
 
+/* The kernel's name, as the profiler and KILN_DEBUG show it: its kind
+ * (E elementwise, R reduction or row-fused, A in-place write, C cast, S
+ * source), the ops it computes (producers first) and the root's sizes,
+ * e.g. E_mul_add_relu_16777216 or R_amax_sub_exp_sum_div_4096x4096. */
 static void finish_name(lower_ctx *c) {
   static const char prefix[] = {[GRAPH_SOURCE] = 'S', [GRAPH_UNARY] = 'E', [GRAPH_BINARY] = 'E',
                                 [GRAPH_TERNARY] = 'E', [GRAPH_CAST] = 'C', [GRAPH_REDUCE] = 'R',
                                 [GRAPH_ASSIGN] = 'A'};
   const graph_node *n = c->root;
-  int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", prefix[graph_ops[n->op].kind], c->name);
+  char kind = c->n_rows > 0 ? 'R' : prefix[graph_ops[n->op].kind]; /* a row-fused kernel reduces rows */
+  int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", kind, c->name);
   for (int d = 0; d < n->ndim && len < 90; d++)
     len += snprintf(c->k->name + len, sizeof c->k->name - (size_t)len, d ? "x%lld" : "_%lld", (long long)n->sizes[d]);
 }

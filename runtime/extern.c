@@ -74,10 +74,8 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
     kiln_kernel_record r = {.run_ns = t1 - t0};
     char name[96];
     describe(n, &r, name, sizeof name);
-    if (rt_debug_level() >= 1)
-      fprintf(stderr, "kiln: %-40s blas  numel %-10lld %8.3f ms  %.1f GFLOP/s\n", name, (long long)n->numel,
-              (t1 - t0) / 1e6, (t1 - t0) > 0 ? (double)r.flops / (double)(t1 - t0) : 0.0);
-    if (rt_profiling()) rt_profile_add(&r);
+    if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
+    if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
   }
   graph_node_set_buffer(n, out);
   return KILN_OK;

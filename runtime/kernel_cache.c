@@ -7,6 +7,7 @@
  * while a kernel compiles.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,7 +109,10 @@ int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char
     return KILN_OK;
   }
   llvm_kernel_fn mine;
-  int st = llvm_compile(k, &mine, NULL, err, errlen);
+  char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
+  int st = llvm_compile(k, &mine, rt_debug_level() >= 4 ? &ir : NULL, err, errlen);
+  if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
+  free(ir);
   if (st != KILN_OK) {
     free(key);
     return st;

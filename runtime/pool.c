@@ -56,6 +56,7 @@ typedef struct pool_job {
   void *const *bufs;
   int64_t extent;
   int n_chunks;
+  rt_pool_span *spans; /* [n_chunks] timed when not NULL (profiling) */
 } pool_job;
 
 typedef struct pool_state {
@@ -127,7 +128,13 @@ static int plan_threads(int64_t extent, int64_t cost_per_item, int threads) {
 static void run_chunk(int c) {
   int64_t start, end;
   chunk_bounds(P.job.extent, P.job.n_chunks, c, &start, &end);
+  rt_pool_span *span = P.job.spans ? &P.job.spans[c] : NULL;
+  if (span) span->start_ns = rt_now_ns();
   P.job.fn(P.job.bufs, start, end);
+  if (span) {
+    span->end_ns = rt_now_ns();
+    span->tid = rt_thread_id();
+  }
 }
 
 /* Next gen after `seen`: spin for SPIN_NS, then sleep on `wake`. */
@@ -161,6 +168,7 @@ static void *worker_main(void *arg) {
   int id = (int)(intptr_t)arg;
   uint64_t seen = P.spawn_gen; /* written before pthread_create */
   in_pool = true;
+  rt_thread_set_name("pool worker %d", id);
   for (;;) {
     seen = wait_for_job(seen);
     if (atomic_load_explicit(&P.quit, memory_order_acquire)) return NULL;
@@ -268,8 +276,8 @@ void rt_pool_set_threads(int n) {
 }
 
 /* Caller side of a parallel run over n chunks (n - 1 ≤ n_workers). */
-static void run_parallel(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int n) {
-  P.job = (pool_job){.fn = fn, .bufs = bufs, .extent = extent, .n_chunks = n};
+static void run_parallel(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int n, rt_pool_span *spans) {
+  P.job = (pool_job){.fn = fn, .bufs = bufs, .extent = extent, .n_chunks = n, .spans = spans};
   atomic_store_explicit(&P.pending, n - 1, memory_order_relaxed);
   publish(n);
   in_pool = true;
@@ -285,16 +293,25 @@ static void run_parallel(llvm_kernel_fn fn, void *const *bufs, int64_t extent, i
   pthread_mutex_unlock(&P.lock);
 }
 
-int rt_pool_run(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int64_t cost_per_item) {
+int rt_pool_run_timed(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int64_t cost_per_item,
+                      rt_pool_span *spans, int *n_spans) {
   int n = in_pool ? 1 : plan_threads(extent, cost_per_item, rt_pool_threads());
+  if (n_spans) *n_spans = 0;
   if (n > 1) {
     pthread_mutex_lock(&P.run_lock);
     if (!P.started && !P.closed) start_workers(atomic_load(&P.threads) - 1);
     if (n > P.n_workers + 1) n = P.n_workers + 1;
-    if (n > 1) run_parallel(fn, bufs, extent, n);
+    if (n > 1) run_parallel(fn, bufs, extent, n, spans);
     pthread_mutex_unlock(&P.run_lock);
-    if (n > 1) return n;
+    if (n > 1) {
+      if (n_spans && spans) *n_spans = n;
+      return n;
+    }
   }
   fn(bufs, 0, extent);
   return 1;
+}
+
+int rt_pool_run(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int64_t cost_per_item) {
+  return rt_pool_run_timed(fn, bufs, extent, cost_per_item, NULL, NULL);
 }

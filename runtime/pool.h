@@ -32,6 +32,19 @@
  *  fails: if worker threads cannot be created it runs inline. */
 int rt_pool_run(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int64_t cost_per_item);
 
+/** One chunk of a parallel run, for the profiler's trace: the thread
+ *  (rt_thread_id) that ran it and when. */
+typedef struct rt_pool_span {
+  int64_t start_ns, end_ns;
+  int tid;
+} rt_pool_span;
+
+/** rt_pool_run that also times each chunk into spans[RT_POOL_MAX_THREADS]
+ *  (when not NULL) and sets *n_spans: the number of chunks when the run
+ *  was split across threads, else 0. */
+int rt_pool_run_timed(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int64_t cost_per_item,
+                      rt_pool_span *spans, int *n_spans);
+
 /** Sets the thread count (n ≥ 1, clamped to RT_POOL_MAX_THREADS; n < 1 is
  *  ignored). Waits for a running parallel kernel, stops the old workers;
  *  new ones start lazily at the next parallel run. */

@@ -21,15 +21,6 @@
 
 static int sched_epoch;
 
-int rt_debug_level(void) {
-  static int level = -1;
-  if (level < 0) {
-    const char *e = getenv("KILN_DEBUG");
-    level = e ? atoi(e) : 0;
-  }
-  return level;
-}
-
 /* KILN_FUSE=0 runs one kernel per node (read once; tests may override). */
 static int fusion = -1;
 
@@ -112,6 +103,19 @@ static bool schedule(graph_node *const *roots, int n, node_list *order) {
   return ok;
 }
 
+int rt_plan(graph_node *const *roots, int n, bool passes, graph_node ***order, int *n_order) {
+  node_list l = {0};
+  if (!(passes ? schedule(roots, n, &l) : collect(roots, n, &l))) {
+    free(l.items);
+    return KILN_ERR_OOM;
+  }
+  for (int i = 0; i < l.n; i++) l.items[i]->sched_pos = i;
+  if (passes) pass_fuse(l.items, l.n, roots, n, fusion_enabled());
+  *order = l.items;
+  *n_order = l.n;
+  return KILN_OK;
+}
+
 /* An ASSIGN writes into its old version's buffer whenever that buffer
  * belongs to the old version alone. If other pending readers still need
  * the old contents, they get a private copy first (copy-on-write), so the
@@ -134,11 +138,6 @@ static int detach_old_readers(graph_node *old, char *err, size_t errlen) {
   old->buffer = copy;
   graph_buffer_release(mine); /* still held by the ASSIGN's output */
   return KILN_OK;
-}
-
-static void debug_line(const graph_node *n, const char *name, bool hit, int64_t ns) {
-  fprintf(stderr, "kiln: %-40s llvm  numel %-10lld %8.3f ms%s\n", name, (long long)n->numel, ns / 1e6,
-          hit ? "" : "  (compiled)");
 }
 
 /* KILN_DEBUG=3: the kernel IR, printed before the kernel runs. */
@@ -183,10 +182,12 @@ typedef struct ready_kernel {
   int64_t compile_ns;
 } ready_kernel;
 
-static void profile(const graph_node *n, const ready_kernel *rk, int threads, int64_t run_ns) {
+/* The profiler record and KILN_DEBUG line of one run that started at t0. */
+static void report(const graph_node *n, const ready_kernel *rk, int threads, int64_t t0, int64_t t1,
+                   const rt_pool_span *spans, int n_spans) {
   const pass_binding *b = &rk->k.binding;
   kiln_kernel_record r = {.name = rk->k.name, .backend = "llvm", .n_ops = b->n_ops, .cache_hit = rk->hit,
-                          .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns, .run_ns = run_ns,
+                          .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns, .run_ns = t1 - t0,
                           .bytes_read = b->bytes_read};
   bool assign = n->op == GRAPH_OP_ASSIGN;
   r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
@@ -194,7 +195,8 @@ static void profile(const graph_node *n, const ready_kernel *rk, int threads, in
   int64_t per_elem = b->n_ops - (assign ? 1 : 0);
   r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) * b->n_ops
                                                   : r.numel * (per_elem > 0 ? per_elem : 0);
-  rt_profile_add(&r);
+  if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
+  if (rt_profiling()) rt_profile_add(&r, t0, spans, n_spans);
 }
 
 /* True when every STORE of k lies inside its parallel range and no
@@ -218,7 +220,9 @@ static bool splittable(const kir_kernel *k) {
  * threads used. Work per item is the elements one iteration of the
  * parallel range touches: output elements (or region elements of an
  * in-place ASSIGN), or for a reduction the input elements it reads. */
-static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const *bufs) {
+static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const *bufs, rt_pool_span *spans,
+                      int *n_spans) {
+  *n_spans = 0;
   if (k->extent == 0 || !k->split) {
     k->fn(bufs, 0, k->extent);
     return 1;
@@ -226,7 +230,7 @@ static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const
   int64_t work = n->numel;
   if (graph_ops[n->op].kind == GRAPH_REDUCE) work = graph_view_numel(&n->inputs[0].view);
   else if (n->op == GRAPH_OP_ASSIGN && k->in_place) work = graph_view_numel(&n->attr.region);
-  return rt_pool_run(k->fn, bufs, k->extent, work / k->extent);
+  return rt_pool_run_timed(k->fn, bufs, k->extent, work / k->extent, spans, n_spans);
 }
 
 /* What one rt_realize call is doing: the schedule and whether it can be
@@ -289,7 +293,9 @@ static void describe(const kir_kernel *k, int pos, bool in_place, ready_kernel *
 static int compile(const kir_kernel *k, ready_kernel *rk, char *err, size_t errlen) {
   int64_t t0 = rt_now_ns();
   int st = rt_kernel_get(k, &rk->k.fn, &rk->hit, err, errlen);
-  rk->compile_ns = rt_now_ns() - t0;
+  int64_t t1 = rt_now_ns();
+  rk->compile_ns = t1 - t0;
+  if (st == KILN_OK && !rk->hit && rt_profiling()) rt_profile_compile(rk->k.name, t0, t1);
   return st;
 }
 
@@ -389,11 +395,12 @@ static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
   }
   kernel_args a;
   bind_args(&rk->k.binding, out, &a);
+  static _Thread_local rt_pool_span spans[RT_POOL_MAX_THREADS];
+  int n_spans = 0;
   int64_t t0 = rt_now_ns();
-  int threads = run_kernel(n, &rk->k, a.bufs);
+  int threads = run_kernel(n, &rk->k, a.bufs, rt_profiling() ? spans : NULL, &n_spans);
   int64_t t1 = rt_now_ns();
-  if (rt_debug_level() >= 1) debug_line(n, rk->k.name, rk->hit, t1 - t0);
-  if (rt_profiling()) profile(n, rk, threads, t1 - t0);
+  if (rt_debug_level() >= 1 || rt_profiling()) report(n, rk, threads, t0, t1, spans, n_spans);
   graph_node_set_buffer(n, out);
   return KILN_OK;
 }
@@ -447,6 +454,7 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
     run.cacheable = fused != NULL;
     prefetch(&run, order.n);
   }
+  if (rt_debug_level() >= 2) rt_debug_schedule(order.items, order.n, run.cached != NULL);
   int st = KILN_OK;
   nesting++;
   for (int i = 0; i < order.n && st == KILN_OK; i++) {

@@ -6,17 +6,29 @@
 #define KILN_RUNTIME_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "graph.h"
 #include "kir.h"
 #include "lower.h"
 #include "llvm_backend.h"
+#include "pool.h"
 
 /** Realizes every node in nodes[0..n) and the pending nodes they need,
  *  one kernel per node, in dependency order. On failure nothing already
  *  realized is lost, the failed node stays pending, and the message is in
  *  err. Returns KILN_OK or a negative kiln_status. */
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen);
+
+/** The pending nodes roots [n] need, in post-order (producers first), as
+ *  rt_realize schedules them: with `passes`, after the simplifier and the
+ *  fusion pass (node->fused then says which nodes their readers' kernels
+ *  compute). Sets node->sched_pos. Nothing runs; *order is malloc'ed
+ *  (caller frees). KILN_OK or KILN_ERR_OOM. */
+int rt_plan(graph_node *const *roots, int n, bool passes, graph_node ***order, int *n_order);
+/** Writes the graph of pending work roots [n] need as Graphviz DOT to f,
+ *  before or after the passes (see dot.c). */
+int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, char *err, size_t errlen);
 
 /** Compiled entry point for k, from the cache or compiled now (then cached
  *  by kir_to_string(k)). *cache_hit tells which. */
@@ -28,8 +40,13 @@ int64_t rt_compile_count(void);
 /** Fusion on (1) or off (0: one kernel per node), overriding KILN_FUSE;
  *  -1 goes back to the environment's choice. For tests. */
 void rt_set_fusion(int enabled);
+/* ---- KILN_DEBUG output (debug.c) ---- */
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
+/** Level 1: the line of one kernel run; sizes [ndim] is its output shape. */
+void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes);
+/** Level 2: the schedule of a realize (order [n], fusion decided). */
+void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit);
 
 /* ---- schedule cache (schedule.c) ---- */
 /** One kernel of a cached schedule: the node at schedule position `pos`,
@@ -81,13 +98,49 @@ void rt_alloc_trim(void);
 int64_t rt_alloc_cached_bytes(void);
 
 /* ---- profiler records (profile.c) ---- */
+/** True between rt_profile_begin and rt_profile_end (one relaxed load). */
 bool rt_profiling(void);
 /** CLOCK_MONOTONIC in nanoseconds. */
 int64_t rt_now_ns(void);
 void rt_profile_begin(void);
 void rt_profile_end(void);
-void rt_profile_add(const kiln_kernel_record *r);
+/** Adds the record of one kernel run that started at start_ns on this
+ *  thread, with the chunks [n_chunks] the pool ran it as (0 when it ran
+ *  inline). r->name is copied (interned). */
+void rt_profile_add(const kiln_kernel_record *r, int64_t start_ns, const rt_pool_span *chunks, int n_chunks);
+/** Adds a compile event of `kernel` on this thread. */
+void rt_profile_compile(const char *kernel, int64_t start_ns, int64_t end_ns);
 int rt_profile_count(void);
 bool rt_profile_get(int i, kiln_kernel_record *out);
+
+typedef enum rt_event_kind { RT_EVENT_KERNEL, RT_EVENT_CHUNK, RT_EVENT_COMPILE } rt_event_kind;
+/** A timed event for the trace file: a kernel run (on the launching
+ *  thread), one chunk of it (on the pool thread that ran it) or a
+ *  compile. `record` indexes the records for runs and chunks, else -1. */
+typedef struct rt_profile_event {
+  rt_event_kind kind;
+  int record, tid;
+  const char *name; /* interned: valid until the next rt_profile_begin */
+  int64_t start_ns, end_ns;
+} rt_profile_event;
+/** A copy of everything recorded, for printing and writing traces. */
+typedef struct rt_profile_snapshot_t {
+  int64_t begin_ns, end_ns; /* the profiled interval (end: now while on) */
+  kiln_kernel_record *records;
+  int n_records;
+  rt_profile_event *events;
+  int n_events;
+} rt_profile_snapshot_t;
+/** Copies the records and events into s (free with _free); false on OOM. */
+bool rt_profile_snapshot(rt_profile_snapshot_t *s);
+void rt_profile_snapshot_free(rt_profile_snapshot_t *s);
+
+/** Small positive id of the calling thread (1, 2, ... in order of first
+ *  use), the trace file's track number. */
+int rt_thread_id(void);
+/** Names the calling thread's track in trace files (printf format). */
+void rt_thread_set_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/** The name given to thread tid, or NULL. */
+const char *rt_thread_name(int tid);
 
 #endif /* KILN_RUNTIME_H */

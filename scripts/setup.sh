@@ -8,7 +8,7 @@ PACKAGES=(
   cmake gcc make pkg-config
   llvm-19-dev libopenblas-dev libcmocka-dev zlib1g-dev libjansson-dev
   python3-numpy python3-pytest python3-hypothesis
-  dataset-fashion-mnist
+  dataset-fashion-mnist graphviz
 )
 
 missing=()

@@ -1,0 +1,81 @@
+/*
+ * debug.c — KILN_DEBUG output on stderr. Level 1: a line per kernel run
+ * (name, backend, ops fused, shape, time, GB/s, GFLOP/s); 2: also the
+ * schedule of every realize; 3: also the kernel IR of each kernel
+ * (realize.c); 4: also the LLVM IR of each compiled kernel
+ * (kernel_cache.c). The level is read once from the environment.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime.h"
+
+int rt_debug_level(void) {
+  static int level = -1;
+  if (level < 0) {
+    const char *e = getenv("KILN_DEBUG");
+    level = e ? atoi(e) : 0;
+  }
+  return level;
+}
+
+/* "[4096, 4096]" into buf. */
+static const char *fmt_shape(char *buf, size_t len, int ndim, const int64_t *sizes) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < ndim && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes) {
+  char shape[160];
+  double ns = r->run_ns > 0 ? (double)r->run_ns : 1.0;
+  char compiled[48] = "";
+  if (!r->cache_hit) snprintf(compiled, sizeof compiled, "  (compiled in %.1f ms)", r->compile_ns / 1e6);
+  fprintf(stderr, "kiln: %-44s %-5s %3d ops %-16s %9.3f ms %8.2f GB/s %8.2f GFLOP/s %2d thr%s\n", r->name,
+          r->backend, r->n_ops, fmt_shape(shape, sizeof shape, ndim, sizes), r->run_ns / 1e6,
+          (double)(r->bytes_read + r->bytes_written) / ns, (double)r->flops / ns, r->threads, compiled);
+}
+
+/* Appends the ops fused below n (inputs first) to the line; seen[] keeps
+ * a node shared by two producers from being listed twice. */
+static void list_fused(const graph_node *n, const graph_node **seen, int *n_seen, int max_seen) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    if (in->buffer || !in->fused) continue;
+    bool dup = false;
+    for (int s = 0; s < *n_seen && !dup; s++) dup = seen[s] == in;
+    if (dup || *n_seen == max_seen) continue;
+    seen[(*n_seen)++] = in;
+    list_fused(in, seen, n_seen, max_seen);
+    fprintf(stderr, " %s", graph_ops[in->op].name);
+  }
+}
+
+void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
+  int kernels = 0, externs = 0;
+  for (int i = 0; i < n; i++) {
+    const graph_node *x = order[i];
+    if (x->buffer || x->fused) continue;
+    if (graph_ops[x->op].kind == GRAPH_EXTERN) externs++;
+    else kernels++;
+  }
+  fprintf(stderr, "kiln: schedule: %d pending nodes -> %d kernels, %d library calls%s\n", n, kernels, externs,
+          cache_hit ? " (schedule cache hit)" : "");
+  for (int i = 0; i < n; i++) {
+    const graph_node *x = order[i];
+    if (x->buffer || x->fused) continue;
+    char shape[160];
+    fprintf(stderr, "kiln:   %3d %-10s %-5s %s", i, graph_ops[x->op].name, graph_dtypes[x->dtype].name,
+            fmt_shape(shape, sizeof shape, x->ndim, x->sizes));
+    const graph_node *seen[64];
+    int n_seen = 0;
+    if (graph_ops[x->op].kind != GRAPH_EXTERN) {
+      fprintf(stderr, "  fuses:");
+      list_fused(x, seen, &n_seen, 64);
+      if (!n_seen) fprintf(stderr, " -");
+    }
+    fprintf(stderr, "\n");
+  }
+}

@@ -1,0 +1,186 @@
+/*
+ * dot.c — the graph of pending work in Graphviz DOT, before or after the
+ * passes (kiln_graph_write_dot).
+ *
+ * Before: every pending node the requested tensors need, its inputs, and
+ * the realized buffers and inlined sources (FULL, ARANGE) it reads. An
+ * edge is labelled with the view it reads when that view is not simply
+ * the producer's contiguous layout (a transpose, broadcast, narrow, ...).
+ *
+ * After: what rt_realize would run. Each kernel is a cluster named like
+ * its profiler record; inside it, its root and every producer fused into
+ * it. A producer fused into two kernels is recomputed by both, so it is
+ * drawn once in each cluster. Library calls (matmul) are clusters of one.
+ * Node ids: "n<pos>" for a node at schedule position pos, "k<root>_n<pos>"
+ * for a fused copy inside kernel <root>, "p<address>" for nodes outside
+ * the schedule.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "lower.h"
+#include "runtime.h"
+
+/* A node is in the schedule when it is pending and not an inlined source. */
+static bool scheduled(const graph_node *n) { return !n->buffer && !pass_is_inlined(n); }
+
+static void node_id(char *buf, size_t len, const graph_node *n, int kernel) {
+  if (!scheduled(n) && kernel >= 0) snprintf(buf, len, "k%d_p%p", kernel, (const void *)n);
+  else if (!scheduled(n)) snprintf(buf, len, "p%p", (const void *)n);
+  else if (kernel >= 0) snprintf(buf, len, "k%d_n%d", kernel, n->sched_pos);
+  else snprintf(buf, len, "n%d", n->sched_pos);
+}
+
+static void shape(FILE *f, int ndim, const int64_t *sizes) {
+  fputc('[', f);
+  for (int d = 0; d < ndim; d++) fprintf(f, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  fputc(']', f);
+}
+
+/* The node's box: op, dtype, shape (and the value of a fill). */
+static void declare(FILE *f, const graph_node *n, const char *id) {
+  fprintf(f, "  \"%s\" [label=\"", id);
+  if (n->buffer) fprintf(f, "buffer");
+  else fprintf(f, "%s", graph_ops[n->op].name);
+  if (!n->buffer && n->op == GRAPH_OP_FULL) fprintf(f, " %g", n->attr.scalar);
+  fprintf(f, "\\n%s ", graph_dtypes[n->dtype].name);
+  shape(f, n->ndim, n->sizes);
+  fprintf(f, "\"%s];\n", n->buffer ? ", style=filled, fillcolor=\"#dddddd\"" : "");
+}
+
+/* Edge src -> dst, labelled with the view unless it is the plain one. */
+static void edge(FILE *f, const char *src, const char *dst, const graph_node *in, const graph_view *v) {
+  fprintf(f, "  \"%s\" -> \"%s\"", src, dst);
+  bool plain = v->offset == 0 && graph_view_is_contiguous(v) && graph_view_numel(v) == in->numel;
+  if (!plain) {
+    fprintf(f, " [label=\"");
+    shape(f, v->ndim, v->sizes);
+    fprintf(f, " strides ");
+    shape(f, v->ndim, v->strides);
+    fprintf(f, " +%lld\", fontsize=8]", (long long)v->offset);
+  }
+  fprintf(f, ";\n");
+}
+
+/* -------------------------------------------------- before the passes */
+
+static void write_before(FILE *f, graph_node *const *order, int n) {
+  char id[64], src[64];
+  for (int i = 0; i < n; i++) {
+    graph_node *x = order[i];
+    node_id(id, sizeof id, x, -1);
+    declare(f, x, id);
+    for (int j = 0; j < x->n_inputs; j++) {
+      const graph_node *in = x->inputs[j].node;
+      node_id(src, sizeof src, in, -1);
+      if (!scheduled(in)) declare(f, in, src); /* repeats are harmless in DOT */
+      edge(f, src, id, in, &x->inputs[j].view);
+    }
+  }
+}
+
+/* --------------------------------------------------- after the passes */
+
+static bool inside(const graph_node *in) { return !in->buffer && (in->fused || pass_is_inlined(in)); }
+
+/* A kernel of the fused graph: its root (at schedule position k) and the
+ * producers fused into it, each listed once. */
+typedef struct dot_kernel {
+  int k;
+  const graph_node *members[256];
+  int n_members;
+} dot_kernel;
+
+static void gather(dot_kernel *g, const graph_node *x) {
+  if (graph_ops[x->op].kind == GRAPH_EXTERN) return; /* a library call reads buffers */
+  for (int j = 0; j < x->n_inputs; j++) {
+    const graph_node *in = x->inputs[j].node;
+    if (!inside(in)) continue;
+    bool seen = false;
+    for (int d = 0; d < g->n_members && !seen; d++) seen = g->members[d] == in;
+    if (seen || g->n_members == 256) continue;
+    g->members[g->n_members++] = in;
+    gather(g, in);
+  }
+}
+
+/* The input edges of x (a member of g, or its root when is_root); inputs
+ * outside every kernel (buffers) are declared here, at the top level, so
+ * DOT does not pull them into the cluster. */
+static void write_edges(FILE *f, const dot_kernel *g, const graph_node *x, bool is_root) {
+  char id[64], src[64];
+  node_id(id, sizeof id, x, is_root ? -1 : g->k);
+  for (int j = 0; j < x->n_inputs; j++) {
+    const graph_node *in = x->inputs[j].node;
+    bool member = graph_ops[x->op].kind != GRAPH_EXTERN && inside(in);
+    node_id(src, sizeof src, in, member ? g->k : -1);
+    if (!member && !scheduled(in)) declare(f, in, src);
+    edge(f, src, id, in, &x->inputs[j].view);
+  }
+}
+
+/* The cluster label: the kernel's name as lowering gives it. */
+static void kernel_label(FILE *f, const graph_node *x) {
+  if (graph_ops[x->op].kind == GRAPH_EXTERN) {
+    fprintf(f, "library call (%s)", graph_ops[x->op].name);
+    return;
+  }
+  kir_kernel k;
+  pass_binding b;
+  char err[256];
+  if (pass_lower_node(x, false, &k, &b, err, sizeof err) == KILN_OK) {
+    fprintf(f, "%s", k.name);
+    kir_free(&k);
+  } else {
+    fprintf(f, "%s (split at run time: too many inputs for one kernel)", graph_ops[x->op].name);
+  }
+}
+
+/* Clusters first (only their nodes inside them), then every edge at the
+ * top level: a node an edge names inside a cluster would join it. */
+static void write_after(FILE *f, graph_node *const *order, int n) {
+  char id[64];
+  dot_kernel g;
+  for (int i = 0; i < n; i++) {
+    graph_node *x = order[i];
+    if (x->fused) continue;
+    fprintf(f, "  subgraph cluster_%d {\n  label=\"", i);
+    kernel_label(f, x);
+    fprintf(f, "\";\n  style=rounded; color=\"#4070c0\";\n");
+    g = (dot_kernel){.k = i};
+    gather(&g, x);
+    node_id(id, sizeof id, x, -1);
+    declare(f, x, id);
+    for (int m = 0; m < g.n_members; m++) {
+      node_id(id, sizeof id, g.members[m], i);
+      declare(f, g.members[m], id);
+    }
+    fprintf(f, "  }\n");
+  }
+  for (int i = 0; i < n; i++) {
+    graph_node *x = order[i];
+    if (x->fused) continue;
+    g = (dot_kernel){.k = i};
+    gather(&g, x);
+    write_edges(f, &g, x, true);
+    for (int m = 0; m < g.n_members; m++) write_edges(f, &g, g.members[m], false);
+  }
+}
+
+int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, char *err, size_t errlen) {
+  graph_node **order = NULL;
+  int n_order = 0;
+  int st = rt_plan(roots, n, after_passes, &order, &n_order);
+  if (st != KILN_OK) {
+    snprintf(err, errlen, "out of memory planning %d tensors", n);
+    return st;
+  }
+  fprintf(f, "digraph kiln {\n  label=\"kiln: %d pending nodes, %s\";\n  labelloc=t;\n", n_order,
+          after_passes ? "after the passes (clusters are kernels)" : "before the passes");
+  fprintf(f, "  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
+  if (after_passes) write_after(f, order, n_order);
+  else write_before(f, order, n_order);
+  fprintf(f, "}\n");
+  free(order);
+  return KILN_OK;
+}
