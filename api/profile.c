@@ -70,9 +70,11 @@ static int group_rows(kiln_kernel_record *recs, int n, profile_row *rows) {
   return n_rows;
 }
 
-static void print_row(FILE *f, const profile_row *r, double wall_ns) {
+static void print_row(FILE *f, int width, const profile_row *r, double wall_ns) {
   double ns = r->run_ns > 0 ? (double)r->run_ns : 1.0;
-  fprintf(f, "%-48s %-5s %4d %7lld %10.3f %10.2f %8.2f %8.2f %6.1f %5lld %9.2f\n", r->name, r->backend, r->n_ops,
+  char ops[16] = "";
+  if (r->n_ops > 0) snprintf(ops, sizeof ops, "%d", r->n_ops);
+  fprintf(f, "%-*s %-7s %4s %7lld %10.3f %10.2f %8.2f %8.2f %6.1f %5lld %9.2f\n", width, r->name, r->backend, ops,
           (long long)r->calls, r->run_ns / 1e6, r->run_ns / 1e3 / (double)r->calls, (double)r->bytes / ns,
           (double)r->flops / ns, 100.0 * (double)r->run_ns / wall_ns, (long long)r->compiles, r->compile_ns / 1e6);
 }
@@ -91,10 +93,15 @@ static void print_table(FILE *f, const rt_profile_snapshot_t *s, profile_row *ro
   fprintf(f, "kiln profile: %lld kernel runs of %d kernels, %.3f ms in kernels, %.3f ms wall (%.1f%%), %lld compiled\n",
           (long long)total.calls, n_rows, total.run_ns / 1e6, wall_ns / 1e6, 100.0 * (double)total.run_ns / wall_ns,
           (long long)total.compiles);
-  fprintf(f, "%-48s %-5s %4s %7s %10s %10s %8s %8s %6s %5s %9s\n", "kernel", "backend", "ops", "calls", "total ms",
-          "mean us", "GB/s", "GFLOP/s", "%wall", "comp", "comp ms");
-  for (int i = 0; i < n_rows; i++) print_row(f, &rows[i], wall_ns);
-  if (n_rows > 1) print_row(f, &total, wall_ns);
+  int width = 24; /* the name column fits the longest name */
+  for (int i = 0; i < n_rows; i++) {
+    int len = (int)strlen(rows[i].name);
+    if (len > width) width = len;
+  }
+  fprintf(f, "%-*s %-7s %4s %7s %10s %10s %8s %8s %6s %5s %9s\n", width, "kernel", "backend", "ops", "calls",
+          "total ms", "mean us", "GB/s", "GFLOP/s", "%wall", "comp", "comp ms");
+  for (int i = 0; i < n_rows; i++) print_row(f, width, &rows[i], wall_ns);
+  if (n_rows > 1) print_row(f, width, &total, wall_ns);
 }
 
 KILN_API int kiln_profile_print(FILE *f) {

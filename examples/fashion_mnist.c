@@ -4,7 +4,11 @@
  * momentum, forward and hand-written backward through Kiln's C API only.
  *
  *   fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X]
- *                 [--data DIR]
+ *                 [--data DIR] [--trace FILE]
+ *
+ * After training it prints the profile table of the last epoch (every
+ * kernel run: calls, time, GB/s, share of the epoch's wall time); --trace
+ * also writes that epoch as a Chrome trace (open it in Perfetto).
  *
  * Data: the IDX files of Debian's dataset-fashion-mnist package
  * (/usr/share/datasets/fashion-mnist/, gzip-compressed), read with zlib.
@@ -44,6 +48,7 @@ typedef struct options {
   uint64_t seed;
   double lr, momentum;
   const char *data_dir;
+  const char *trace; /* Chrome trace of the last epoch, or NULL */
 } options;
 
 /* ------------------------------------------------------------ IDX files */
@@ -301,6 +306,17 @@ static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *p
   return KILN_OK;
 }
 
+/* The last epoch's profile: the table on stdout, the trace if asked. */
+static int report_profile(const options *o) {
+  printf("\nprofile of the last epoch (training steps; evaluation not included):\n");
+  kiln_profile_print(stdout);
+  if (!o->trace) return KILN_OK;
+  int st = kiln_profile_write_trace(o->trace);
+  if (st != KILN_OK) fprintf(stderr, "fashion_mnist: %s\n", kiln_last_error());
+  else printf("trace of the last epoch: %s\n", o->trace);
+  return st;
+}
+
 static int train(const options *o, const dataset *tr, const dataset *te) {
   kiln_manual_seed(o->seed);
   uint64_t rng = o->seed;
@@ -334,6 +350,7 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
   }
   if (st != KILN_OK) fprintf(stderr, "fashion_mnist: training failed: %s\n", kiln_last_error());
   else printf("final test accuracy %.2f%%\n", 100.0 * acc);
+  if (st == KILN_OK) st = report_profile(o);
   model_free(&m);
   free(perm), free(yb), free(xb);
   return st == KILN_OK ? 0 : 1;
@@ -343,7 +360,7 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
 
 static int usage(const char *msg) {
   fprintf(stderr, "fashion_mnist: %s\nusage: fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X] "
-                  "[--data DIR]\n", msg);
+                  "[--data DIR] [--trace FILE]\n", msg);
   return 2;
 }
 
@@ -356,6 +373,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (!strcmp(a, "--batch")) o->batch = atoi(v);
     else if (!strcmp(a, "--lr")) o->lr = atof(v);
     else if (!strcmp(a, "--data")) o->data_dir = v;
+    else if (!strcmp(a, "--trace")) o->trace = v;
     else return usage("unknown option");
     i++;
   }

@@ -463,3 +463,9 @@ const char *kir_verify(const kir_kernel *k) {
   free(v.closed);
   return e;
 }
+
+bool kir_same_code(const kir_kernel *a, const kir_kernel *b) {
+  return a->n_uops == b->n_uops && a->n_params == b->n_params &&
+         memcmp(a->param_written, b->param_written, sizeof a->param_written[0] * (size_t)a->n_params) == 0 &&
+         memcmp(a->uops, b->uops, sizeof *a->uops * (size_t)a->n_uops) == 0;
+}

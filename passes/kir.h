@@ -120,6 +120,9 @@ void kir_set_reassoc(kir_kernel *k, int u);
  *  in name share code). Returns a malloc'ed string (caller frees) or NULL
  *  on OOM. */
 char *kir_to_string(const kir_kernel *k);
+/** True when a and b compile to the same code: the same uops (bytes) and
+ *  written flags — the kernel cache's notion of equality; names aside. */
+bool kir_same_code(const kir_kernel *a, const kir_kernel *b);
 /** Checks the invariants in the header comment; returns NULL or a message
  *  describing the first violation ("uop 7 (add): operand types differ"),
  *  in a thread-local buffer valid until this thread's next kir_verify. */

@@ -322,12 +322,35 @@ struct compile_job {
   kir_kernel k;
   ready_kernel rk;
   int status; /* KILN_OK when compiled */
+  int same_as; /* an earlier job with the same code (compiled once), or -1 */
 };
 
 static void compile_jobs(void *const *bufs, int64_t start, int64_t end) {
   compile_job *jobs = bufs[0];
   char err[512];
-  for (int64_t i = start; i < end; i++) jobs[i].status = compile(&jobs[i].k, &jobs[i].rk, err, sizeof err);
+  for (int64_t i = start; i < end; i++)
+    if (jobs[i].same_as < 0) jobs[i].status = compile(&jobs[i].k, &jobs[i].rk, err, sizeof err);
+}
+
+/* Jobs whose code an earlier job compiles take its entry point (as a
+ * cache hit) instead of compiling the same code on another thread. */
+static void find_same_code(compile_job *jobs, int n) {
+  for (int j = 0; j < n; j++) {
+    jobs[j].same_as = -1;
+    for (int i = 0; i < j && jobs[j].same_as < 0; i++)
+      if (jobs[i].same_as < 0 && kir_same_code(&jobs[i].k, &jobs[j].k)) jobs[j].same_as = i;
+  }
+}
+
+static void share_same_code(compile_job *jobs, int n) {
+  for (int j = 0; j < n; j++) {
+    const compile_job *src = jobs[j].same_as >= 0 ? &jobs[jobs[j].same_as] : NULL;
+    if (!src) continue;
+    jobs[j].status = src->status;
+    jobs[j].rk.k.fn = src->rk.k.fn;
+    jobs[j].rk.hit = true;
+    jobs[j].rk.compile_ns = 0;
+  }
 }
 
 static bool needs_kernel(const graph_node *x) {
@@ -359,8 +382,10 @@ static void prefetch(sched_run *run, int n) {
     j->status = KILN_ERR_UNSUPPORTED;
     run->job_at[i] = n_jobs++;
   }
+  find_same_code(run->jobs, n_jobs);
   void *bufs[1] = {run->jobs};
   rt_pool_run(compile_jobs, bufs, n_jobs, RT_POOL_MIN_WORK);
+  share_same_code(run->jobs, n_jobs);
   for (int i = 0; i < n_jobs; i++) kir_free(&run->jobs[i].k);
   run->n_jobs = n_jobs;
 }
