@@ -19,8 +19,7 @@ int rt_debug_level(void) {
   return level;
 }
 
-/* "[4096, 4096]" into buf. */
-static const char *fmt_shape(char *buf, size_t len, int ndim, const int64_t *sizes) {
+const char *rt_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes) {
   size_t used = (size_t)snprintf(buf, len, "[");
   for (int d = 0; d < ndim && used < len; d++)
     used += (size_t)snprintf(buf + used, len - used, d ? ", %lld" : "%lld", (long long)sizes[d]);
@@ -34,7 +33,7 @@ void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes
   char compiled[48] = "";
   if (!r->cache_hit) snprintf(compiled, sizeof compiled, "  (compiled in %.1f ms)", r->compile_ns / 1e6);
   fprintf(stderr, "kiln: %-44s %-5s %3d ops %-16s %9.3f ms %8.2f GB/s %8.2f GFLOP/s %2d thr%s\n", r->name,
-          r->backend, r->n_ops, fmt_shape(shape, sizeof shape, ndim, sizes), r->run_ns / 1e6,
+          r->backend, r->n_ops, rt_fmt_sizes(shape, sizeof shape, ndim, sizes), r->run_ns / 1e6,
           (double)(r->bytes_read + r->bytes_written) / ns, (double)r->flops / ns, r->threads, compiled);
 }
 
@@ -68,7 +67,7 @@ void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
     if (x->buffer || x->fused) continue;
     char shape[160];
     fprintf(stderr, "kiln:   %3d %-10s %-5s %s", i, graph_ops[x->op].name, graph_dtypes[x->dtype].name,
-            fmt_shape(shape, sizeof shape, x->ndim, x->sizes));
+            rt_fmt_sizes(shape, sizeof shape, x->ndim, x->sizes));
     const graph_node *seen[64];
     int n_seen = 0;
     if (graph_ops[x->op].kind != GRAPH_EXTERN) {

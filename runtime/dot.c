@@ -32,9 +32,8 @@ static void node_id(char *buf, size_t len, const graph_node *n, int kernel) {
 }
 
 static void shape(FILE *f, int ndim, const int64_t *sizes) {
-  fputc('[', f);
-  for (int d = 0; d < ndim; d++) fprintf(f, d ? ", %lld" : "%lld", (long long)sizes[d]);
-  fputc(']', f);
+  char buf[400];
+  fputs(rt_fmt_sizes(buf, sizeof buf, ndim, sizes), f);
 }
 
 /* The node's box: op, dtype, shape (and the value of a fill). */

@@ -43,6 +43,8 @@ void rt_set_fusion(int enabled);
 /* ---- KILN_DEBUG output (debug.c) ---- */
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
+/** "[4096, 4096]" (sizes [ndim]) into buf; returns buf. */
+const char *rt_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
 /** Level 1: the line of one kernel run; sizes [ndim] is its output shape. */
 void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes);
 /** Level 2: the schedule of a realize (order [n], fusion decided). */
