@@ -738,11 +738,10 @@ static int lower_root(lower_ctx *c, bool in_place) {
  * (E elementwise, R reduction or row-fused, A in-place write, C cast, S
  * source), the ops it computes (producers first) and the root's sizes,
  * e.g. E_mul_add_relu_16777216 or R_amax_sub_exp_sum_div_4096x4096. */
-static void finish_name(lower_ctx *c) {
+static void finish_name(lower_ctx *c, const graph_node *n) {
   static const char prefix[] = {[GRAPH_SOURCE] = 'S', [GRAPH_UNARY] = 'E', [GRAPH_BINARY] = 'E',
                                 [GRAPH_TERNARY] = 'E', [GRAPH_CAST] = 'C', [GRAPH_REDUCE] = 'R',
                                 [GRAPH_ASSIGN] = 'A'};
-  const graph_node *n = c->root;
   char kind = c->n_rows > 0 ? 'R' : prefix[graph_ops[n->op].kind]; /* a row-fused kernel reduces rows */
   int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", kind, c->name);
   for (int d = 0; d < n->ndim && len < 90; d++)
@@ -752,9 +751,12 @@ static void finish_name(lower_ctx *c) {
 int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err, size_t errlen) {
   kir_init(k, "");
   memset(b, 0, sizeof *b);
-  lower_ctx c = {.k = k, .root = n, .b = b};
+  pass_merged merged; /* the loop nest over merged dims, when it has any to merge */
   bool not_kernel = n->op == GRAPH_OP_BUFFER || graph_ops[n->op].kind == GRAPH_EXTERN;
+  bool merge = !not_kernel && pass_merge_loops(n, &merged);
+  lower_ctx c = {.k = k, .root = merge ? merged.root : n, .b = b};
   int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
+  if (merge) pass_merged_free(&merged);
   if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;
   if (st != KILN_OK) {
     snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, kiln_status_name(st),
@@ -762,6 +764,6 @@ int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_bind
     kir_free(k);
     return st;
   }
-  finish_name(&c);
+  finish_name(&c, n); /* named after the graph's shape, merged or not */
   return KILN_OK;
 }

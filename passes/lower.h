@@ -80,6 +80,21 @@ bool pass_is_computed_inline(const graph_node *n);
 int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
                     size_t errlen);
 
+/** An elementwise kernel's group rewritten over merged loop dims (views.c):
+ *  `root` is a copy of the root whose sizes, and whose fused producers'
+ *  sizes and views, have size-1 dims dropped and dims that are contiguous
+ *  in every operand merged. The copies live in `copies`. */
+typedef struct pass_merged {
+  graph_node *root;
+  graph_node *copies;
+} pass_merged;
+
+/** Fills *out and returns true when the kernel rooted at `root` has loop
+ *  dims to drop or merge; false (nothing to free) otherwise. Free with
+ *  pass_merged_free. */
+bool pass_merge_loops(const graph_node *root, pass_merged *out);
+void pass_merged_free(pass_merged *m);
+
 /** True when reductions a and b reduce the same dims of inputs of the same
  *  sizes (they can share a row loop). */
 bool pass_same_rows(const graph_node *a, const graph_node *b);

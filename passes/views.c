@@ -1,0 +1,164 @@
+/*
+ * views.c — view and stride simplification of an elementwise kernel's
+ * loop nest: size-1 dims are dropped and neighbouring dims are merged when
+ * they are contiguous in every operand, so a kernel over [64, 3, 1, 4096]
+ * that reads contiguous and broadcast operands runs one loop of 786,432
+ * (or [64, 12288] when one operand broadcasts along dim 0) instead of four
+ * nested loops — fewer loop levels, longer vectorisable inner loops, no
+ * index arithmetic for the merged dims.
+ *
+ * Applies to a "pointwise" group: an elementwise or cast root whose fused
+ * producers all have the root's sizes and are read through the plain
+ * contiguous view, so every access in the kernel — the output, each
+ * external read and each inlined source — is offset + Σ i[d] · stride[d]
+ * over the root's index i. Dims a (outer) and b (inner) merge when, for
+ * every access, stride[a] == stride[b] · size[b] (true for the contiguous
+ * output, for two broadcast dims, and for any row-major layout).
+ *
+ * The rewrite is done on shallow copies of the group's nodes with the
+ * merged sizes and strides; lowering then runs unchanged on the copies.
+ * Copies keep their schedule position, so bindings and the schedule cache
+ * see the original graph.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower.h"
+
+#define MAX_GROUP 256
+
+typedef struct group {
+  const graph_node *nodes[MAX_GROUP]; /* the root first, then fused producers */
+  int n;
+} group;
+
+static bool elementwise(const graph_node *n) {
+  graph_kind k = graph_ops[n->op].kind;
+  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+}
+
+static bool same_sizes(const graph_view *v, const graph_node *root) {
+  return v->ndim == root->ndim && memcmp(v->sizes, root->sizes, sizeof v->sizes[0] * (size_t)root->ndim) == 0;
+}
+
+static bool plain_view(const graph_view *v, const graph_node *src) {
+  if (v->offset != 0 || v->ndim != src->ndim) return false;
+  graph_view c = graph_view_contiguous(src->ndim, src->sizes);
+  return memcmp(v->sizes, c.sizes, sizeof c.sizes[0] * (size_t)c.ndim) == 0 &&
+         memcmp(v->strides, c.strides, sizeof c.strides[0] * (size_t)c.ndim) == 0;
+}
+
+static int find(const group *g, const graph_node *n) {
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+/* Collects the pointwise group below n; false when it is not one. */
+static bool collect(group *g, const graph_node *n, const graph_node *root) {
+  if (!elementwise(n) || n->ndim != root->ndim ||
+      memcmp(n->sizes, root->sizes, sizeof n->sizes[0] * (size_t)root->ndim) != 0)
+    return false;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    const graph_view *v = &n->inputs[i].view;
+    if (!same_sizes(v, root)) return false;
+    if (in->buffer || !in->fused) continue; /* an external read or an inlined source */
+    if (!plain_view(v, in)) return false;
+    if (find(g, in) >= 0) continue;
+    if (g->n == MAX_GROUP) return false;
+    g->nodes[g->n++] = in;
+    if (!collect(g, in, root)) return false;
+  }
+  return true;
+}
+
+/* The merged loop dims: groups[j] is the outermost root dim of loop j;
+ * dims of size 1 belong to no loop. Returns the loop count. */
+static int plan(const group *g, int *first, int64_t *sizes) {
+  const graph_node *root = g->nodes[0];
+  int n_loops = 0, inner = -1; /* inner: the root dim that starts the current loop */
+  int64_t extent = 1;
+  for (int d = root->ndim - 1; d >= 0; d--) {
+    if (root->sizes[d] == 1) continue;
+    bool merge = inner >= 0;
+    for (int m = 0; m < g->n && merge; m++)
+      for (int i = 0; i < g->nodes[m]->n_inputs && merge; i++) {
+        const graph_view *v = &g->nodes[m]->inputs[i].view;
+        merge = v->strides[d] == v->strides[inner] * extent;
+      }
+    if (merge) {
+      extent *= root->sizes[d];
+      sizes[n_loops - 1] = extent;
+      first[n_loops - 1] = d;
+    } else {
+      inner = d;
+      extent = root->sizes[d];
+      first[n_loops] = d;
+      sizes[n_loops++] = extent;
+    }
+  }
+  /* innermost first so far: reverse */
+  for (int a = 0, b = n_loops - 1; a < b; a++, b--) {
+    int f = first[a];
+    first[a] = first[b], first[b] = f;
+    int64_t s = sizes[a];
+    sizes[a] = sizes[b], sizes[b] = s;
+  }
+  return n_loops;
+}
+
+/* v over the merged loops: loop j keeps the stride of its innermost dim. */
+static void merge_view(graph_view *v, int n_loops, const int *first, const int64_t *sizes, int root_ndim) {
+  graph_view out = {.ndim = n_loops > 0 ? n_loops : 1, .offset = v->offset};
+  out.sizes[0] = 1;
+  out.strides[0] = 0;
+  for (int j = 0; j < n_loops; j++) {
+    int last = j + 1 < n_loops ? first[j + 1] - 1 : root_ndim - 1;
+    while (last > first[j] && v->sizes[last] == 1) last--; /* skip size-1 dims inside the loop */
+    out.sizes[j] = sizes[j];
+    out.strides[j] = v->strides[last];
+  }
+  *v = out;
+}
+
+bool pass_merge_loops(const graph_node *root, pass_merged *out) {
+  memset(out, 0, sizeof *out);
+  group *g = malloc(sizeof *g);
+  if (!g) return false;
+  g->nodes[0] = root;
+  g->n = 1;
+  int first[KILN_MAX_DIMS];
+  int64_t sizes[KILN_MAX_DIMS];
+  int n_loops = collect(g, root, root) ? plan(g, first, sizes) : root->ndim;
+  if (n_loops == root->ndim || root->numel == 0) {
+    free(g);
+    return false;
+  }
+  graph_node *copies = malloc(sizeof *copies * (size_t)g->n);
+  if (!copies) {
+    free(g);
+    return false;
+  }
+  for (int m = 0; m < g->n; m++) {
+    graph_node *c = &copies[m];
+    *c = *g->nodes[m];
+    c->ndim = n_loops > 0 ? n_loops : 1;
+    c->sizes[0] = 1;
+    for (int j = 0; j < n_loops; j++) c->sizes[j] = sizes[j];
+    for (int i = 0; i < c->n_inputs; i++) {
+      merge_view(&c->inputs[i].view, n_loops, first, sizes, root->ndim);
+      int at = find(g, c->inputs[i].node);
+      if (at >= 0 && !c->inputs[i].node->buffer && c->inputs[i].node->fused) c->inputs[i].node = &copies[at];
+    }
+  }
+  out->root = &copies[0];
+  out->copies = copies;
+  free(g);
+  return true;
+}
+
+void pass_merged_free(pass_merged *m) {
+  free(m->copies);
+  memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,165 @@
+/*
+ * test_loops.c — view and stride simplification (passes/views.c): the loop
+ * nest an elementwise kernel is lowered to (size-1 dims dropped, dims
+ * contiguous in every operand merged, others kept), and the values it
+ * computes, checked element by element against a plain C loop over the
+ * same strided inputs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "lower.h"
+#include "runtime.h"
+#include "test_util.h"
+
+/* The loop extents [return] of the kernel that would compute t. */
+static int loop_extents(kiln_tensor *t, int64_t *extents) {
+  graph_node *root = t->storage->version, **order = NULL;
+  int n = 0;
+  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
+  free(order);
+  kir_kernel k;
+  pass_binding b;
+  char err[256];
+  assert_int_equal(pass_lower_node(t->storage->version, false, &k, &b, err, sizeof err), KILN_OK);
+  int loops = 0;
+  for (int i = 0; i < k.n_uops; i++)
+    if (k.uops[i].op == KIR_RANGE) extents[loops++] = k.uops[i].ival;
+  kir_free(&k);
+  return loops;
+}
+
+static void expect_loops(kiln_tensor *t, int n, const int64_t *want) {
+  int64_t got[16];
+  int loops = loop_extents(t, got);
+  assert_int_equal(loops, n);
+  for (int i = 0; i < n; i++) assert_int_equal(got[i], want[i]);
+}
+
+/* arange(numel) viewed as sizes: known values at every position. */
+static kiln_tensor *ramp(int ndim, const int64_t *sizes, double scale) {
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) numel *= sizes[d];
+  return kiln_mul_scalar(kiln_view(kiln_arange(KILN_F32, 0, (double)numel, 1), ndim, sizes), scale);
+}
+
+static void read_all(kiln_tensor *t, float *out, int64_t n) {
+  assert_int_equal(kiln_numel(t), n);
+  assert_int_equal(kiln_read(t, out, sizeof(float) * (size_t)n), KILN_OK);
+}
+
+static void contiguous_merges_to_one_loop(void **state) {
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  int64_t s[4] = {6, 3, 1, 40};
+  kiln_tensor *a = ramp(4, s, 1), *b = ramp(4, s, 0.5);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, b}, 2), KILN_OK);
+  kiln_tensor *y = kiln_relu(kiln_sub(kiln_mul(a, b), a));
+  expect_loops(y, 1, (int64_t[]){720});
+  float got[720];
+  read_all(y, got, 720);
+  for (int i = 0; i < 720; i++) {
+    float v = (float)i * (float)(0.5 * i) - (float)i;
+    assert_float_equal(got[i], v > 0 ? v : 0, 1e-3 * (v > 1 ? v : 1));
+  }
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
+/* b [1, 40] broadcasts over the leading dims: they merge, the last stays. */
+static void broadcast_keeps_its_dim(void **state) {
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  int64_t s[4] = {6, 3, 1, 40};
+  kiln_tensor *a = ramp(4, s, 1), *b = ramp(2, (int64_t[]){1, 40}, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, b}, 2), KILN_OK);
+  kiln_tensor *y = kiln_add(a, b);
+  expect_loops(y, 2, (int64_t[]){18, 40});
+  float got[720];
+  read_all(y, got, 720);
+  for (int i = 0; i < 720; i++) assert_float_equal(got[i], (float)i + (float)(i % 40), 0);
+  /* a column broadcast ([6, 3, 1, 1] over the last dim) */
+  kiln_tensor *col = ramp(4, (int64_t[]){6, 3, 1, 1}, 1);
+  kiln_tensor *z = kiln_mul(a, col);
+  expect_loops(z, 2, (int64_t[]){18, 40});
+  read_all(z, got, 720);
+  for (int i = 0; i < 720; i++) assert_float_equal(got[i], (float)i * (float)(i / 40), 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
+/* A transposed read and a narrowed (strided-row) read keep their dims. */
+static void strided_reads_keep_dims(void **state) {
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(2, (int64_t[]){24, 40}, 1);
+  kiln_tensor *wide = ramp(2, (int64_t[]){40, 50}, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, wide}, 2), KILN_OK);
+  kiln_tensor *at = kiln_t(a);                      /* [40, 24], strides [1, 40] */
+  kiln_tensor *nar = kiln_narrow(wide, 1, 3, 24);   /* [40, 24], strides [50, 1] */
+  kiln_tensor *y = kiln_add(at, nar);
+  expect_loops(y, 2, (int64_t[]){40, 24});
+  float got[960];
+  read_all(y, got, 960);
+  for (int i = 0; i < 40; i++)
+    for (int j = 0; j < 24; j++) assert_float_equal(got[i * 24 + j], (float)(j * 40 + i) + (float)(i * 50 + 3 + j), 0);
+  /* [2, 20, 24] split of the narrowed rows: dims 0 and 1 merge (row stride 50 · 20 = 1000), dim 2 does not */
+  kiln_tensor *v3 = kiln_as_strided(wide, 3, (int64_t[]){2, 20, 24}, (int64_t[]){1000, 50, 1}, 3);
+  kiln_tensor *z = kiln_neg(v3);
+  expect_loops(z, 2, (int64_t[]){40, 24});
+  read_all(z, got, 960);
+  for (int i = 0; i < 40; i++)
+    for (int j = 0; j < 24; j++) assert_float_equal(got[i * 24 + j], -(float)(i * 50 + 3 + j), 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
+/* Only size-1 dims and a scalar: one loop over what is left. */
+static void size_one_dims_drop(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(4, (int64_t[]){1, 5, 1, 1}, 2);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  kiln_tensor *y = kiln_add_scalar(a, 1);
+  expect_loops(y, 1, (int64_t[]){5});
+  expect_values_tol(y, (double[]){1, 3, 5, 7, 9}, 5, 0);
+  kiln_tensor *one = kiln_exp(ramp(3, (int64_t[]){1, 1, 1}, 1));
+  expect_loops(one, 1, (int64_t[]){1});
+  expect_values_tol(one, (double[]){1}, 1, 0);
+  kiln_scope_end();
+}
+
+/* A fused producer read through a non-plain view (here a transpose of an
+ * intermediate) is not pointwise: the loop nest stays as it was. */
+static void non_pointwise_group_unchanged(void **state) {
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(3, (int64_t[]){2, 24, 40}, 1);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  kiln_tensor *e = kiln_mul_scalar(a, 2);      /* fused producer */
+  kiln_tensor *y = kiln_add_scalar(kiln_transpose(e, 1, 2), 1);
+  expect_loops(y, 3, (int64_t[]){2, 40, 24});
+  float got[1920];
+  read_all(y, got, 1920);
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 40; i++)
+      for (int j = 0; j < 24; j++)
+        assert_float_equal(got[(b * 40 + i) * 24 + j], 2.0f * (float)(b * 960 + j * 40 + i) + 1, 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(contiguous_merges_to_one_loop), cmocka_unit_test(broadcast_keeps_its_dim),
+      cmocka_unit_test(strided_reads_keep_dims),       cmocka_unit_test(size_one_dims_drop),
+      cmocka_unit_test(non_pointwise_group_unchanged),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
