@@ -138,5 +138,6 @@ int main(void) {
       cmocka_unit_test(common_subexpressions), cmocka_unit_test(constant_folding),
       cmocka_unit_test(same_bits_as_unsimplified),
   };
+  rt_set_fusion(1); /* the simplifier runs with fusion on (KILN_FUSE=0 skips the passes) */
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
