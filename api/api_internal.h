@@ -28,6 +28,13 @@ int api_wrap_dim(int dim, int ndim, const char *fn);
 bool api_check_sizes(int ndim, const int64_t *sizes, const char *fn);
 bool api_check_dtype(kiln_dtype d, const char *fn);
 
+/** Checks that an in-place write of varying values into t's view writes
+ *  each storage element once: a dim of size > 1 with stride 0 (an expanded
+ *  view) is an error (KILN_ERR_ARG), as in PyTorch — which value would win
+ *  is unspecified (and threads would race). Writes of one value (fill_)
+ *  need no check. Other overlapping views are accepted, as in Torch. */
+bool api_check_writable(const kiln_tensor *t, const char *fn);
+
 /* ---- lifetime (lifetime.c) ---- */
 
 /** Registers a new tensor with the innermost open scope (if any) and

@@ -56,8 +56,22 @@ static bool source_view(kiln_tensor *dst, kiln_tensor *src, graph_view *out, kil
   return true;
 }
 
+bool api_check_writable(const kiln_tensor *t, const char *fn) {
+  if (graph_view_numel(&t->view) == 0) return true; /* writes nothing */
+  for (int d = 0; d < t->view.ndim; d++)
+    if (t->view.strides[d] == 0 && t->view.sizes[d] > 1) {
+      api_error(KILN_ERR_ARG, fn,
+                "more than one element of the written-to tensor refers to a single memory location (dim %d has "
+                "size %lld and stride 0); clone it before writing",
+                d, (long long)t->view.sizes[d]);
+      return false;
+    }
+  return true;
+}
+
 KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src) {
   if (!api_check(dst, "kiln_copy_", "dst") || !api_check(src, "kiln_copy_", "src")) return kiln_last_status();
+  if (!api_check_writable(dst, "kiln_copy_")) return KILN_ERR_ARG;
   graph_view v;
   kiln_tensor *owned;
   if (!source_view(dst, src, &v, &owned)) return kiln_last_status();

@@ -67,6 +67,23 @@ static void overlapping_and_stride0_views(void **state) {
   kiln_scope_end();
 }
 
+/* copy_ of varying values into an expanded view: which value would win is
+ * unspecified, so it is an error (as in PyTorch) and nothing is written. */
+static void copy_into_expanded_view_rejected(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_zeros(KILN_F32, 2, (int64_t[]){2, 1});
+  kiln_tensor *e = kiln_expand(x, 2, (int64_t[]){2, 3});
+  kiln_tensor *src = kiln_arange(KILN_F32, 0, 6, 1);
+  assert_int_equal(kiln_copy_(e, src), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_copy_", "dim 1 has size 3 and stride 0", NULL);
+  expect_values(x, (double[]){0, 0}, 2);
+  /* a size-1 dim of stride 0 repeats nothing: accepted */
+  kiln_tensor *one = kiln_expand(kiln_narrow(x, 0, 1, 1), 2, (int64_t[]){1, 1});
+  assert_int_equal(kiln_copy_(one, kiln_full(KILN_F32, 1, (int64_t[]){1}, 4)), KILN_OK);
+  expect_values(x, (double[]){0, 4}, 2);
+  kiln_scope_end();
+}
+
 static void set_and_get(void **state) {
   kiln_scope_begin();
   kiln_tensor *x = kiln_zeros(KILN_I64, 2, (int64_t[]){2, 3});
@@ -157,7 +174,8 @@ static void dtype_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(design_example),        cmocka_unit_test(lazy_until_forced),
-      cmocka_unit_test(overlapping_and_stride0_views), cmocka_unit_test(set_and_get),
+      cmocka_unit_test(overlapping_and_stride0_views), cmocka_unit_test(copy_into_expanded_view_rejected),
+      cmocka_unit_test(set_and_get),
       cmocka_unit_test(copy_sizes_differ),     cmocka_unit_test(copy_from_own_storage),
       cmocka_unit_test(from_blob_write_through), cmocka_unit_test(realize_many_shares_work),
       cmocka_unit_test(dtype_round_trip),

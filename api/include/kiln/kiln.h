@@ -299,9 +299,14 @@ KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype);
 KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device);
 /** Copies src's elements into dst (row-major order of each), converting the
  *  dtype. Element counts must match; sizes may differ. If src broadcasts to
- *  dst's sizes it is broadcast. Lazy. Torch: copy_. */
+ *  dst's sizes it is broadcast. Lazy. A dst whose view repeats a storage
+ *  element (a dim of size > 1 with stride 0, e.g. from kiln_expand) is
+ *  KILN_ERR_ARG, as in PyTorch: which value would win is unspecified.
+ *  Torch: copy_. */
 KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src);
-/** Sets every element of t's view to value. Lazy. Torch: fill_. */
+/** Sets every element of t's view to value. Lazy. An expanded (stride-0)
+ *  view is accepted (every write stores the same value), as in Torch7;
+ *  PyTorch rejects it. Torch: fill_. */
 KILN_API int kiln_fill_(kiln_tensor *t, double value);
 /** kiln_fill_(t, 0). Torch: zero_. */
 KILN_API int kiln_zero_(kiln_tensor *t);
