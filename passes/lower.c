@@ -697,6 +697,37 @@ static int lower_rows(lower_ctx *c) {
   return KILN_OK;
 }
 
+/* Scan (cumsum, cumprod) along one dim: loops over the other dims (the
+ * first of them parallel, so rows of the scan split across threads), then
+ * a sequential loop over the scanned dim with one accumulator, storing
+ * the running value at every element. Floats accumulate in F64, integers
+ * and bool in I64 (exact, wrapping as int64), as sums and products do;
+ * the update is not reassociable: element i depends on every j < i. */
+static int lower_scan(lower_ctx *c) {
+  const graph_node *n = c->root;
+  kir_kernel *k = c->k;
+  const graph_view *v = &n->inputs[0].view;
+  uint32_t mask = n->attr.reduce_mask;
+  int ranges[KILN_MAX_DIMS], s = -1;
+  for (int d = 0; d < v->ndim; d++)
+    if (mask & (1u << d)) s = d;
+  if (s < 0) return KILN_ERR_UNSUPPORTED;
+  open_kept(c, v, mask, ranges);
+  graph_op red = n->op == GRAPH_OP_CUMSUM ? GRAPH_OP_SUM : GRAPH_OP_PROD;
+  kiln_dtype t = graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
+  int acc = kir_acc(k, t, reduce_init(k, red, t));
+  ranges[s] = kir_range(k, v->sizes[s], false);
+  int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
+  int upd = kir_alu(k, reduce_alu(red, t), t, acc, x, -1);
+  kir_acc_set(k, acc, upd);
+  store_contiguous(c, ranges, pass_to_register(k, pass_cast_to(k, n->dtype, upd)));
+  kir_end(k, ranges[s]);
+  ranges[s] = -1;
+  c->n_memo = 0; /* values of the closed loop are out of scope */
+  close_ranges(k, v->ndim, ranges);
+  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+}
+
 /* New version = old contents with the region overwritten by the value.
  * The region's offset is the last argument. */
 static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
@@ -725,8 +756,9 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->fargs = kir_param(c->k, KILN_F64, false);
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
-  if (c->n_rows > 0) return kind == GRAPH_ASSIGN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
+  if (c->n_rows > 0) return kind == GRAPH_ASSIGN || kind == GRAPH_SCAN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
   if (kind == GRAPH_REDUCE) return lower_reduce(c);
+  if (kind == GRAPH_SCAN) return lower_scan(c);
   if (kind == GRAPH_ASSIGN) {
     int off = int_arg(c, n->attr.region.offset);
     return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
@@ -737,7 +769,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
 static void finish_name(lower_ctx *c) {
   static const char prefix[] = {[GRAPH_SOURCE] = 'S', [GRAPH_UNARY] = 'E', [GRAPH_BINARY] = 'E',
                                 [GRAPH_TERNARY] = 'E', [GRAPH_CAST] = 'C', [GRAPH_REDUCE] = 'R',
-                                [GRAPH_ASSIGN] = 'A'};
+                                [GRAPH_ASSIGN] = 'A', [GRAPH_EXTERN] = 'X', [GRAPH_SCAN] = 'P'};
   const graph_node *n = c->root;
   int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", prefix[graph_ops[n->op].kind], c->name);
   for (int d = 0; d < n->ndim && len < 90; d++)
