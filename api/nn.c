@@ -31,8 +31,7 @@ static bool check_float(const kiln_tensor *t, const char *fn) {
   return false;
 }
 
-/* The permutation moving dim d of an nd-d tensor last (its own inverse
- * is computed by kiln_permute's caller below). */
+/* perm moves dim d of an nd-d tensor last; inv undoes it. */
 static void move_last(int nd, int d, int *perm, int *inv) {
   int j = 0;
   for (int i = 0; i < nd; i++)
@@ -86,10 +85,10 @@ static bool check_affine(const kiln_tensor *p, const kiln_tensor *t, int n, cons
   bool ok = p->view.ndim == n;
   for (int i = 0; ok && i < n; i++) ok = p->view.sizes[i] == v->sizes[v->ndim - n + i];
   if (ok) return true;
-  char a[256], b[256];
+  char a[256], b[256], c[256];
   api_error(KILN_ERR_SHAPE, fn, "%s has sizes %s but the normalized sizes of t %s are %s", name,
             api_fmt_sizes(a, sizeof a, p->view.ndim, p->view.sizes), api_fmt_sizes(b, sizeof b, v->ndim, v->sizes),
-            api_fmt_sizes(b + 128, sizeof b - 128, n, v->sizes + v->ndim - n));
+            api_fmt_sizes(c, sizeof c, n, v->sizes + v->ndim - n));
   return false;
 }
 

@@ -120,7 +120,8 @@ KILN_API kiln_tensor *kiln_norm(kiln_tensor *t, double p, int ndims, const int *
     return NULL;
   }
   if (isinf(p) && r.count == 0) {
-    api_error(KILN_ERR_SHAPE, fn, "the %s-norm of an empty reduction is undefined (no identity)", p > 0 ? "inf" : "-inf");
+    api_error(KILN_ERR_SHAPE, fn, "the %s-norm of an empty reduction is undefined (no identity)",
+              p > 0 ? "inf" : "-inf");
     return NULL;
   }
   kiln_dtype dtype = t->storage->dtype;

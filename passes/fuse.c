@@ -180,8 +180,10 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
     if (k == GRAPH_EXTERN)
       for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
     if (k == GRAPH_SCAN)
-      for (int j = 0; j < order[i]->n_inputs; j++)
-        if (order[i]->inputs[j].node->row_dep) order[i]->inputs[j].node->fused = order[i]->inputs[j].node->row_dep = false;
+      for (int j = 0; j < order[i]->n_inputs; j++) {
+        graph_node *in = order[i]->inputs[j].node;
+        if (in->row_dep) in->fused = in->row_dep = false;
+      }
   }
   /* rule 4: a broadcast read of an expensive fused producer */
   for (int i = 0; i < n; i++)

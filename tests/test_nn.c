@@ -176,9 +176,8 @@ static void layer_norm_values(void **state) {
   kiln_tensor *b = make(KILN_F32, 1, (int64_t[]){4}, (double[]){0, 0, 0, 1});
   const double wb[] = {-1.5 * r, -1 * r, 1.5 * r, 6 * r + 1, 0, 0, 0, 1};
   expect_values_tol(kiln_layer_norm(x, 1, w, b, 1e-5), wb, 8, 1e-5);
-  expect_values_tol(kiln_layer_norm(x, 1, NULL, b, 1e-5), (double[]){-1.5 * r, -0.5 * r, 0.5 * r, 1.5 * r + 1, 0,
-                                                                      0, 0, 1},
-                    8, 1e-5);
+  expect_values_tol(kiln_layer_norm(x, 1, NULL, b, 1e-5),
+                    (double[]){-1.5 * r, -0.5 * r, 0.5 * r, 1.5 * r + 1, 0, 0, 0, 1}, 8, 1e-5);
   /* over both dims: mean 6.25, deviations scaled by 1/std of the 8 */
   double m = 6.25, var = 0;
   double v[] = {1, 2, 3, 4, 10, 10, 10, 10}, want2[8];
@@ -189,9 +188,8 @@ static void layer_norm_values(void **state) {
   assert_true(kiln_is_contiguous(y));
   /* large offsets: two passes keep the variance exact */
   kiln_tensor *big = make(KILN_F64, 1, (int64_t[]){4}, (double[]){1e9 + 1, 1e9 + 2, 1e9 + 3, 1e9 + 4});
-  expect_values_tol(kiln_layer_norm(big, 1, NULL, NULL, 0), (double[]){-1.5 / sqrt(1.25), -0.5 / sqrt(1.25),
-                                                                       0.5 / sqrt(1.25), 1.5 / sqrt(1.25)},
-                    4, 1e-9);
+  expect_values_tol(kiln_layer_norm(big, 1, NULL, NULL, 0),
+                    (double[]){-1.5 / sqrt(1.25), -0.5 / sqrt(1.25), 0.5 / sqrt(1.25), 1.5 / sqrt(1.25)}, 4, 1e-9);
   expect_no_error();
   kiln_scope_end();
 }
@@ -374,14 +372,13 @@ static void scan_every_dim(void **state) {
     for (int a = 0; a < 5; a++)
       for (int b = 0; b < 3; b++)
         for (int c = 0; c < 4; c++) {
-          int i[3] = {a, b, c}, n[3] = {5, 3, 4};
+          int i[3] = {a, b, c};
           double acc = 0;
           for (int j = 0; j <= i[d]; j++) {
             int k[3] = {a, b, c};
             k[d] = j;
             acc += v[k[1] * 20 + k[2] * 5 + k[0]];
           }
-          (void)n;
           want[(a * 3 + b) * 4 + c] = acc;
         }
     expect_values_tol(kiln_cumsum(x, d), want, 60, 0);
@@ -391,10 +388,14 @@ static void scan_every_dim(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(row_ops_are_one_kernel), cmocka_unit_test(layer_norm_affine_is_one_kernel),
-      cmocka_unit_test(softmax_values),         cmocka_unit_test(layer_norm_values),
-      cmocka_unit_test(logsumexp_values),       cmocka_unit_test(var_std_norm_values),
-      cmocka_unit_test(scan_values),            cmocka_unit_test(scan_every_dim),
+      cmocka_unit_test(row_ops_are_one_kernel),
+      cmocka_unit_test(layer_norm_affine_is_one_kernel),
+      cmocka_unit_test(softmax_values),
+      cmocka_unit_test(layer_norm_values),
+      cmocka_unit_test(logsumexp_values),
+      cmocka_unit_test(var_std_norm_values),
+      cmocka_unit_test(scan_values),
+      cmocka_unit_test(scan_every_dim),
       cmocka_unit_test(errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
