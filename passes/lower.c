@@ -702,28 +702,57 @@ static int lower_rows(lower_ctx *c) {
  * a sequential loop over the scanned dim with one accumulator, storing
  * the running value at every element. Floats accumulate in F64, integers
  * and bool in I64 (exact, wrapping as int64), as sums and products do;
- * the update is not reassociable: element i depends on every j < i. */
+ * the update is not reassociable: element i depends on every j < i.
+ *
+ * When the last dim is not the scanned one and is read with unit stride,
+ * COLS neighbouring scans run together (one accumulator each, loops: the
+ * other kept dims, blocks of the last dim, the scanned dim, the lanes), so
+ * a scan down the columns reads whole cache lines instead of one element
+ * per line. Each element sees the same sequence of updates either way. */
 static int lower_scan(lower_ctx *c) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
   const graph_view *v = &n->inputs[0].view;
   uint32_t mask = n->attr.reduce_mask;
-  int ranges[KILN_MAX_DIMS], s = -1;
+  int ranges[KILN_MAX_DIMS], s = -1, last = v->ndim - 1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) s = d;
   if (s < 0) return KILN_ERR_UNSUPPORTED;
-  open_kept(c, v, mask, ranges);
   graph_op red = n->op == GRAPH_OP_CUMSUM ? GRAPH_OP_SUM : GRAPH_OP_PROD;
   kiln_dtype t = graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
-  int acc = kir_acc(k, t, reduce_init(k, red, t));
+  graph_view out = graph_view_contiguous(n->ndim, n->sizes);
+  bool lanes = s != last && v->strides[last] == 1 && v->sizes[last] % COLS == 0 && v->sizes[last] > 0;
+  int n_lanes = lanes ? COLS : 1, acc[COLS], block = -1, base = -1;
+  if (!lanes) {
+    open_kept(c, v, mask, ranges);
+  } else {
+    bool first = true;
+    for (int d = 0; d < last; d++) {
+      ranges[d] = -1;
+      if (d == s) continue;
+      ranges[d] = kir_range(k, v->sizes[d], first);
+      first = false;
+    }
+    block = kir_range(k, v->sizes[last] / COLS, first);
+    base = pass_alu2(k, KIR_MUL, block, kir_const_i(k, KIR_INDEX, COLS));
+  }
+  for (int u = 0; u < n_lanes; u++) acc[u] = kir_acc(k, t, reduce_init(k, red, t));
   ranges[s] = kir_range(k, v->sizes[s], false);
-  int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
-  int upd = kir_alu(k, reduce_alu(red, t), t, acc, x, -1);
-  kir_acc_set(k, acc, upd);
-  store_contiguous(c, ranges, pass_to_register(k, pass_cast_to(k, n->dtype, upd)));
+  for (int u = 0; u < n_lanes; u++) {
+    if (lanes) ranges[last] = pass_alu2(k, KIR_ADD, base, kir_const_i(k, KIR_INDEX, u));
+    int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
+    int upd = kir_alu(k, reduce_alu(red, t), t, acc[u], x, -1);
+    kir_acc_set(k, acc[u], upd);
+    int value = pass_to_register(k, pass_cast_to(k, n->dtype, upd));
+    kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, n->dtype, value));
+  }
   kir_end(k, ranges[s]);
   ranges[s] = -1;
   c->n_memo = 0; /* values of the closed loop are out of scope */
+  if (lanes) {
+    kir_end(k, block);
+    ranges[last] = -1;
+  }
   close_ranges(k, v->ndim, ranges);
   return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }

@@ -109,6 +109,10 @@ static void row_ops_are_one_kernel(void **state) {
     fused_equals_unfused(cumsum_0, dts[i], 2, s, 1, true);
     fused_equals_unfused(cumprod_1, dts[i], 2, s, 1, true);
   }
+  /* last size a multiple of 16: scans down the columns run 16 at a time */
+  const int64_t s16[] = {37, 64};
+  fused_equals_unfused(cumsum_0, KILN_F32, 2, s16, 1, true);
+  fused_equals_unfused(cumsum_0, KILN_F16, 2, s16, 1, true);
   fused_equals_unfused(softmax_last, KILN_F16, 2, s, 1, false);
   fused_equals_unfused(layer_norm_1, KILN_BF16, 2, s, 1, false);
 }
@@ -386,6 +390,30 @@ static void scan_every_dim(void **state) {
   kiln_scope_end();
 }
 
+/* Scans down columns of a [3, 7, 32] tensor (16 lanes at a time) and of
+ * its transpose, against a loop in C; I64 exact. */
+static void scan_columns(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  double v[3 * 7 * 32];
+  for (int i = 0; i < 3 * 7 * 32; i++) v[i] = (i * 13) % 9 - 4;
+  kiln_tensor *x = make(KILN_I32, 3, (int64_t[]){3, 7, 32}, v);
+  for (int d = 0; d < 2; d++) {
+    double want[3 * 7 * 32];
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 7; b++)
+        for (int c = 0; c < 32; c++) {
+          double prev = d == 0 ? (a ? want[((a - 1) * 7 + b) * 32 + c] : 0) : (b ? want[(a * 7 + b - 1) * 32 + c] : 0);
+          want[(a * 7 + b) * 32 + c] = prev + v[(a * 7 + b) * 32 + c];
+        }
+    kiln_tensor *y = kiln_cumsum(x, d);
+    double got[3 * 7 * 32];
+    assert_int_equal(kiln_read(kiln_to_dtype(y, KILN_F64), got, sizeof got), KILN_OK);
+    for (int i = 0; i < 3 * 7 * 32; i++) assert_float_equal(got[i], want[i], 0);
+  }
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(row_ops_are_one_kernel),
@@ -396,6 +424,7 @@ int main(void) {
       cmocka_unit_test(var_std_norm_values),
       cmocka_unit_test(scan_values),
       cmocka_unit_test(scan_every_dim),
+      cmocka_unit_test(scan_columns),
       cmocka_unit_test(errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -298,6 +298,33 @@ def test_scan(name, data):
     close(r.to_numpy(), want, d, what)
 
 
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@examples(40)
+@given(data=st.data())
+def test_scan_wide(name, data):
+    """Last size a multiple of 16: scans over other dims run 16 columns at
+    a time (when the last dim is read with unit stride)."""
+    d = data.draw(st.sampled_from([K.F32, K.F64, K.I64, K.I8]), label="dtype")
+    lead = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=2),
+                     label="lead")
+    shape = tuple(lead) + (16 * data.draw(st.integers(1, 3), label="w"),)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    if K.is_float(d):
+        x = rng.uniform(0.5, 1.5, shape).astype(K.NP_DTYPE[d])
+    else:
+        x = O.random_values(rng, d, shape, "small")
+    kt = kiln_input(data, x, d)
+    dim = data.draw(st.integers(0, len(shape) - 1), label="dim")
+    r = getattr(K, name)(kt, dim)
+    f = np.cumsum if name == "cumsum" else np.cumprod
+    if K.is_float(d):
+        close(r.to_numpy(), f(x.astype(np.float64), axis=dim), d, name)
+    else:
+        with np.errstate(over="ignore"):
+            want = f(x.astype(np.int64), axis=dim)
+        O.assert_same(r.to_numpy(), want, K.I64, what=name)
+
+
 def test_scan_errors():
     with pytest.raises(K.KilnError, match="kiln_cumsum: dim 2"):
         K.cumsum(K.ones(K.F32, [2, 3]), 2)
