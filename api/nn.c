@@ -10,10 +10,12 @@
  * finite input); layer norm computes the variance in two passes (mean,
  * then the mean of squared deviations), both over a row still in cache.
  *
- * Softmax over a dim other than the last permutes that dim last, computes
- * over rows, and returns the result permuted back: still one kernel, but
- * the result is a non-contiguous view (values as Torch's; only strides
- * differ). F16/BF16 inputs compute in F32 and round once at the end, as
+ * Softmax over a dim other than the last reduces over that dim directly:
+ * the maximum and the sum become column reductions (kernels of their own,
+ * reading whole cache lines), and the result stays contiguous. Moving the
+ * dim last instead would keep one kernel but walk memory with a stride:
+ * 80 ms against 22 ms (4 kernels) for dim 0 of 2048 x 2048 F32 on 2
+ * threads. F16/BF16 inputs compute in F32 and round once at the end, as
  * Torch's CPU kernels do. Integer and bool inputs are KILN_ERR_DTYPE, as
  * in Torch (convert with kiln_to_dtype first).
  */
@@ -31,44 +33,27 @@ static bool check_float(const kiln_tensor *t, const char *fn) {
   return false;
 }
 
-/* perm moves dim d of an nd-d tensor last; inv undoes it. */
-static void move_last(int nd, int d, int *perm, int *inv) {
-  int j = 0;
-  for (int i = 0; i < nd; i++)
-    if (i != d) perm[j++] = i;
-  perm[nd - 1] = d;
-  for (int i = 0; i < nd; i++) inv[perm[i]] = i;
-}
-
-/* softmax (log = false) or log_softmax over the last dim of x (a float
- * compute dtype), rounded to dtype:
- *   m = amax(x, -1, keepdim); xm = x - m
+/* softmax (log = false) or log_softmax along dim d of x (a float compute
+ * dtype), rounded to dtype:
+ *   m = amax(x, d, keepdim); xm = x - m
  *   softmax = exp(xm) / sum(exp(xm));  log_softmax = xm - log(sum(exp(xm))) */
-static kiln_tensor *softmax_rows(kiln_tensor *x, bool log, kiln_dtype dtype) {
-  int last = -1;
-  kiln_tensor *m = kiln_amax(x, 1, &last, true);
+static kiln_tensor *softmax_dim(kiln_tensor *x, int d, bool log, kiln_dtype dtype) {
+  kiln_tensor *m = kiln_amax(x, 1, &d, true);
   kiln_tensor *xm = kiln_sub(x, m);
   kiln_tensor *e = kiln_exp(xm);
-  kiln_tensor *s = kiln_sum(e, 1, &last, true);
+  kiln_tensor *s = kiln_sum(e, 1, &d, true);
   kiln_tensor *y = log ? kiln_sub(xm, kiln_log(s)) : kiln_div(e, s);
   return kiln_to_dtype(y, dtype);
 }
 
 static kiln_tensor *softmax_impl(kiln_tensor *t, int dim, bool log, const char *fn) {
   if (!api_check(t, fn, "t")) return NULL;
-  int nd = t->view.ndim, d = api_wrap_dim(dim, nd, fn);
+  int d = api_wrap_dim(dim, t->view.ndim, fn);
   if (d < 0 || !check_float(t, fn)) return NULL;
   kiln_dtype dtype = t->storage->dtype;
   if (graph_view_numel(&t->view) == 0) return api_copy_contiguous(t, dtype, fn);
   kiln_scope_begin(); /* owns the intermediates */
-  kiln_tensor *y;
-  if (nd == 0 || d == nd - 1) {
-    y = softmax_rows(widen(t), log, dtype);
-  } else {
-    int perm[KILN_MAX_DIMS], inv[KILN_MAX_DIMS];
-    move_last(nd, d, perm, inv);
-    y = kiln_permute(softmax_rows(widen(kiln_permute(t, nd, perm)), log, dtype), nd, inv);
-  }
+  kiln_tensor *y = softmax_dim(widen(t), d, log, dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;

@@ -490,10 +490,10 @@ KILN_API kiln_tensor *kiln_addmm(kiln_tensor *bias, kiln_tensor *a, kiln_tensor 
 
 /** exp(t - m) / sum(exp(t - m)) along dim, m the maximum along dim (so no
  *  finite input overflows; a slice of all -inf gives NaN, as Torch). Same
- *  sizes and dtype as t. Over the last dim: one kernel. Over another dim,
- *  that dim is moved last, computed the same way (one kernel) and moved
- *  back: the result is then a non-contiguous view (values as Torch's).
- *  An empty t gives an empty copy. Errors: KILN_ERR_ARG for a bad dim,
+ *  sizes and dtype as t, contiguous. Over the last dim: one kernel. Over
+ *  another dim the maximum and the sum are column reductions of their own
+ *  (a few streaming kernels rather than one strided one). An empty t
+ *  gives an empty copy. Errors: KILN_ERR_ARG for a bad dim,
  *  KILN_ERR_DTYPE for non-float t. Torch: softmax(dim). */
 KILN_API kiln_tensor *kiln_softmax(kiln_tensor *t, int dim);
 /** (t - m) - log(sum(exp(t - m))) along dim: log(softmax) without its
