@@ -88,6 +88,8 @@ static kiln_tensor *var_last(kiln_tensor *x) { return kiln_var(x, 1, (int[]){-1}
 static kiln_tensor *std_last(kiln_tensor *x) { return kiln_std(x, 1, (int[]){-1}, 0, false); }
 static kiln_tensor *norm2_last(kiln_tensor *x) { return kiln_norm(x, 2, 1, (int[]){-1}, false); }
 static kiln_tensor *cumsum_0(kiln_tensor *x) { return kiln_cumsum(kiln_exp(kiln_mul_scalar(x, 0.01)), 0); }
+/* a scan of a row-dependent value: the softmax is materialized first */
+static kiln_tensor *cumsum_softmax(kiln_tensor *x) { return kiln_cumsum(kiln_softmax(x, 1), 1); }
 static kiln_tensor *cumprod_1(kiln_tensor *x) { return kiln_cumprod(kiln_add_scalar(kiln_mul_scalar(x, 1e-3), 1), 1); }
 
 /* The row ops are one kernel each (the ISSUE's requirement) and equal to
@@ -109,6 +111,7 @@ static void row_ops_are_one_kernel(void **state) {
     fused_equals_unfused(cumsum_0, dts[i], 2, s, 1, true);
     fused_equals_unfused(cumprod_1, dts[i], 2, s, 1, true);
   }
+  fused_equals_unfused(cumsum_softmax, KILN_F64, 2, s, 2, false);
   /* last size a multiple of 16: scans down the columns run 16 at a time */
   const int64_t s16[] = {37, 64};
   fused_equals_unfused(cumsum_0, KILN_F32, 2, s16, 1, true);
