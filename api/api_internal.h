@@ -72,6 +72,13 @@ void api_set_auto_realize_limit(int64_t limit);
  *  NULL with the error set on failure. */
 graph_node *api_force(kiln_tensor *t, const char *fn);
 
+/* ---- reduce.c ---- */
+
+/** Bit mask of t's dims listed in dims [ndims] (negative allowed; ndims 0 =
+ *  all dims). False with the error set (naming fn) for an out-of-range or
+ *  repeated dim or a bad list. */
+bool api_reduce_mask(const kiln_tensor *t, int ndims, const int *dims, uint32_t *mask, const char *fn);
+
 /* ---- views.c ---- */
 
 /** Lazy contiguous copy of t converted to dtype: a CAST node whose one

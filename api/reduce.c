@@ -8,9 +8,8 @@
  */
 #include "api_internal.h"
 
-/* Bit mask of the dims to reduce; ndims 0 = all. Returns false (error set)
- * for an out-of-range or repeated dim. */
-static bool reduce_mask(const kiln_tensor *t, int ndims, const int *dims, uint32_t *mask, const char *fn) {
+/* Declared in api_internal.h: the dims of a reduction as a bit mask. */
+bool api_reduce_mask(const kiln_tensor *t, int ndims, const int *dims, uint32_t *mask, const char *fn) {
   int nd = t->view.ndim;
   *mask = 0;
   if (ndims < 0 || (ndims > 0 && !dims)) {
@@ -98,7 +97,7 @@ static kiln_tensor *reduce_all_split(kiln_tensor *t, bool keepdim, graph_op op, 
 
 static kiln_tensor *reduce(kiln_tensor *t, int ndims, const int *dims, bool keepdim, graph_op op, const char *fn) {
   uint32_t mask;
-  if (!api_check(t, fn, "t") || !reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
+  if (!api_check(t, fn, "t") || !api_reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
   kiln_dtype d = t->storage->dtype;
   bool extremum = op == GRAPH_OP_AMAX || op == GRAPH_OP_AMIN;
   if (extremum && !check_nonempty(t, mask, fn)) return NULL;
@@ -125,7 +124,7 @@ KILN_API kiln_tensor *kiln_amin(kiln_tensor *t, int ndims, const int *dims, bool
 KILN_API kiln_tensor *kiln_mean(kiln_tensor *t, int ndims, const int *dims, bool keepdim) {
   const char *fn = "kiln_mean";
   uint32_t mask;
-  if (!api_check(t, fn, "t") || !reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
+  if (!api_check(t, fn, "t") || !api_reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
   kiln_dtype d = t->storage->dtype;
   if (!graph_is_float(d)) {
     api_error(KILN_ERR_DTYPE, fn, "needs a float dtype, got %s (convert with kiln_to_dtype)", graph_dtypes[d].name);
@@ -147,7 +146,7 @@ KILN_API kiln_tensor *kiln_mean(kiln_tensor *t, int ndims, const int *dims, bool
 /* all/any reduce the truth values (x != 0) with AND/OR. */
 static kiln_tensor *logical(kiln_tensor *t, int ndims, const int *dims, bool keepdim, graph_op op, const char *fn) {
   uint32_t mask;
-  if (!api_check(t, fn, "t") || !reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
+  if (!api_check(t, fn, "t") || !api_reduce_mask(t, ndims, dims, &mask, fn)) return NULL;
   api_untracked_begin();
   kiln_tensor *b = t->storage->dtype == KILN_BOOL ? kiln_retain(t) : kiln_ne_scalar(t, 0);
   kiln_tensor *r = b ? reduce_node(b, mask, keepdim, op, KILN_BOOL, fn) : NULL;
@@ -166,7 +165,7 @@ KILN_API kiln_tensor *kiln_any(kiln_tensor *t, int ndims, const int *dims, bool 
 static kiln_tensor *arg(kiln_tensor *t, int dim, bool keepdim, graph_op op, const char *fn) {
   if (!api_check(t, fn, "t")) return NULL;
   uint32_t mask;
-  if (!reduce_mask(t, 1, &dim, &mask, fn) || !check_nonempty(t, mask, fn)) return NULL;
+  if (!api_reduce_mask(t, 1, &dim, &mask, fn) || !check_nonempty(t, mask, fn)) return NULL;
   if (t->view.ndim == 0) return kiln_zeros(KILN_I64, 0, NULL); /* Torch: the only index is 0 */
   return reduce_node(t, mask, keepdim, op, KILN_I64, fn);
 }

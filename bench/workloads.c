@@ -105,33 +105,17 @@ static kiln_tensor *build_w3b(kiln_tensor **in) { return BK(kiln_sum(in[0], 1, (
 static kiln_tensor *build_w3c(kiln_tensor **in) { return BK(kiln_sum(in[0], 1, (int[]){1}, false)); }
 static double bytes_w3bc(const bench_sizes *s) { return F4 * ((double)s->sq * (double)s->sq + (double)s->sq); }
 
-/* ---- W4: softmax over rows of x [sq, sq]:
- *   m = amax(x, -1, keepdim); e = exp(x - m); y = e / sum(e, -1, keepdim).
+/* ---- W4: softmax over rows of x [sq, sq] (kiln_softmax: max-subtracted,
+ *   m = amax(x, -1); e = exp(x - m); y = e / sum(e, -1), fused into one kernel).
  * bytes = x read once + y written once = 2 × 4·sq². */
-static kiln_tensor *build_w4(kiln_tensor **in) {
-  kiln_scope_begin();
-  kiln_tensor *m = BK(kiln_amax(in[0], 1, (int[]){-1}, true));
-  kiln_tensor *e = BK(kiln_exp(BK(kiln_sub(in[0], m))));
-  kiln_tensor *y = BK(kiln_div(e, BK(kiln_sum(e, 1, (int[]){-1}, true))));
-  kiln_keep(y);
-  kiln_scope_end();
-  return y;
-}
+static kiln_tensor *build_w4(kiln_tensor **in) { return BK(kiln_softmax(in[0], -1)); }
 static double bytes_sq2(const bench_sizes *s) { return 2 * F4 * (double)s->sq * (double)s->sq; }
 
-/* ---- W5: layer norm over the last dim of x [R, C], eps 1e-5, no affine:
- *   mu = mean(x); xc = x - mu; var = mean(xc*xc); y = xc * rsqrt(var + eps).
+/* ---- W5: layer norm over the last dim of x [R, C], eps 1e-5, no affine
+ * (kiln_layer_norm: mu = mean(x); xc = x - mu; var = mean(xc*xc);
+ * y = xc * rsqrt(var + eps), fused into one kernel).
  * bytes = x read once + y written once = 2 × 4·R·C. */
-static kiln_tensor *build_w5(kiln_tensor **in) {
-  kiln_scope_begin();
-  kiln_tensor *mu = BK(kiln_mean(in[0], 1, (int[]){-1}, true));
-  kiln_tensor *xc = BK(kiln_sub(in[0], mu));
-  kiln_tensor *var = BK(kiln_mean(BK(kiln_mul(xc, xc)), 1, (int[]){-1}, true));
-  kiln_tensor *y = BK(kiln_mul(xc, BK(kiln_rsqrt(BK(kiln_add_scalar(var, 1e-5))))));
-  kiln_keep(y);
-  kiln_scope_end();
-  return y;
-}
+static kiln_tensor *build_w5(kiln_tensor **in) { return BK(kiln_layer_norm(in[0], 1, NULL, NULL, 1e-5)); }
 static double bytes_w5(const bench_sizes *s) { return 2 * F4 * (double)s->ln_rows * (double)s->ln_cols; }
 
 /* ---- W7: a.T + b[None, :], a [sq, sq], b [sq] -> row-major [sq, sq].

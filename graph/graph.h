@@ -91,7 +91,7 @@ typedef enum graph_op {
 
 typedef enum graph_kind {
   GRAPH_SOURCE, GRAPH_UNARY, GRAPH_BINARY, GRAPH_TERNARY, GRAPH_CAST, GRAPH_REDUCE, GRAPH_ASSIGN,
-  GRAPH_EXTERN
+  GRAPH_EXTERN, GRAPH_SCAN
 } graph_kind;
 
 typedef enum graph_result { GRAPH_RES_SAME, GRAPH_RES_FLOAT, GRAPH_RES_BOOL, GRAPH_RES_LONG, GRAPH_RES_NODE } graph_result;
@@ -154,7 +154,8 @@ typedef struct graph_node {
   graph_input inputs[GRAPH_MAX_INPUTS];
   struct {
     double scalar, scalar2;
-    uint32_t reduce_mask; /* REDUCE: bit k set = input dim k reduced */
+    uint32_t reduce_mask; /* REDUCE: bit k set = input dim k reduced;
+                             SCAN: the one bit of the scanned dim */
     graph_view region;    /* ASSIGN: where the value is written */
   } attr;
   graph_buffer *buffer; /* set once realized; inputs are then dropped */

@@ -26,7 +26,10 @@
  *     invariant in the inner loop and hoisted by the compiler).
  *  5. The inputs of an extern op (BLAS matmul) are materialized: the
  *     library reads buffers. Its elementwise readers fuse as usual, so
- *     bias, activation and scale become one epilogue kernel.
+ *     bias, activation and scale become one epilogue kernel. A scan
+ *     (cumsum, cumprod) is a root; elementwise producers fuse into it,
+ *     but one that depends on a fused row reduction is materialized (a
+ *     scan kernel has no row loop).
  *  6. A kernel may read at most PASS_MAX_INPUTS buffers, have at most
  *     PASS_MAX_EDGES external reads (each takes an argument: an offset or
  *     a fill value) and PASS_MAX_GROUP nodes: when a group would exceed
@@ -171,10 +174,16 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
       if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
     }
   }
-  /* rule 5: extern ops read buffers */
+  /* rule 5: extern ops read buffers; scans read no row values */
   for (int i = 0; i < n; i++) {
-    if (graph_ops[order[i]->op].kind != GRAPH_EXTERN) continue;
-    for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
+    graph_kind k = graph_ops[order[i]->op].kind;
+    if (k == GRAPH_EXTERN)
+      for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
+    if (k == GRAPH_SCAN)
+      for (int j = 0; j < order[i]->n_inputs; j++) {
+        graph_node *in = order[i]->inputs[j].node;
+        if (in->row_dep) in->fused = in->row_dep = false;
+      }
   }
   /* rule 4: a broadcast read of an expensive fused producer */
   for (int i = 0; i < n; i++)

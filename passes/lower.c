@@ -697,6 +697,66 @@ static int lower_rows(lower_ctx *c) {
   return KILN_OK;
 }
 
+/* Scan (cumsum, cumprod) along one dim: loops over the other dims (the
+ * first of them parallel, so rows of the scan split across threads), then
+ * a sequential loop over the scanned dim with one accumulator, storing
+ * the running value at every element. Floats accumulate in F64, integers
+ * and bool in I64 (exact, wrapping as int64), as sums and products do;
+ * the update is not reassociable: element i depends on every j < i.
+ *
+ * When the last dim is not the scanned one and is read with unit stride,
+ * COLS neighbouring scans run together (one accumulator each, loops: the
+ * other kept dims, blocks of the last dim, the scanned dim, the lanes), so
+ * a scan down the columns reads whole cache lines instead of one element
+ * per line. Each element sees the same sequence of updates either way. */
+static int lower_scan(lower_ctx *c) {
+  const graph_node *n = c->root;
+  kir_kernel *k = c->k;
+  const graph_view *v = &n->inputs[0].view;
+  uint32_t mask = n->attr.reduce_mask;
+  int ranges[KILN_MAX_DIMS], s = -1, last = v->ndim - 1;
+  for (int d = 0; d < v->ndim; d++)
+    if (mask & (1u << d)) s = d;
+  if (s < 0) return KILN_ERR_UNSUPPORTED;
+  graph_op red = n->op == GRAPH_OP_CUMSUM ? GRAPH_OP_SUM : GRAPH_OP_PROD;
+  kiln_dtype t = graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
+  graph_view out = graph_view_contiguous(n->ndim, n->sizes);
+  bool lanes = s != last && v->strides[last] == 1 && v->sizes[last] % COLS == 0 && v->sizes[last] > 0;
+  int n_lanes = lanes ? COLS : 1, acc[COLS], block = -1, base = -1;
+  if (!lanes) {
+    open_kept(c, v, mask, ranges);
+  } else {
+    bool first = true;
+    for (int d = 0; d < last; d++) {
+      ranges[d] = -1;
+      if (d == s) continue;
+      ranges[d] = kir_range(k, v->sizes[d], first);
+      first = false;
+    }
+    block = kir_range(k, v->sizes[last] / COLS, first);
+    base = pass_alu2(k, KIR_MUL, block, kir_const_i(k, KIR_INDEX, COLS));
+  }
+  for (int u = 0; u < n_lanes; u++) acc[u] = kir_acc(k, t, reduce_init(k, red, t));
+  ranges[s] = kir_range(k, v->sizes[s], false);
+  for (int u = 0; u < n_lanes; u++) {
+    if (lanes) ranges[last] = pass_alu2(k, KIR_ADD, base, kir_const_i(k, KIR_INDEX, u));
+    int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
+    int upd = kir_alu(k, reduce_alu(red, t), t, acc[u], x, -1);
+    kir_acc_set(k, acc[u], upd);
+    int value = pass_to_register(k, pass_cast_to(k, n->dtype, upd));
+    kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, n->dtype, value));
+  }
+  kir_end(k, ranges[s]);
+  ranges[s] = -1;
+  c->n_memo = 0; /* values of the closed loop are out of scope */
+  if (lanes) {
+    kir_end(k, block);
+    ranges[last] = -1;
+  }
+  close_ranges(k, v->ndim, ranges);
+  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+}
+
 /* New version = old contents with the region overwritten by the value.
  * The region's offset is the last argument. */
 static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
@@ -725,8 +785,9 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->fargs = kir_param(c->k, KILN_F64, false);
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
-  if (c->n_rows > 0) return kind == GRAPH_ASSIGN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
+  if (c->n_rows > 0) return kind == GRAPH_ASSIGN || kind == GRAPH_SCAN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
   if (kind == GRAPH_REDUCE) return lower_reduce(c);
+  if (kind == GRAPH_SCAN) return lower_scan(c);
   if (kind == GRAPH_ASSIGN) {
     int off = int_arg(c, n->attr.region.offset);
     return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
@@ -735,13 +796,13 @@ static int lower_root(lower_ctx *c, bool in_place) {
 }
 
 /* The kernel's name, as the profiler and KILN_DEBUG show it: its kind
- * (E elementwise, R reduction or row-fused, A in-place write, C cast, S
- * source), the ops it computes (producers first) and the root's sizes,
+ * (E elementwise, R reduction or row-fused, P scan (cumsum, cumprod), A
+ * in-place write, C cast, S source), the ops it computes (producers first) and the root's sizes,
  * e.g. E_mul_add_relu_16777216 or R_amax_sub_exp_sum_div_4096x4096. */
 static void finish_name(lower_ctx *c, const graph_node *n) {
   static const char prefix[] = {[GRAPH_SOURCE] = 'S', [GRAPH_UNARY] = 'E', [GRAPH_BINARY] = 'E',
                                 [GRAPH_TERNARY] = 'E', [GRAPH_CAST] = 'C', [GRAPH_REDUCE] = 'R',
-                                [GRAPH_ASSIGN] = 'A'};
+                                [GRAPH_ASSIGN] = 'A', [GRAPH_EXTERN] = 'X', [GRAPH_SCAN] = 'P'};
   char kind = c->n_rows > 0 ? 'R' : prefix[graph_ops[n->op].kind]; /* a row-fused kernel reduces rows */
   int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", kind, c->name);
   for (int d = 0; d < n->ndim && len < 90; d++)

@@ -411,6 +411,49 @@ KILN_API kiln_tensor *kiln_any(kiln_tensor *t, int ndims, const int *dims, bool 
 KILN_API kiln_tensor *kiln_argmax(kiln_tensor *t, int dim, bool keepdim);
 /** Index (I64) of the first minimum along dim. Torch: argmin(dim). */
 KILN_API kiln_tensor *kiln_argmin(kiln_tensor *t, int dim, bool keepdim);
+/** log(sum(exp(t))) over dims, computed stably: the maximum m is
+ *  subtracted before exp (an infinite m is replaced by 0, so a row of -inf
+ *  gives -inf and one holding +inf gives +inf; NaN propagates). Float
+ *  inputs keep their dtype (F16/BF16 compute in F32); BOOL and integer
+ *  inputs give the default float dtype, as in Torch. An empty reduction
+ *  gives -inf. Over the last dims it runs as one kernel. New reference
+ *  (lazy) or NULL: KILN_ERR_ARG for bad dims. Torch: logsumexp(dims,
+ *  keepdim). */
+KILN_API kiln_tensor *kiln_logsumexp(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+/** Variance over dims: sum((t - mean)^2) / max(N - correction, 0), N the
+ *  number of elements reduced (correction 1: the unbiased estimate, 0: the
+ *  population variance; N - correction <= 0 gives inf, or NaN when every
+ *  deviation is 0, as Torch). `correction` comes after the dims and before
+ *  keepdim, as in torch.var(input, dim, correction=, keepdim=). Two-pass
+ *  (the mean, then squared deviations; F64 accumulation); one kernel over
+ *  the last dims. Float dtypes only (KILN_ERR_DTYPE for BOOL/integers, as
+ *  Torch); the result keeps t's dtype (F16/BF16 compute in F32). An empty
+ *  reduction gives NaN. New reference (lazy) or NULL: KILN_ERR_ARG for bad
+ *  dims. Torch: var(dim, correction=, keepdim=). */
+KILN_API kiln_tensor *kiln_var(kiln_tensor *t, int ndims, const int *dims, int correction, bool keepdim);
+/** sqrt(kiln_var(t, ndims, dims, correction, keepdim)); same dtypes and
+ *  errors. Torch: std(dim, correction=, keepdim=). */
+KILN_API kiln_tensor *kiln_std(kiln_tensor *t, int ndims, const int *dims, int correction, bool keepdim);
+/** Vector p-norm over dims: p = INFINITY: max |t|; -INFINITY: min |t|;
+ *  0: the count of nonzero elements; 1: sum |t|; 2: sqrt(sum t^2); any
+ *  other p: (sum |t|^p)^(1/p). Computed in F64 (no overflow of squares of
+ *  large F32 values) and rounded to t's dtype. Float dtypes only
+ *  (KILN_ERR_DTYPE otherwise, as Torch). KILN_ERR_ARG for a NaN p or bad
+ *  dims; KILN_ERR_SHAPE for an inf/-inf norm of an empty reduction (other
+ *  p give 0). New reference (lazy) or NULL. Torch: norm(p, dim, keepdim),
+ *  linalg.vector_norm. */
+KILN_API kiln_tensor *kiln_norm(kiln_tensor *t, double p, int ndims, const int *dims, bool keepdim);
+/** Cumulative sum along dim: result[..., i, ...] = sum of t[..., 0..i, ...]
+ *  along dim; t's sizes, contiguous. BOOL and integer inputs give I64
+ *  (exact, wrapping as int64); floats keep their dtype and accumulate in
+ *  F64. A 0-d t (dim 0 or -1) gives a copy. One sequential loop over dim
+ *  per position of the other dims (in parallel over them); elementwise
+ *  producers of t fuse into it. New reference (lazy) or NULL:
+ *  KILN_ERR_ARG for an out-of-range dim. Torch: cumsum(dim). */
+KILN_API kiln_tensor *kiln_cumsum(kiln_tensor *t, int dim);
+/** Cumulative product along dim; as kiln_cumsum (integers wrap as int64).
+ *  Torch: cumprod(dim). */
+KILN_API kiln_tensor *kiln_cumprod(kiln_tensor *t, int dim);
 
 /* ------------------------------------------------------ linear algebra
  * Products of F32/F64 operands run in OpenBLAS (sgemm/dgemm, gemv for a
@@ -442,6 +485,40 @@ KILN_API kiln_tensor *kiln_dot(kiln_tensor *a, kiln_tensor *b);
  *  included) but still checks its sizes. Composed lazily: the scale and
  *  bias fuse into one kernel after the product. Torch: addmm. */
 KILN_API kiln_tensor *kiln_addmm(kiln_tensor *bias, kiln_tensor *a, kiln_tensor *b, double beta, double alpha);
+
+/* ---------------------------------------------- neural-network helpers
+ * Composed from graph ops (row reductions and elementwise ops) that the
+ * fusion pass turns into one kernel per block of rows, as fast as a
+ * hand-written kernel. Float dtypes only: BOOL and integer inputs are
+ * KILN_ERR_DTYPE, as in Torch (convert with kiln_to_dtype). F16/BF16
+ * compute in F32 and round once. Lazy; new reference or NULL. */
+
+/** exp(t - m) / sum(exp(t - m)) along dim, m the maximum along dim (so no
+ *  finite input overflows; a slice of all -inf gives NaN, as Torch). Same
+ *  sizes and dtype as t, contiguous. Over the last dim: one kernel. Over
+ *  another dim the maximum and the sum are column reductions of their own
+ *  (a few streaming kernels rather than one strided one). An empty t
+ *  gives an empty copy. Errors: KILN_ERR_ARG for a bad dim,
+ *  KILN_ERR_DTYPE for non-float t. Torch: softmax(dim). */
+KILN_API kiln_tensor *kiln_softmax(kiln_tensor *t, int dim);
+/** (t - m) - log(sum(exp(t - m))) along dim: log(softmax) without its
+ *  underflow. Layout, kernels and errors as kiln_softmax. Torch:
+ *  log_softmax(dim). */
+KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *t, int dim);
+/** Layer normalization over the last normalized_ndim dims of t:
+ *  (t - mean) / sqrt(var + eps) * weight + bias, var the biased variance
+ *  (divided by the count) computed in two passes. weight and bias may be
+ *  NULL (no scale / no shift); when given, their sizes are exactly the
+ *  last normalized_ndim sizes of t (t [..., N1, N2] with normalized_ndim
+ *  2: weight [N1, N2]). Result: t's sizes, contiguous, dtype t's promoted
+ *  with weight's and bias's (a float dtype). One kernel. Errors:
+ *  KILN_ERR_ARG for normalized_ndim outside [1, ndim], a negative or
+ *  non-finite eps, or a NULL t; KILN_ERR_SHAPE when weight or bias have
+ *  other sizes (the message gives both); KILN_ERR_DTYPE for non-float t.
+ *  Borrows weight and bias. Torch: nn.functional.layer_norm(t,
+ *  t.shape[-normalized_ndim:], weight, bias, eps). */
+KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_tensor *weight, kiln_tensor *bias,
+                                      double eps);
 
 /* ----------------------------------------------- forcing, reading values */
 
