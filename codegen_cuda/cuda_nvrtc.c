@@ -13,8 +13,9 @@
  *
  * The function types below are written from NVIDIA's documented NVRTC C
  * API (nvrtcResult is an int enum, NVRTC_SUCCESS = 0; nvrtcProgram an
- * opaque pointer). Compiles may run concurrently: each uses its own
- * nvrtcProgram, and the loader's state is guarded by a mutex.
+ * opaque pointer). The loader's state is guarded by a mutex, and compiles
+ * are serialized by another (older NVRTC releases do not promise that
+ * concurrent compiles are safe; a compile takes tens of milliseconds).
  *
  * Include path: NVRTC (13.0 included) has no built-in cuda_fp16.h or
  * cuda_bf16.h, which kernels using F16/BF16 include. When the library was
@@ -49,6 +50,7 @@ typedef struct nvrtc_api {
 } nvrtc_api;
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   bool tried, ok;
   void *handle;
@@ -145,7 +147,7 @@ static void load(void) {
     const char *dl = dlerror();
     snprintf(g.why, sizeof g.why,
              "could not load libnvrtc (tried %s; install the CUDA toolkit or set KILN_NVRTC_LIB)%s%s", tried,
-             dl ? ": " : "", dl ? dl : "");
+             dl ? "; last error: " : "", dl ? dl : "");
     return;
   }
   if (!resolve(h, lib)) {
@@ -212,6 +214,9 @@ static void log_error(nvrtc_program prog, const char *what, char *err, size_t er
   free(log);
 }
 
+static int compile_locked(const char *src, const char *name, const char *arch, bool cubin, char **out, size_t *out_len,
+                          char *err, size_t errlen);
+
 int cuda_nvrtc_compile(const char *src, const char *name, const char *arch, char **out, size_t *out_len, char *err,
                        size_t errlen) {
   *out = NULL;
@@ -222,6 +227,15 @@ int cuda_nvrtc_compile(const char *src, const char *name, const char *arch, char
     return KILN_ERR_ARG;
   }
   if (!loaded(err, errlen)) return KILN_ERR_DEVICE;
+  pthread_mutex_lock(&compile_lock);
+  int st = compile_locked(src, name, arch, cubin, out, out_len, err, errlen);
+  pthread_mutex_unlock(&compile_lock);
+  return st;
+}
+
+/* Under compile_lock: one NVRTC program, created, compiled, read, freed. */
+static int compile_locked(const char *src, const char *name, const char *arch, bool cubin, char **out, size_t *out_len,
+                          char *err, size_t errlen) {
   nvrtc_program prog = NULL;
   nvrtc_result r = g.api.create_program(&prog, src, name, 0, NULL, NULL);
   if (r != 0) {

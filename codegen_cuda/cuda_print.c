@@ -203,6 +203,20 @@ static const char *infix(kir_op op) {
   }
 }
 
+/* True when integer uop d is a positive constant its type can hold (index
+ * arithmetic divides by extents and strides): neither 0 nor -1, so a
+ * plain / or % is exact. */
+static bool divisor_is_safe(const kir_kernel *k, int d) {
+  const kir_uop *u = &k->uops[d];
+  int64_t max = u->type == KILN_U8     ? 255
+                : u->type == KILN_I8   ? 127
+                : u->type == KILN_I16  ? 32767
+                : u->type == KILN_I32  ? 2147483647
+                : u->type == KILN_BOOL ? 0
+                                       : INT64_MAX;
+  return u->op == KIR_CONST && u->ival > 0 && u->ival <= max;
+}
+
 /* The right-hand side of ALU uop u (operands v<a>, v<b>, v<c>). Integer
  * ADD/SUB/MUL/NEG wrap: computed on unsigned long long and truncated
  * (BOOL as 1-bit integers: + and - are xor, * is and). */
@@ -228,6 +242,7 @@ static void put_alu(cuda_buf *b, const kir_kernel *k, const kir_uop *u) {
   case KIR_MOD:
     if (is_fp(t) && u->op == KIR_DIV) put(b, "v%d / v%d", a, c);
     else if (is_fp(t)) put(b, "%s(v%d, v%d)", t == KILN_F32 ? "fmodf" : "fmod", a, c);
+    else if (divisor_is_safe(k, c)) put(b, "(%s)(v%d %s v%d)", T, a, u->op == KIR_DIV ? "/" : "%", c);
     else put(b, "kiln_%s<%s>(v%d, v%d)", u->op == KIR_DIV ? "idiv" : "imod", T, a, c);
     return;
   case KIR_MAX:
@@ -249,7 +264,6 @@ static void put_alu(cuda_buf *b, const kir_kernel *k, const kir_uop *u) {
   const char *suffix = t == KILN_F32 ? "f" : "";
   if (kir_op_arity(u->op) == 2) put(b, "%s%s(v%d, v%d)", fn, suffix, a, c);
   else put(b, "%s%s(v%d)", fn, suffix, a);
-  (void)k;
 }
 
 /* -------------------------------------------------------------- kernel */

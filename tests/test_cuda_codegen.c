@@ -59,15 +59,17 @@ static void build_mixed(kir_kernel *k, int64_t n) {
   kir_end(k, i);
 }
 
-/* out[0] = sum of a[i] (i32) over i < n: the accumulator crosses the
- * parallel range, so the kernel is not splittable. */
+/* out[0] = sum of (a[i] / 3) % a[i] (a i32) over i < n: the accumulator
+ * crosses the parallel range, so the kernel is not splittable. */
 static void build_total(kir_kernel *k, int64_t n) {
   kir_init(k, "total");
   int out = kir_param(k, KILN_I64, true);
   int a = kir_param(k, KILN_I32, false);
   int acc = kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0));
   int i = kir_range(k, n, true);
-  int v = kir_alu(k, KIR_DIV, KILN_I64, kir_cast(k, KILN_I64, kir_load(k, a, i)), kir_const_i(k, KILN_I64, 3), -1);
+  int x = kir_cast(k, KILN_I64, kir_load(k, a, i));
+  int v = kir_alu(k, KIR_DIV, KILN_I64, x, kir_const_i(k, KILN_I64, 3), -1); /* a constant divisor: plain / */
+  v = kir_alu(k, KIR_MOD, KILN_I64, v, x, -1);                               /* may be 0 or -1: guarded */
   kir_acc_set(k, acc, kir_alu(k, KIR_ADD, KILN_I64, acc, v, -1));
   kir_end(k, i);
   kir_store(k, out, kir_const_i(k, KIR_INDEX, 0), acc);
@@ -98,7 +100,8 @@ static void printer_output(void **state) {
   assert_null(strstr(src, "cuda_fp16.h")); /* headers only when used */
   assert_null(strstr(src, "cuda_bf16.h"));
   assert_non_null(strstr(src, "if (blockIdx.x != 0 || threadIdx.x != 0) return;"));
-  assert_non_null(strstr(src, "kiln_idiv<long long>("));
+  assert_non_null(strstr(src, "kiln_imod<long long>("));
+  assert_null(strstr(src, "kiln_idiv<"));
   free(src);
   kir_free(&k);
 }
