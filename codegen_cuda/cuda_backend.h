@@ -61,7 +61,8 @@ int cuda_nvrtc_compile(const char *src, const char *name, const char *arch, char
  *  when that is set). Not thread-safe with concurrent compiles. */
 void cuda_nvrtc_set_search_list(const char *const *names);
 
-/** Unloads NVRTC (for leak-free test exits). */
+/** Forgets the loaded NVRTC (the library stays mapped: see cuda_nvrtc.c);
+ *  the next call loads it again. */
 void cuda_nvrtc_shutdown(void);
 
 /* ------------------------------------------------------------ checker */
