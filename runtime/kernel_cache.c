@@ -117,6 +117,7 @@ int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char
     free(key);
     return st;
   }
+  rt_cuda_check(k); /* KILN_CUDA_CHECK: the GPU backend's code for it, checked */
   pthread_mutex_lock(&cache_lock);
   e = lookup(h, key, len);
   if (e && e->key) {

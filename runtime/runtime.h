@@ -84,6 +84,24 @@ void rt_schedule_insert(const unsigned char *key, size_t len, const bool *fused,
 /** Schedule-cache hits so far (for tests and benchmarks). */
 int64_t rt_schedule_hits(void);
 
+/* ---- CUDA check of CPU kernels (device_check.c) ---- */
+/** What the CUDA check has done since the start (or rt_cuda_check_reset). */
+typedef struct rt_cuda_check_stats {
+  int64_t kernels;     /* distinct kernels checked */
+  int64_t compiles;    /* kernel × arch checks run (sm_80 CUBIN, compute_90 PTX + ptxas) */
+  int64_t failures;    /* checks the toolchain rejected */
+  int64_t unavailable; /* kernels skipped because NVRTC could not be loaded */
+  char first_error[1024];
+} rt_cuda_check_stats;
+/** Checks k (just compiled for the CPU) with the CUDA toolchain when the
+ *  check is on; failures are counted and printed, never returned. */
+void rt_cuda_check(const kir_kernel *k);
+/** 1 turns the check on, 0 off, -1 goes back to KILN_CUDA_CHECK. */
+void rt_set_cuda_check(int enabled);
+void rt_cuda_check_get(rt_cuda_check_stats *out);
+/** Zeroes the counters and forgets which kernels were checked. */
+void rt_cuda_check_reset(void);
+
 /* ---- extern ops (extern.c, blas.c) ---- */
 /** Runs an EXTERN node (realizing any pending input first) into a new
  *  buffer, records its profile line, and marks it realized. */

@@ -1,0 +1,78 @@
+/*
+ * cuda_backend.h — GPU backend, first increment: kernel IR → CUDA C
+ * (cuda_print.c), compiled by NVRTC loaded with dlopen at run time
+ * (cuda_nvrtc.c), and a checker that confirms the result is accepted by
+ * the toolchain (cuda_check.c). Nothing links against CUDA: without a
+ * toolkit the printer still works and the compile calls return
+ * KILN_ERR_DEVICE ("NVRTC not available: ..."). Internal.
+ *
+ * Not yet here: launching (driver API), device buffers, execution.
+ */
+#ifndef KILN_CUDA_BACKEND_H
+#define KILN_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kir.h"
+
+/* ------------------------------------------------------------ printer */
+
+/** CUDA C source of kernel k (which must pass kir_verify) as
+ *    extern "C" __global__ void fname(T0 *p0, const T1 *p1, ...,
+ *                                     long long start, long long end)
+ *  one typed pointer per PARAM (const unless written), then the bounds of
+ *  the parallel range. fname NULL uses k->name; either is sanitised into
+ *  an identifier. Returns KILN_OK and a malloc'ed string in *out (the
+ *  caller frees), or KILN_ERR_OOM / KILN_ERR_UNSUPPORTED with a message. */
+int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *err, size_t errlen);
+
+/** How a printed kernel must be launched. A splittable kernel (every store
+ *  inside its first parallel range, no accumulator carried across it) runs
+ *  that range as a grid-stride loop on any grid; any other kernel runs on
+ *  thread 0 of block 0 alone (other threads return at once), as the CPU
+ *  runtime runs it on one thread. */
+bool cuda_kernel_splittable(const kir_kernel *k);
+
+/* -------------------------------------------------------------- NVRTC */
+
+/** True when NVRTC can be loaded (loads it on first use). On false, err
+ *  (if non-NULL) says what was tried. Thread-safe. */
+bool cuda_nvrtc_available(char *err, size_t errlen);
+
+/** NVRTC's version (e.g. 13, 0) or KILN_ERR_DEVICE when unavailable. */
+int cuda_nvrtc_version(int *major, int *minor);
+
+/** Compiles CUDA C `src` (program name `name`) for `arch`:
+ *    "sm_XX"      → CUBIN (nvrtcGetCUBIN: NVRTC runs the assembler);
+ *    "compute_XX" → PTX (nvrtcGetPTX), NUL-terminated.
+ *  On success *out is a malloc'ed image (caller frees) of *out_len bytes.
+ *  Errors: KILN_ERR_DEVICE ("NVRTC not available: ..."), KILN_ERR_COMPILE
+ *  (the message ends with NVRTC's compile log), KILN_ERR_ARG (bad arch),
+ *  KILN_ERR_OOM. Thread-safe. */
+int cuda_nvrtc_compile(const char *src, const char *name, const char *arch, char **out, size_t *out_len, char *err,
+                       size_t errlen);
+
+/** For tests: replaces the library names tried by dlopen with `names`
+ *  (NULL-terminated; the array must outlive its use) and unloads NVRTC,
+ *  so the next call loads again; NULL restores the default list
+ *  (libnvrtc.so.13, .so.12, .so, each also under /usr/local/cuda/lib64
+ *  and /usr/local/cuda/targets/x86_64-linux/lib; or only KILN_NVRTC_LIB
+ *  when that is set). Not thread-safe with concurrent compiles. */
+void cuda_nvrtc_set_search_list(const char *const *names);
+
+/** Forgets the loaded NVRTC (the library stays mapped: see cuda_nvrtc.c);
+ *  the next call loads it again. */
+void cuda_nvrtc_shutdown(void);
+
+/* ------------------------------------------------------------ checker */
+
+/** Prints k, compiles it with NVRTC for `arch` and, for a PTX arch
+ *  ("compute_XX"), runs ptxas (/usr/local/cuda/bin/ptxas, else `ptxas`
+ *  on PATH) for sm_XX on the PTX. Returns KILN_OK when the toolchain
+ *  accepts the kernel, else a negative kiln_status with a message naming
+ *  the kernel and stage (the compile log or ptxas's output included).
+ *  Thread-safe. */
+int cuda_check_kernel(const kir_kernel *k, const char *arch, char *err, size_t errlen);
+
+#endif /* KILN_CUDA_BACKEND_H */
