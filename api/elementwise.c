@@ -86,6 +86,10 @@ static bool check_bool_op(graph_op op, kiln_dtype promoted, const char *fn) {
     api_error(KILN_ERR_DTYPE, fn, "not supported for bool tensors (use logical_not / logical_xor)");
     return false;
   }
+  if (op == GRAPH_OP_FMOD || op == GRAPH_OP_REMAINDER) { /* Torch: not implemented for 'Bool' */
+    api_error(KILN_ERR_DTYPE, fn, "not supported for bool tensors (convert them to an integer dtype first)");
+    return false;
+  }
   return true;
 }
 

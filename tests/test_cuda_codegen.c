@@ -229,8 +229,7 @@ static void elementwise_ops(kiln_dtype dt) {
   force(acc);
   acc = NULL;
   for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++) {
-    /* BOOL fmod/remainder: the API accepts them but lowering emits a BOOL
-     * MOD that kir_verify rejects (a CPU-side bug, reported separately) */
+    /* BOOL fmod/remainder are KILN_ERR_DTYPE, as in Torch */
     bool bool_mod = dt == KILN_BOOL && (binaries[i] == kiln_fmod || binaries[i] == kiln_remainder);
     if (!bool_mod) acc = add_term(acc, binaries[i](x, y));
   }

@@ -149,6 +149,12 @@ static void reductions(void **state) {
   assert_null(kiln_mean(x, 0, NULL, false));
   assert_int_equal(kiln_last_status(), KILN_ERR_DTYPE);
   kiln_clear_error();
+  /* fmod and remainder of bools: Torch implements neither */
+  kiln_tensor *bt = kiln_ones(KILN_BOOL, 1, (int64_t[]){3});
+  assert_null(kiln_fmod(bt, bt));
+  expect_error(KILN_ERR_DTYPE, "kiln_fmod", "bool", NULL);
+  assert_null(kiln_remainder(bt, bt));
+  expect_error(KILN_ERR_DTYPE, "kiln_remainder", "bool", NULL);
   kiln_scope_end();
 }
 

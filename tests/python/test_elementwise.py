@@ -96,8 +96,9 @@ INT_UNARY = {
     "relu": lambda x: np.maximum(x, 0), "floor": lambda x: x,
     "ceil": lambda x: x, "round": lambda x: x, "trunc": lambda x: x,
 }
-# Ops that reject BOOL (Torch: neg/sub of bool are errors)
-BOOL_ERRORS = {"neg", "sub"}
+# Ops that reject BOOL (Torch: neg/sub of bool are errors; fmod and
+# remainder are not implemented for bool)
+BOOL_ERRORS = {"neg", "sub", "fmod", "remainder"}
 
 
 def shape_st(max_dims=4, max_size=4):

@@ -357,8 +357,8 @@ KILN_API kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);     /* true divi
 KILN_API kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);     /* a ** b */
 KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b); /* max, NaN propagates */
 KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b); /* min, NaN propagates */
-KILN_API kiln_tensor *kiln_fmod(kiln_tensor *a, kiln_tensor *b);    /* C fmod: sign of a */
-KILN_API kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);/* Python %: sign of b */
+KILN_API kiln_tensor *kiln_fmod(kiln_tensor *a, kiln_tensor *b);    /* C fmod: sign of a (error for BOOL) */
+KILN_API kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);/* Python %: sign of b (error for BOOL) */
 KILN_API kiln_tensor *kiln_atan2(kiln_tensor *a, kiln_tensor *b);   /* atan2(a, b), float */
 KILN_API kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);      /* == → BOOL */
 KILN_API kiln_tensor *kiln_ne(kiln_tensor *a, kiln_tensor *b);      /* != → BOOL */
