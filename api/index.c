@@ -3,11 +3,13 @@
  * nodes) and index_copy_, index_add_, index_fill_, scatter_,
  * scatter_value_ (SCATTER nodes written back by an ASSIGN).
  *
- * GATHER and SCATTER are extern ops run as plain C loops by the runtime
- * (runtime/index.c): scatter with duplicate indices is sequential, and a
- * gather's address depends on loaded data. Both are lazy: the call records
- * a node and nothing else runs, except that the *index* tensor is forced
- * and every value checked against the dim's size first. An out-of-range
+ * GATHER is elementwise over its result and lowered to a kernel (passes/
+ * lower.c: a load at an index read from the index buffer), so it fuses
+ * into its readers. SCATTER is an extern op run as a plain C loop by the
+ * runtime (runtime/index.c): a scatter with duplicate indices is
+ * sequential. Both are lazy: the call records a node and nothing else
+ * runs, except that the *index* tensor is forced and every value checked
+ * against the dim's size first. An out-of-range
  * index is therefore reported by the call itself (KILN_ERR_INDEX, naming
  * the function, the dim, the index and the size), nothing is recorded, and
  * the target keeps its contents — as in Torch, whose checks run before any

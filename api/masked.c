@@ -10,8 +10,8 @@
  * elementwise kernel written back by an ASSIGN. masked_copy_,
  * masked_select and nonzero have data-dependent positions: they force the
  * mask (nonzero: the tensor) and compute the positions on the host; the
- * values stay lazy — a GATHER of the selected elements (runtime/index.c),
- * for masked_copy_ fused into where(mask, gathered src, t).
+ * values stay lazy — a GATHER of the selected elements, for masked_copy_
+ * fused into where(mask, gathered src, t) (one kernel).
  */
 #include <stdlib.h>
 #include <string.h>

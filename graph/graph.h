@@ -91,7 +91,7 @@ typedef enum graph_op {
 
 typedef enum graph_kind {
   GRAPH_SOURCE, GRAPH_UNARY, GRAPH_BINARY, GRAPH_TERNARY, GRAPH_CAST, GRAPH_REDUCE, GRAPH_ASSIGN,
-  GRAPH_EXTERN
+  GRAPH_EXTERN, GRAPH_GATHER
 } graph_kind;
 
 typedef enum graph_result { GRAPH_RES_SAME, GRAPH_RES_FLOAT, GRAPH_RES_BOOL, GRAPH_RES_LONG, GRAPH_RES_NODE } graph_result;

@@ -1,7 +1,7 @@
 /*
  * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
- * (OpenBLAS for MATMUL) or a plain C loop (GATHER, SCATTER: runtime/
- * index.c) instead of a generated kernel. The fusion pass
+ * (OpenBLAS for MATMUL) or a plain C loop (SCATTER: runtime/index.c)
+ * instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
@@ -59,7 +59,6 @@ static void describe(const graph_node *n, kiln_kernel_record *r, char *name, siz
 static int dispatch(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
   switch (n->op) {
   case GRAPH_OP_MATMUL: return rt_blas_matmul(n, out, err, errlen);
-  case GRAPH_OP_GATHER: return rt_index_gather(n, out, err, errlen);
   case GRAPH_OP_SCATTER: return rt_index_scatter(n, out, err, errlen);
   default:
     snprintf(err, errlen, "op %s has no extern implementation", graph_ops[n->op].name);

@@ -1,12 +1,10 @@
 /*
- * index.c — the GATHER and SCATTER extern ops: plain C loops over realized
- * buffers, run by rt_run_extern (extern.c). The API layer (api/index.c,
- * api/masked.c) checks index values when it records these ops; the checks
- * here repeat that before anything is written, so an index can never make a
- * loop read or write outside a buffer.
+ * index.c — the SCATTER extern op: a plain C loop over realized buffers,
+ * run by rt_run_extern (extern.c). (GATHER is a generated kernel: passes/
+ * lower.c.) The API layer (api/index.c) checks index values when it
+ * records the op; the check here repeats that before anything is written,
+ * so an index can never make the loop read or write outside a buffer.
  *
- * GATHER: inputs src (src's view) and index (a view of the result's sizes,
- *   I64 or I32); attr.scalar = dim. out[c] = src[c with c[dim] = index[c]].
  * SCATTER: inputs self (the target's view), index and src (both views of
  *   the index's sizes); attr.scalar = dim, attr.scalar2 = mode. The result
  *   [self sizes] is self's elements, then for each c of the index in
@@ -71,24 +69,6 @@ static int check_indices(const graph_node *n, int in, int64_t size, bool wrap, c
                (long long)i, (int)n->attr.scalar, (long long)size);
       return KILN_ERR_INDEX;
     }
-  }
-  return KILN_OK;
-}
-
-int rt_index_gather(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
-  const graph_input *src = &n->inputs[0], *ix = &n->inputs[1];
-  int dim = (int)n->attr.scalar;
-  int st = check_indices(n, 1, src->view.sizes[dim], false, err, errlen);
-  if (st != KILN_OK) return st;
-  size_t esz = (size_t)graph_dtypes[n->dtype].size;
-  const char *sb = src->node->buffer->data, *ib = ix->node->buffer->data;
-  char *o = out->data;
-  walk w;
-  walk_init(&w, &ix->view);
-  for (int64_t e = 0; e < n->numel; e++, walk_next(&w)) {
-    int64_t i = load_index(ix->node->dtype, ib, w.off), off = src->view.offset;
-    for (int d = 0; d < src->view.ndim; d++) off += (d == dim ? i : w.idx[d]) * src->view.strides[d];
-    memcpy(o + (size_t)e * esz, sb + (size_t)off * esz, esz);
   }
   return KILN_OK;
 }

@@ -71,9 +71,8 @@ int64_t rt_schedule_hits(void);
 int rt_run_extern(graph_node *n, char *err, size_t errlen);
 /** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]). */
 int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
-/** GATHER and SCATTER extern ops (index.c): realized inputs, out a fresh
- *  buffer of n's numel; KILN_ERR_INDEX for an index out of range. */
-int rt_index_gather(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+/** The SCATTER extern op (index.c): realized inputs, out a fresh buffer
+ *  of n's numel; KILN_ERR_INDEX for an index out of range. */
 int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen);
 
 /* ---- caching allocator (alloc.c) ---- */

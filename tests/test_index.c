@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -60,6 +61,30 @@ static void gather_values(void **state) {
   kiln_tensor *ti = kiln_to_dtype(t, KILN_I64);
   kiln_tensor *ie = kiln_expand(kiln_from_data(KILN_I64, 2, (int64_t[]){1, 1}, (int64_t[]){2}), 2, (int64_t[]){2, 3});
   expect_values_tol(kiln_gather(ti, 1, ie), (double[]){2, 2, 2, 5, 5, 5}, 6, 0);
+  expect_no_error();
+  kiln_scope_end();
+}
+
+/* The gather is lowered into its reader's kernel: one kernel, two ops
+ * (with KILN_FUSE=0: one kernel each). */
+static void gather_fuses_with_reader(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *t = kiln_clone(ramp(3, 4));
+  kiln_tensor *idx = kiln_from_data(KILN_I64, 2, (int64_t[]){3, 1}, (int64_t[]){3, 0, 2});
+  assert_int_equal(kiln_realize(t), KILN_OK);
+  assert_int_equal(kiln_realize(idx), KILN_OK);
+  kiln_profile_begin();
+  kiln_tensor *r = kiln_add_scalar(kiln_gather(t, 1, idx), 0.5);
+  assert_int_equal(kiln_realize(r), KILN_OK);
+  kiln_profile_end();
+  const char *fuse = getenv("KILN_FUSE");
+  bool unfused = fuse && strcmp(fuse, "0") == 0;
+  assert_int_equal(kiln_profile_count(), unfused ? 2 : 1);
+  kiln_kernel_record rec;
+  assert_int_equal(kiln_profile_get(kiln_profile_count() - 1, &rec), KILN_OK);
+  if (!unfused) assert_int_equal(rec.n_ops, 2);
+  expect_values_tol(r, (double[]){3.5, 4.5, 10.5}, 3, 0);
   expect_no_error();
   kiln_scope_end();
 }
@@ -275,6 +300,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(index_select_values),
       cmocka_unit_test(gather_values),
+      cmocka_unit_test(gather_fuses_with_reader),
       cmocka_unit_test(scatter_family_values),
       cmocka_unit_test(inplace_semantics),
       cmocka_unit_test(mask_values),
