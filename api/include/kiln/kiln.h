@@ -472,7 +472,9 @@ KILN_API int kiln_index_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_t
 KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, double value);
 /** out[i][j][k] = t[index[i][j][k]][j][k] for dim 0 (likewise for other
  *  dims). index has t's number of dims and index.size(d) <= t.size(d) for
- *  d != dim; the result has index's sizes and t's dtype. Torch: gather. */
+ *  d != dim; the result has index's sizes and t's dtype. Lazy: a
+ *  generated kernel that fuses with its readers (t is materialized).
+ *  Torch: gather. */
 KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index);
 /** t[index[i][j][k]][j][k] = src[i][j][k] for dim 0 (likewise for other
  *  dims), for every element of index in row-major order (with duplicate
@@ -506,7 +508,9 @@ KILN_API int kiln_masked_fill_(kiln_tensor *t, kiln_tensor *mask, double value);
 KILN_API kiln_tensor *kiln_nonzero(kiln_tensor *t);
 /** t tiled reps[k] times along each dim: result sizes [s_k * reps[k]].
  *  ndim >= dim(t) (t gets leading size-1 dims), reps >= 0 (else
- *  KILN_ERR_ARG). Always a lazy copy. Torch: repeat (Torch7: repeatTensor). */
+ *  KILN_ERR_ARG). Always a lazy copy. Each dim with a count other than 1
+ *  takes two internal dims: more than KILN_MAX_DIMS of them in all is
+ *  KILN_ERR_UNSUPPORTED. Torch: repeat (Torch7: repeatTensor). */
 KILN_API kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *reps);
 /** Concatenates ts [n] (n >= 1) along dim: sizes must match except at dim;
  *  1-D empty tensors are skipped as in Torch; the dtype promotes across
