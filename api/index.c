@@ -1,7 +1,7 @@
 /*
- * index.c — indexing by index tensors: index_select, gather (GATHER
- * nodes) and index_copy_, index_add_, index_fill_, scatter_,
- * scatter_value_ (SCATTER nodes written back by an ASSIGN).
+ * index.c — indexing by index tensors: index_select and gather (GATHER
+ * nodes), index_copy_ and index_fill_ (a fused where), index_add_,
+ * scatter_ and scatter_value_ (SCATTER nodes written back by an ASSIGN).
  *
  * GATHER is elementwise over its result and lowered to a kernel (passes/
  * lower.c: a load at an index read from the index buffer), so it fuses
@@ -18,15 +18,33 @@
  * Negative indices follow PyTorch per op: index_fill_ wraps them (i + size
  * for -size <= i < 0); every other op here rejects them.
  *
- * In-place ops build the target's new contents as a SCATTER node reading
- * the target's current version, then record an ASSIGN of it into the
- * target's view (api_assign): views sharing the storage see the write, ops
- * recorded before do not.
+ * index_copy_ and index_fill_ touch whole slices, so once the (forced)
+ * index has been read they need no loop: for each slot of the dim the host
+ * computes the last index position writing it, and the write becomes
+ * t = where(slot written, gather(src, slot's position) or value, t) — one
+ * fused kernel. index_add_ (duplicates accumulate) and scatter_ (element
+ * indices) build the target's new contents as a SCATTER node reading the
+ * target's current version. Either way the result is recorded as an ASSIGN
+ * into the target's view (kiln_copy_ / api_assign): views sharing the
+ * storage see the write, ops recorded before do not.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "api_internal.h"
 #include "walk.h"
+
+/* The index value at storage offset off of a realized I64/I32 buffer. */
+static int64_t load_index(kiln_dtype dt, const char *base, int64_t off) {
+  if (dt == KILN_I32) {
+    int32_t x;
+    memcpy(&x, base + off * 4, 4);
+    return x;
+  }
+  int64_t x;
+  memcpy(&x, base + off * 8, 8);
+  return x;
+}
 
 bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, bool wrap) {
   kiln_dtype dt = index->storage->dtype;
@@ -42,14 +60,7 @@ bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, 
   api_walk w;
   api_walk_init(&w, &index->view, 0);
   for (int64_t e = 0; e < n; e++, api_walk_next(&w)) {
-    int64_t i;
-    if (dt == KILN_I32) {
-      int32_t x;
-      memcpy(&x, base + w.off * 4, 4);
-      i = x;
-    } else {
-      memcpy(&i, base + w.off * 8, 8);
-    }
+    int64_t i = load_index(dt, base, w.off);
     if (wrap && i < 0 && i >= -size) i += size;
     if (i < 0 || i >= size) {
       api_error(KILN_ERR_INDEX, fn, "index %lld is out of range for dim %d of size %lld", (long long)i, dim,
@@ -174,6 +185,80 @@ static int scatter(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view
 
 /* index_copy_ / index_add_: src has t's sizes with dim replaced by the
  * index's length. */
+/* For each slot j of a dim of `size`: the last position i with index[i] ==
+ * j (negative indices wrapped), or -1 — the index's effect once duplicates
+ * are resolved (the last write wins). The index was forced and checked by
+ * api_index_check. malloc'ed [size], or NULL with the error set. */
+static int64_t *last_writer(kiln_tensor *index, int64_t size, const char *fn) {
+  int64_t *inv = malloc(sizeof *inv * (size_t)(size > 0 ? size : 1));
+  if (!inv) {
+    api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
+  }
+  for (int64_t j = 0; j < size; j++) inv[j] = -1;
+  int64_t n = graph_view_numel(&index->view);
+  if (n == 0) return inv;
+  const char *base = index->storage->version->buffer->data;
+  api_walk w;
+  api_walk_init(&w, &index->view, 0);
+  for (int64_t e = 0; e < n; e++, api_walk_next(&w)) {
+    int64_t i = load_index(index->storage->dtype, base, w.off);
+    inv[i < 0 ? i + size : i] = e;
+  }
+  return inv;
+}
+
+/* t = where(slot selected along dim d, value, t), written back into t: one
+ * fused elementwise kernel. inv [size of dim d] selects the slots >= 0;
+ * value has t's dtype and broadcasts to t's sizes. */
+static int write_selected(kiln_tensor *t, int d, const int64_t *inv, kiln_tensor *value, const char *fn) {
+  int64_t size = t->view.sizes[d];
+  uint8_t *sel = malloc((size_t)(size > 0 ? size : 1));
+  if (!sel) return api_error(KILN_ERR_OOM, fn, "out of memory");
+  for (int64_t j = 0; j < size; j++) sel[j] = inv[j] >= 0;
+  api_untracked_begin();
+  kiln_tensor *ms = kiln_from_data(KILN_BOOL, 1, &size, sel);
+  graph_view mv = {.ndim = t->view.ndim}; /* sel spread over t's sizes */
+  for (int k = 0; k < mv.ndim; k++) mv.sizes[k] = t->view.sizes[k];
+  mv.strides[d] = 1;
+  kiln_tensor *m = ms ? api_tensor(ms->storage, &mv, fn) : NULL;
+  kiln_tensor *w = m ? kiln_where(m, value, t) : NULL;
+  int st = w ? kiln_copy_(t, w) : kiln_last_status();
+  kiln_release(ms), kiln_release(m), kiln_release(w);
+  api_untracked_end();
+  free(sel);
+  return st;
+}
+
+/* index_copy_ once checked: t's slot j along d takes src's slice inv[j]
+ * (the last writer): a gather from src selected into t — lazy and fused. */
+static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *src, const char *fn) {
+  int64_t size = t->view.sizes[d];
+  if (graph_view_numel(&index->view) == 0 || graph_view_numel(&t->view) == 0) return KILN_OK;
+  int64_t *inv = last_writer(index, size, fn);
+  if (!inv) return kiln_last_status();
+  int64_t *from = malloc(sizeof *from * (size_t)size);
+  if (!from) {
+    free(inv);
+    return api_error(KILN_ERR_OOM, fn, "out of memory");
+  }
+  for (int64_t j = 0; j < size; j++) from[j] = inv[j] >= 0 ? inv[j] : 0;
+  api_untracked_begin();
+  kiln_tensor *conv =
+      src->storage->dtype == t->storage->dtype ? kiln_retain(src) : api_copy_contiguous(src, t->storage->dtype, fn);
+  kiln_tensor *ft = kiln_from_data(KILN_I64, 1, &size, from), *g = NULL;
+  if (conv && ft) {
+    graph_view iv = spread_index(ft, t->view.ndim, t->view.sizes, d);
+    g = api_gather(conv, &conv->view, d, ft, &iv, fn);
+  }
+  api_untracked_end();
+  int st = g ? write_selected(t, d, inv, g, fn) : kiln_last_status();
+  kiln_release(conv), kiln_release(ft), kiln_release(g);
+  free(inv);
+  free(from);
+  return st;
+}
+
 static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src, int mode, const char *fn) {
   int d;
   if (!check_common(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
@@ -190,6 +275,7 @@ static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *s
                      api_fmt_sizes(b, sizeof b, want.ndim, want.sizes), d, (long long)n);
   }
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
+  if (mode == 0) return copy_slices(t, d, index, src, fn);
   graph_view iv = spread_index(index, want.ndim, want.sizes, d);
   return scatter(t, d, index, &iv, src, &src->view, mode, fn);
 }
@@ -218,12 +304,15 @@ KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, doubl
   int d;
   if (!check_common(t, index, dim, &d, fn) || !check_vector_index(index, fn)) return kiln_last_status();
   if (!api_index_check(index, fn, d, t->view.sizes[d], true)) return kiln_last_status();
-  graph_view want = with_dim_size(&t->view, d, graph_view_numel(&index->view));
-  graph_view iv = spread_index(index, want.ndim, want.sizes, d), sv;
-  kiln_tensor *s = value_tensor(t, value, &want, &sv);
-  if (!s) return kiln_last_status();
-  int st = scatter(t, d, index, &iv, s, &sv, 2, fn);
+  if (graph_view_numel(&index->view) == 0 || graph_view_numel(&t->view) == 0) return KILN_OK;
+  int64_t *inv = last_writer(index, t->view.sizes[d], fn);
+  if (!inv) return kiln_last_status();
+  api_untracked_begin();
+  kiln_tensor *s = kiln_scalar(t->storage->dtype, value);
+  api_untracked_end();
+  int st = s ? write_selected(t, d, inv, s, fn) : kiln_last_status();
   kiln_release(s);
+  free(inv);
   return st;
 }
 

@@ -8,10 +8,10 @@
  * SCATTER: inputs self (the target's view), index and src (both views of
  *   the index's sizes); attr.scalar = dim, attr.scalar2 = mode. The result
  *   [self sizes] is self's elements, then for each c of the index in
- *   row-major order out[c with c[dim] = index[c]] = src[c] (mode 0, 2) or
- *   += src[c] (mode 1). Sequential, so duplicate indices accumulate (add)
- *   or the last one wins (copy), as in Torch's CPU loops. Mode 2 wraps
- *   negative indices (index_fill_).
+ *   row-major order out[c with c[dim] = index[c]] = src[c] (mode 0) or
+ *   += src[c] (mode 1). Sequential, so duplicate indices accumulate (add:
+ *   index_add_) or the last one wins (copy: scatter_), as in Torch's CPU
+ *   loops.
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,9 +53,8 @@ static int64_t load_index(kiln_dtype dt, const char *base, int64_t off) {
   return x;
 }
 
-/* Checks every index of input `in` of n against size; wraps negatives when
- * `wrap`. */
-static int check_indices(const graph_node *n, int in, int64_t size, bool wrap, char *err, size_t errlen) {
+/* Checks every index of input `in` of n against size. */
+static int check_indices(const graph_node *n, int in, int64_t size, char *err, size_t errlen) {
   const graph_input *ix = &n->inputs[in];
   const char *base = ix->node->buffer->data;
   int64_t count = graph_view_numel(&ix->view);
@@ -63,7 +62,6 @@ static int check_indices(const graph_node *n, int in, int64_t size, bool wrap, c
   walk_init(&w, &ix->view);
   for (int64_t e = 0; e < count; e++, walk_next(&w)) {
     int64_t i = load_index(ix->node->dtype, base, w.off);
-    if (wrap && i < 0 && i >= -size) i += size;
     if (i < 0 || i >= size) {
       snprintf(err, errlen, "%s: index %lld is out of range for dim %d of size %lld", graph_ops[n->op].name,
                (long long)i, (int)n->attr.scalar, (long long)size);
@@ -96,7 +94,7 @@ int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen)
   const graph_input *self = &n->inputs[0], *ix = &n->inputs[1], *src = &n->inputs[2];
   int dim = (int)n->attr.scalar, mode = (int)n->attr.scalar2;
   int64_t size = self->view.sizes[dim];
-  int st = check_indices(n, 1, size, mode == 2, err, errlen);
+  int st = check_indices(n, 1, size, err, errlen);
   if (st != KILN_OK) return st;
   size_t esz = (size_t)graph_dtypes[n->dtype].size;
   char *o = out->data;
@@ -113,7 +111,6 @@ int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen)
   walk_init(&ws, &src->view);
   for (int64_t e = 0; e < count; e++, walk_next(&wi), walk_next(&ws)) {
     int64_t i = load_index(ix->node->dtype, ib, wi.off), off = 0;
-    if (i < 0) i += size;
     for (int d = 0; d < ix->view.ndim; d++) off += (d == dim ? i : wi.idx[d]) * ostride[d];
     const char *v = sb + (size_t)ws.off * esz;
     if (mode == 1)
