@@ -1,7 +1,7 @@
 /*
  * index.c — indexing by index tensors: index_select and gather (GATHER
- * nodes), index_copy_ and index_fill_ (a fused where), index_add_,
- * scatter_ and scatter_value_ (SCATTER nodes written back by an ASSIGN).
+ * nodes), index_copy_, index_fill_, scatter_ and scatter_value_ (a fused
+ * where), index_add_ (a SCATTER node written back by an ASSIGN).
  *
  * GATHER is elementwise over its result and lowered to a kernel (passes/
  * lower.c: a load at an index read from the index buffer), so it fuses
@@ -18,13 +18,13 @@
  * Negative indices follow PyTorch per op: index_fill_ wraps them (i + size
  * for -size <= i < 0); every other op here rejects them.
  *
- * index_copy_ and index_fill_ touch whole slices, so once the (forced)
- * index has been read they need no loop: for each slot of the dim the host
+ * index_copy_, index_fill_, scatter_ and scatter_value_ keep the last
+ * write, so once the (forced) index has been read they need no loop: for
+ * each slot of the dim (index_*) or element of t (scatter*) the host
  * computes the last index position writing it, and the write becomes
- * t = where(slot written, gather(src, slot's position) or value, t) — one
- * fused kernel. index_add_ (duplicates accumulate) and scatter_ (element
- * indices) build the target's new contents as a SCATTER node reading the
- * target's current version. Either way the result is recorded as an ASSIGN
+ * t = where(written, gather(src at that position) or value, t) — one fused
+ * kernel. index_add_ (duplicates accumulate, in order) builds the target's
+ * new contents as a SCATTER node reading the target's current version. Either way the result is recorded as an ASSIGN
  * into the target's view (kiln_copy_ / api_assign): views sharing the
  * storage see the write, ops recorded before do not.
  */
@@ -288,17 +288,6 @@ KILN_API int kiln_index_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_t
   return index_put(t, dim, index, src, 1, "kiln_index_add_");
 }
 
-/* A 0-d tensor holding value in t's dtype, viewed with stride 0 over
- * `sizes` of v. */
-static kiln_tensor *value_tensor(kiln_tensor *t, double value, const graph_view *v, graph_view *out) {
-  api_untracked_begin();
-  kiln_tensor *s = kiln_scalar(t->storage->dtype, value);
-  api_untracked_end();
-  *out = (graph_view){.ndim = v->ndim};
-  for (int k = 0; k < v->ndim; k++) out->sizes[k] = v->sizes[k];
-  return s;
-}
-
 KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
   const char *fn = "kiln_index_fill_";
   int d;
@@ -339,15 +328,83 @@ static bool check_scatter_sizes(kiln_tensor *t, int d, kiln_tensor *index, kiln_
   return true;
 }
 
+/* For each element of t's view (row-major position p): the last element
+ * (row-major position e) of the checked, forced index that writes it, or
+ * -1. malloc'ed [numel(t)], or NULL with the error set. */
+static int64_t *last_writer_elems(kiln_tensor *t, int d, kiln_tensor *index, const char *fn) {
+  int64_t n = graph_view_numel(&t->view), cs[KILN_MAX_DIMS];
+  int64_t *inv = malloc(sizeof *inv * (size_t)(n > 0 ? n : 1));
+  if (!inv) {
+    api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
+  }
+  for (int64_t p = 0; p < n; p++) inv[p] = -1;
+  graph_contiguous_strides(t->view.ndim, t->view.sizes, cs);
+  const char *base = index->storage->version->buffer->data;
+  int64_t count = graph_view_numel(&index->view);
+  api_walk w;
+  api_walk_init(&w, &index->view, 0);
+  for (int64_t e = 0; e < count; e++, api_walk_next(&w)) {
+    int64_t i = load_index(index->storage->dtype, base, w.off), p = 0;
+    for (int k = 0; k < t->view.ndim; k++) p += (k == d ? i : w.idx[k]) * cs[k];
+    inv[p] = e;
+  }
+  return inv;
+}
+
+/* scatter_ (src) or scatter_value_ (src NULL) once checked: the host
+ * resolves which index element writes each element of t (the last one in
+ * row-major order), then t = where(written, src gathered at that element
+ * or value, t) — one fused kernel. */
+static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *src, double value, const char *fn) {
+  int64_t n = graph_view_numel(&t->view);
+  if (graph_view_numel(&index->view) == 0 || n == 0) return KILN_OK;
+  int64_t *inv = last_writer_elems(t, d, index, fn);
+  uint8_t *sel = inv ? malloc((size_t)n) : NULL;
+  if (!sel) {
+    free(inv);
+    return inv ? api_error(KILN_ERR_OOM, fn, "out of memory") : kiln_last_status();
+  }
+  for (int64_t p = 0; p < n; p++) {
+    sel[p] = inv[p] >= 0;
+    if (inv[p] < 0) inv[p] = 0; /* any valid element: not selected */
+  }
+  api_untracked_begin();
+  kiln_tensor *m = kiln_from_data(KILN_BOOL, t->view.ndim, t->view.sizes, sel), *part = NULL, *conv = NULL;
+  kiln_tensor *flat = NULL, *ft = NULL, *g = NULL, *value_t = NULL;
+  if (src) {
+    graph_view sv = src->view; /* the part of src the index covers */
+    for (int k = 0; k < sv.ndim; k++) sv.sizes[k] = index->view.sizes[k];
+    int64_t all = -1;
+    part = api_tensor(src->storage, &sv, fn);
+    if (part && src->storage->dtype == t->storage->dtype)
+      conv = kiln_retain(part);
+    else if (part)
+      conv = api_copy_contiguous(part, t->storage->dtype, fn);
+    flat = conv ? kiln_reshape(conv, 1, &all) : NULL;
+    ft = kiln_from_data(KILN_I64, 1, &n, inv);
+    g = flat && ft ? api_gather(flat, &flat->view, 0, ft, &ft->view, fn) : NULL;
+    value_t = g ? kiln_view(g, t->view.ndim, t->view.sizes) : NULL;
+  } else {
+    value_t = kiln_scalar(t->storage->dtype, value);
+  }
+  kiln_tensor *w = m && value_t ? kiln_where(m, value_t, t) : NULL;
+  int st = w ? kiln_copy_(t, w) : kiln_last_status();
+  kiln_release(m), kiln_release(part), kiln_release(conv), kiln_release(flat);
+  kiln_release(ft), kiln_release(g), kiln_release(value_t), kiln_release(w);
+  api_untracked_end();
+  free(inv);
+  free(sel);
+  return st;
+}
+
 KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {
   const char *fn = "kiln_scatter_";
   int d;
   if (!check_common(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
   if (!check_scatter_sizes(t, d, index, src, fn)) return kiln_last_status();
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
-  graph_view sv = src->view; /* the part of src the index covers */
-  for (int k = 0; k < sv.ndim; k++) sv.sizes[k] = index->view.sizes[k];
-  return scatter(t, d, index, &index->view, src, &sv, 0, fn);
+  return scatter_elems(t, d, index, src, 0, fn);
 }
 
 KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
@@ -356,10 +413,5 @@ KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, do
   if (!check_common(t, index, dim, &d, fn)) return kiln_last_status();
   if (!check_scatter_sizes(t, d, index, NULL, fn)) return kiln_last_status();
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
-  graph_view sv;
-  kiln_tensor *s = value_tensor(t, value, &index->view, &sv);
-  if (!s) return kiln_last_status();
-  int st = scatter(t, d, index, &index->view, s, &sv, 0, fn);
-  kiln_release(s);
-  return st;
+  return scatter_elems(t, d, index, NULL, value, fn);
 }
