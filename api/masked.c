@@ -119,11 +119,13 @@ static int copy_selected(kiln_tensor *t, kiln_tensor *m, const uint8_t *sel, int
   if (k > 0) {
     int64_t all = -1;
     api_untracked_begin();
+    /* src in t's dtype, so that where() keeps t's other elements exact */
     kiln_tensor *idx = long_tensor(rank, n), *flat = kiln_reshape(src, 1, &all);
-    kiln_tensor *g = idx && flat ? api_gather(flat, &flat->view, 0, idx, &idx->view, fn) : NULL;
+    kiln_tensor *conv = flat ? kiln_to_dtype(flat, t->storage->dtype) : NULL;
+    kiln_tensor *g = idx && conv ? api_gather(conv, &conv->view, 0, idx, &idx->view, fn) : NULL;
     kiln_tensor *gv = g ? kiln_view(g, t->view.ndim, t->view.sizes) : NULL;
     st = gv ? write_where(t, m, gv) : kiln_last_status();
-    kiln_release(idx), kiln_release(flat), kiln_release(g), kiln_release(gv);
+    kiln_release(idx), kiln_release(flat), kiln_release(conv), kiln_release(g), kiln_release(gv);
     api_untracked_end();
   }
   free(rank);

@@ -159,6 +159,19 @@ static void mask_values(void **state) {
   expect_values_tol(t2, (double[]){0, -1, -1, 3, 4, -1}, 6, 0);
   assert_int_equal(kiln_masked_copy_(t2, m, kiln_arange(KILN_I64, 10, 20, 1)), KILN_OK);
   expect_values_tol(t2, (double[]){10, -1, 11, 12, 4, 13}, 6, 0);
+  /* src of another dtype: t's unselected I64 values stay exact */
+  int64_t big[2] = {(INT64_C(1) << 53) + 1, 5};
+  kiln_tensor *tb = kiln_from_data(KILN_I64, 1, (int64_t[]){2}, big);
+  kiln_tensor *m01 = kiln_from_data(KILN_BOOL, 1, (int64_t[]){2}, (bool[]){false, true});
+  assert_int_equal(kiln_masked_copy_(tb, m01, kiln_full(KILN_F32, 1, (int64_t[]){1}, 7.5)), KILN_OK);
+  int64_t got[2];
+  assert_int_equal(kiln_read(tb, got, sizeof got), KILN_OK);
+  assert_true(got[0] == big[0] && got[1] == 7);
+  assert_int_equal(kiln_index_copy_(tb, 0, longs(1, (int64_t[]){1}), kiln_full(KILN_F32, 1, (int64_t[]){1}, 3)),
+                   KILN_OK);
+  assert_int_equal(kiln_scatter_(tb, 0, longs(1, (int64_t[]){1}), kiln_full(KILN_F64, 1, (int64_t[]){1}, 4)), KILN_OK);
+  assert_int_equal(kiln_read(tb, got, sizeof got), KILN_OK);
+  assert_true(got[0] == big[0] && got[1] == 4);
   kiln_tensor *none = kiln_masked_select(t, kiln_zeros(KILN_BOOL, 1, (int64_t[]){3}));
   assert_int_equal(kiln_numel(none), 0);
   /* nonzero */
