@@ -92,4 +92,17 @@ kiln_tensor *api_copy_contiguous(kiln_tensor *t, kiln_dtype dtype, const char *f
  *  touched, overflow-checked, inside the storage. False with the error set. */
 bool api_check_view(const graph_view *v, int64_t storage_numel, const char *fn);
 
+/* ---- index.c ---- */
+
+/** Checks an index tensor for an op on a dim of `size`: dtype I64 or I32
+ *  (KILN_ERR_DTYPE), then forces it and checks every value is in
+ *  [0, size) — or [-size, size) when `wrap` — (KILN_ERR_INDEX: "index 7 is
+ *  out of range for dim 1 of size 5"). False with the error set. */
+bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, bool wrap);
+/** A GATHER node over t's storage read through tv, with the index read
+ *  through iv (the result's sizes, values already checked): new tracked
+ *  tensor, contiguous [iv sizes]. */
+kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tensor *index, const graph_view *iv,
+                        const char *fn);
+
 #endif /* KILN_API_INTERNAL_H */

@@ -24,8 +24,11 @@
  *  4. A node read through a broadcast view (a stride-0 dim of size > 1) is
  *     fused only when cheap or row-dependent (per-row values are loop
  *     invariant in the inner loop and hoisted by the compiler).
- *  5. The inputs of an extern op (BLAS matmul) are materialized: the
- *     library reads buffers. Its elementwise readers fuse as usual, so
+ *  5. The inputs of an extern op (BLAS matmul, scatter) are materialized:
+ *     the library reads buffers. So is a gather's source (it is read at
+ *     data-dependent positions, maybe several times); a gather itself is
+ *     elementwise over its result: its index fuses into it, and it fuses
+ *     into its readers. Its elementwise readers fuse as usual, so
  *     bias, activation and scale become one epilogue kernel. A scan
  *     (cumsum, cumprod) is a root; elementwise producers fuse into it,
  *     but one that depends on a fused row reduction is materialized (a
@@ -44,7 +47,7 @@
 
 static bool is_elementwise(const graph_node *n) {
   graph_kind k = graph_ops[n->op].kind;
-  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST || k == GRAPH_GATHER;
 }
 
 static bool cheap_op(graph_op op) {
@@ -174,9 +177,10 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
       if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
     }
   }
-  /* rule 5: extern ops read buffers; scans read no row values */
+  /* rule 5: extern ops read buffers; so does a gather's source; scans read no row values */
   for (int i = 0; i < n; i++) {
     graph_kind k = graph_ops[order[i]->op].kind;
+    if (k == GRAPH_GATHER) order[i]->inputs[0].node->fused = false;
     if (k == GRAPH_EXTERN)
       for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
     if (k == GRAPH_SCAN)

@@ -388,8 +388,24 @@ static int half_operand(lower_ctx *c, const graph_node *n, int i, int v) {
   return pass_to_register(c->k, pass_cast_to(c->k, n->cdtype, v));
 }
 
+/* GATHER at idx: the index (maybe fused) at idx, then the source read at
+ * idx with dim replaced by it. The API checked every index against the
+ * size; the load is clamped into [0, size) all the same, so no value can
+ * make a kernel read outside the source's view. */
+static int gather_at(lower_ctx *c, const graph_node *n, const int *idx) {
+  kir_kernel *k = c->k;
+  int dim = (int)n->attr.scalar, sidx[KILN_MAX_DIMS];
+  int64_t size = n->inputs[0].view.sizes[dim];
+  int i = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
+  i = pass_alu2(k, KIR_MAX, i, kir_const_i(k, KIR_INDEX, 0));
+  i = pass_alu2(k, KIR_MIN, i, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
+  for (int d = 0; d < n->ndim; d++) sidx[d] = d == dim ? i : idx[d];
+  return pass_to_register(k, pass_cast_to(k, n->dtype, input_at(c, n, 0, sidx)));
+}
+
 static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   kir_kernel *k = c->k;
+  if (n->op == GRAPH_OP_GATHER) return gather_at(c, n, idx);
   kiln_dtype t = graph_compute_dtype(n->cdtype);
   int v[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) v[i] = half_operand(c, n, i, input_at(c, n, i, idx));
@@ -802,7 +818,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
 static void finish_name(lower_ctx *c, const graph_node *n) {
   static const char prefix[] = {[GRAPH_SOURCE] = 'S', [GRAPH_UNARY] = 'E', [GRAPH_BINARY] = 'E',
                                 [GRAPH_TERNARY] = 'E', [GRAPH_CAST] = 'C', [GRAPH_REDUCE] = 'R',
-                                [GRAPH_ASSIGN] = 'A', [GRAPH_EXTERN] = 'X', [GRAPH_SCAN] = 'P'};
+                                [GRAPH_ASSIGN] = 'A', [GRAPH_EXTERN] = 'X', [GRAPH_SCAN] = 'P', [GRAPH_GATHER] = 'G'};
   char kind = c->n_rows > 0 ? 'R' : prefix[graph_ops[n->op].kind]; /* a row-fused kernel reduces rows */
   int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", kind, c->name);
   for (int d = 0; d < n->ndim && len < 90; d++)

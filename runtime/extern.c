@@ -1,6 +1,7 @@
 /*
  * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
- * (OpenBLAS for MATMUL) instead of a generated kernel. The fusion pass
+ * (OpenBLAS for MATMUL) or a plain C loop (SCATTER: runtime/index.c)
+ * instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
@@ -24,12 +25,26 @@ static void match_blas_threads(void) {
 
 /* Name, flops and bytes of one run, as the profiler reports them. */
 static void describe(const graph_node *n, kiln_kernel_record *r, char *name, size_t len) {
+  if (n->op != GRAPH_OP_MATMUL) { /* index loops */
+    int64_t esz = graph_dtypes[n->dtype].size;
+    snprintf(name, len, "loop_%s_%lld", graph_ops[n->op].name, (long long)n->numel);
+    *r = (kiln_kernel_record){.name = name,
+                              .backend = "loop",
+                              .n_ops = 1,
+                              .numel = n->numel,
+                              .bytes_read = n->numel * esz,
+                              .bytes_written = n->numel * esz,
+                              .run_ns = r->run_ns,
+                              .cache_hit = true,
+                              .threads = 1};
+    return;
+  }
   int nd = n->ndim, esz = graph_dtypes[n->dtype].size;
   int64_t m = n->sizes[nd - 2], nn = n->sizes[nd - 1], k = n->inputs[0].view.sizes[nd - 1];
   int64_t batches = nd > 2 ? n->numel / (m * nn > 0 ? m * nn : 1) : 1;
   if (m * nn == 0) batches = 0;
-  snprintf(name, len, "blas_%cgemm_%lldx%lldx%lld", n->dtype == KILN_F64 ? 'd' : 's', (long long)m,
-           (long long)nn, (long long)k);
+  snprintf(name, len, "blas_%cgemm_%lldx%lldx%lld", n->dtype == KILN_F64 ? 'd' : 's', (long long)m, (long long)nn,
+           (long long)k);
   r->name = name;
   r->backend = "blas";
   r->n_ops = 1;
@@ -44,6 +59,7 @@ static void describe(const graph_node *n, kiln_kernel_record *r, char *name, siz
 static int dispatch(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
   switch (n->op) {
   case GRAPH_OP_MATMUL: return rt_blas_matmul(n, out, err, errlen);
+  case GRAPH_OP_SCATTER: return rt_index_scatter(n, out, err, errlen);
   default:
     snprintf(err, errlen, "op %s has no extern implementation", graph_ops[n->op].name);
     return KILN_ERR_UNSUPPORTED;
@@ -62,7 +78,7 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
     return KILN_ERR_OOM;
   }
-  match_blas_threads();
+  if (n->op == GRAPH_OP_MATMUL) match_blas_threads();
   int64_t t0 = rt_now_ns();
   int st = dispatch(n, out, err, errlen);
   int64_t t1 = rt_now_ns();

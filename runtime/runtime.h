@@ -108,6 +108,9 @@ void rt_cuda_check_reset(void);
 int rt_run_extern(graph_node *n, char *err, size_t errlen);
 /** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]). */
 int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+/** The SCATTER extern op (index.c): realized inputs, out a fresh buffer
+ *  of n's numel; KILN_ERR_INDEX for an index out of range. */
+int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen);
 
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */

@@ -285,6 +285,20 @@ SIGNATURES = {
     "apply_": ("i", "Tpp"),
     "map_": ("i", "TTpp"),
     "map2_": ("i", "TTTpp"),
+    "index_select": ("T", "TiT"),
+    "index_copy_": ("i", "TiTT"),
+    "index_add_": ("i", "TiTT"),
+    "index_fill_": ("i", "TiTd"),
+    "gather": ("T", "TiT"),
+    "scatter_": ("i", "TiTT"),
+    "scatter_value_": ("i", "TiTd"),
+    "masked_select": ("T", "TT"),
+    "masked_copy_": ("i", "TTT"),
+    "masked_fill_": ("i", "TTd"),
+    "nonzero": ("T", "T"),
+    "repeat": ("T", "TiL"),
+    "cat": ("T", "Aii"),
+    "stack": ("T", "Aii"),
 }
 
 # Functions whose int result is a count or a value, not a kiln_status: a

@@ -520,6 +520,89 @@ KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *t, int dim);
 KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_tensor *weight, kiln_tensor *bias,
                                       double eps);
 
+/* ------------------------------------------------------------- indexing
+ * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
+ * KILN_ERR_DTYPE). The index tensor is forced when the op is called and
+ * every value is checked: an index outside [0, size) gives KILN_ERR_INDEX
+ * with a message such as "kiln_gather: index 7 is out of range for dim 1 of
+ * size 5", nothing is recorded and the target is unchanged. Negative
+ * indices follow PyTorch per op: kiln_index_fill_ wraps them (-1 is the
+ * last), every other op rejects them. The values of t and src stay lazy.
+ * In-place ops (ending in `_`) write through t's view like kiln_copy_:
+ * every tensor over t's storage sees the write, ops recorded earlier do
+ * not; they return KILN_OK or a negative kiln_status. Functions returning a
+ * tensor return a new reference (contiguous) or NULL. A NULL argument gives
+ * KILN_ERR_ARG (or keeps the first error); a bad dim KILN_ERR_ARG; sizes
+ * that do not fit KILN_ERR_SHAPE. A 0-d t has no dim to index
+ * (KILN_ERR_SHAPE). src of another dtype is converted to t's dtype. */
+
+/** t [..., s_dim, ...] and a 1-D index [n] -> [..., n, ...]: result slice i
+ *  along dim is t's slice index[i]; t's dtype. Torch: index_select
+ *  (Torch7: index). */
+KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int dim, kiln_tensor *index);
+/** For each i, t's slice index[i] along dim = src's slice i. index is 1-D
+ *  [n]; src has t's sizes with dim replaced by n. With duplicate indices
+ *  the last write wins. Torch: index_copy_ (Torch7: indexCopy). */
+KILN_API int kiln_index_copy_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+/** As kiln_index_copy_ but adds: t's slice index[i] += src's slice i;
+ *  duplicate indices accumulate, in order of i (integers wrap, BOOL ors).
+ *  Torch: index_add_ (Torch7: indexAdd). */
+KILN_API int kiln_index_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+/** Fills t's slices index[i] along dim with value (converted to t's dtype
+ *  as kiln_fill_ does). index is 1-D; negative indices count from the end.
+ *  Torch: index_fill_ (Torch7: indexFill). */
+KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, double value);
+/** out[i][j][k] = t[index[i][j][k]][j][k] for dim 0 (likewise for other
+ *  dims). index has t's number of dims and index.size(d) <= t.size(d) for
+ *  d != dim; the result has index's sizes and t's dtype. Lazy: a
+ *  generated kernel that fuses with its readers (t is materialized).
+ *  Torch: gather. */
+KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index);
+/** t[index[i][j][k]][j][k] = src[i][j][k] for dim 0 (likewise for other
+ *  dims), for every element of index in row-major order (with duplicate
+ *  indices the last write wins). index, t and src have the same number of
+ *  dims; index.size(d) <= src.size(d) for every d and <= t.size(d) for
+ *  d != dim. Torch: scatter_(dim, index, src). */
+KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+/** kiln_scatter_ with every src element equal to value (converted to t's
+ *  dtype). Torch: scatter_(dim, index, value). */
+KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, double value);
+/** The elements of t where mask is nonzero, in row-major order, as a 1-D
+ *  tensor [k] of t's dtype. mask is BOOL or U8 (else KILN_ERR_DTYPE); t
+ *  and mask broadcast together as in PyTorch, or (Torch7) have different
+ *  sizes but the same element count and are walked row-major. Forces the
+ *  mask (k depends on it); t's values stay lazy. Torch: masked_select
+ *  (Torch7: maskedSelect). */
+KILN_API kiln_tensor *kiln_masked_select(kiln_tensor *t, kiln_tensor *mask);
+/** Where mask is nonzero, t's elements (row-major) take src's elements in
+ *  row-major order: the k-th selected element gets src's k-th element.
+ *  mask broadcasts to t's sizes or has t's element count; src needs at
+ *  least as many elements as mask selects (KILN_ERR_SHAPE). Forces the
+ *  mask. Torch: masked_scatter_ (Torch7: maskedCopy). */
+KILN_API int kiln_masked_copy_(kiln_tensor *t, kiln_tensor *mask, kiln_tensor *src);
+/** Sets t's elements where mask is nonzero to value. mask broadcasts to
+ *  t's sizes or has t's element count. Fully lazy: one fused kernel.
+ *  Torch: masked_fill_ (Torch7: maskedFill). */
+KILN_API int kiln_masked_fill_(kiln_tensor *t, kiln_tensor *mask, double value);
+/** The coordinates of t's nonzero elements (NaN counts as nonzero), one row
+ *  per element in row-major order: I64 [n, dim(t)]. Forces t.
+ *  Torch: nonzero. */
+KILN_API kiln_tensor *kiln_nonzero(kiln_tensor *t);
+/** t tiled reps[k] times along each dim: result sizes [s_k * reps[k]].
+ *  ndim >= dim(t) (t gets leading size-1 dims), reps >= 0 (else
+ *  KILN_ERR_ARG). Always a lazy copy. Each dim with a count other than 1
+ *  takes two internal dims: more than KILN_MAX_DIMS of them in all is
+ *  KILN_ERR_UNSUPPORTED. Torch: repeat (Torch7: repeatTensor). */
+KILN_API kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *reps);
+/** Concatenates ts [n] (n >= 1) along dim: sizes must match except at dim;
+ *  1-D empty tensors are skipped as in Torch; the dtype promotes across
+ *  all. Lazy: each input is written into its slice of a fresh result.
+ *  Torch: cat. */
+KILN_API kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim);
+/** Stacks ts [n] (n >= 1, all of equal sizes) along a new dim in
+ *  [0, dim(t)] (negative counts from dim(t) + 1). Torch: stack. */
+KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim);
+
 /* ----------------------------------------------- forcing, reading values */
 
 /** Computes t's storage contents now. Returns KILN_OK or an error. */
