@@ -117,6 +117,11 @@ static bool check_common(kiln_tensor *t, kiln_tensor *index, int dim, int *d, co
   return *d >= 0;
 }
 
+/* check_common for an in-place op: t must not repeat a storage element. */
+static bool check_target(kiln_tensor *t, kiln_tensor *index, int dim, int *d, const char *fn) {
+  return check_common(t, index, dim, d, fn) && api_check_writable(t, fn);
+}
+
 KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int dim, kiln_tensor *index) {
   const char *fn = "kiln_index_select";
   int d;
@@ -261,7 +266,7 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
 
 static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src, int mode, const char *fn) {
   int d;
-  if (!check_common(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
   if (!check_vector_index(index, fn)) return kiln_last_status();
   int64_t n = graph_view_numel(&index->view);
   graph_view want = with_dim_size(&t->view, d, n);
@@ -291,7 +296,7 @@ KILN_API int kiln_index_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_t
 KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
   const char *fn = "kiln_index_fill_";
   int d;
-  if (!check_common(t, index, dim, &d, fn) || !check_vector_index(index, fn)) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn) || !check_vector_index(index, fn)) return kiln_last_status();
   if (!api_index_check(index, fn, d, t->view.sizes[d], true)) return kiln_last_status();
   if (graph_view_numel(&index->view) == 0 || graph_view_numel(&t->view) == 0) return KILN_OK;
   int64_t *inv = last_writer(index, t->view.sizes[d], fn);
@@ -401,7 +406,7 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
 KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {
   const char *fn = "kiln_scatter_";
   int d;
-  if (!check_common(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
   if (!check_scatter_sizes(t, d, index, src, fn)) return kiln_last_status();
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
   return scatter_elems(t, d, index, src, 0, fn);
@@ -410,7 +415,7 @@ KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_ten
 KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
   const char *fn = "kiln_scatter_value_";
   int d;
-  if (!check_common(t, index, dim, &d, fn)) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn)) return kiln_last_status();
   if (!check_scatter_sizes(t, d, index, NULL, fn)) return kiln_last_status();
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
   return scatter_elems(t, d, index, NULL, value, fn);

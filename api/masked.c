@@ -92,6 +92,7 @@ static int write_where(kiln_tensor *t, kiln_tensor *m, kiln_tensor *value) {
 KILN_API int kiln_masked_fill_(kiln_tensor *t, kiln_tensor *mask, double value) {
   const char *fn = "kiln_masked_fill_";
   if (!api_check(t, fn, "t") || !api_check(mask, fn, "mask") || !check_mask_dtype(mask, fn)) return kiln_last_status();
+  if (!api_check_writable(t, fn)) return KILN_ERR_ARG;
   kiln_tensor *m = mask_as(mask, t->view.ndim, t->view.sizes, fn);
   if (!m) return kiln_last_status();
   api_untracked_begin();
@@ -135,7 +136,7 @@ static int copy_selected(kiln_tensor *t, kiln_tensor *m, const uint8_t *sel, int
 KILN_API int kiln_masked_copy_(kiln_tensor *t, kiln_tensor *mask, kiln_tensor *src) {
   const char *fn = "kiln_masked_copy_";
   if (!api_check(t, fn, "t") || !api_check(mask, fn, "mask") || !api_check(src, fn, "src")) return kiln_last_status();
-  if (!check_mask_dtype(mask, fn)) return kiln_last_status();
+  if (!check_mask_dtype(mask, fn) || !api_check_writable(t, fn)) return kiln_last_status();
   kiln_tensor *m = mask_as(mask, t->view.ndim, t->view.sizes, fn);
   if (!m) return kiln_last_status();
   int64_t n;

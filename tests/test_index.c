@@ -247,6 +247,36 @@ static void bad_index_leaves_target(void **state) {
   kiln_scope_end();
 }
 
+/* In-place ops into a view that repeats a storage element (expand): which
+ * value would win is unspecified, so each is KILN_ERR_ARG naming itself,
+ * and the storage is unchanged. */
+static void expanded_target_rejected(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_zeros(KILN_F32, 2, (int64_t[]){1, 3});
+  kiln_tensor *e = kiln_expand(x, 2, (int64_t[]){4, 3});
+  kiln_tensor *i1 = kiln_from_data(KILN_I64, 1, (int64_t[]){2}, (int64_t[]){0, 2});
+  kiln_tensor *src = kiln_ones(KILN_F32, 2, (int64_t[]){2, 3});
+  kiln_tensor *i2 = kiln_zeros(KILN_I64, 2, (int64_t[]){2, 3});
+  kiln_tensor *mask = kiln_ones(KILN_BOOL, 2, (int64_t[]){4, 3});
+  kiln_tensor *msrc = kiln_ones(KILN_F32, 1, (int64_t[]){12});
+  assert_int_equal(kiln_index_copy_(e, 0, i1, src), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_index_copy_", "stride 0", NULL);
+  assert_int_equal(kiln_index_add_(e, 0, i1, src), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_index_add_", NULL);
+  assert_int_equal(kiln_index_fill_(e, 0, i1, 5), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_index_fill_", NULL);
+  assert_int_equal(kiln_scatter_(e, 0, i2, src), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_scatter_", NULL);
+  assert_int_equal(kiln_scatter_value_(e, 0, i2, 5), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_scatter_value_", NULL);
+  assert_int_equal(kiln_masked_fill_(e, mask, 5), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_masked_fill_", NULL);
+  assert_int_equal(kiln_masked_copy_(e, mask, msrc), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_masked_copy_", NULL);
+  expect_values_tol(x, (double[]){0, 0, 0}, 3, 0);
+  kiln_scope_end();
+}
+
 static void errors(void **state) {
   (void)state;
   kiln_scope_begin();
@@ -319,6 +349,7 @@ int main(void) {
       cmocka_unit_test(mask_values),
       cmocka_unit_test(join_values),
       cmocka_unit_test(bad_index_leaves_target),
+      cmocka_unit_test(expanded_target_rejected),
       cmocka_unit_test(errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -530,7 +530,8 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_
  * last), every other op rejects them. The values of t and src stay lazy.
  * In-place ops (ending in `_`) write through t's view like kiln_copy_:
  * every tensor over t's storage sees the write, ops recorded earlier do
- * not; they return KILN_OK or a negative kiln_status. Functions returning a
+ * not; a t whose view repeats a storage element (a dim of size > 1 with
+ * stride 0) is KILN_ERR_ARG, as in PyTorch; they return KILN_OK or a negative kiln_status. Functions returning a
  * tensor return a new reference (contiguous) or NULL. A NULL argument gives
  * KILN_ERR_ARG (or keeps the first error); a bad dim KILN_ERR_ARG; sizes
  * that do not fit KILN_ERR_SHAPE. A 0-d t has no dim to index
