@@ -61,6 +61,7 @@ static bool resolve(void *h, const char *lib) {
       {"cuDevicePrimaryCtxRetain", offsetof(cuda_driver_api, primary_ctx_retain)},
       {"cuCtxSetCurrent", offsetof(cuda_driver_api, ctx_set_current)},
       {"cuModuleLoadData", offsetof(cuda_driver_api, module_load_data)},
+      {"cuModuleUnload", offsetof(cuda_driver_api, module_unload)},
       {"cuModuleGetFunction", offsetof(cuda_driver_api, module_get_function)},
       {"cuLaunchKernel", offsetof(cuda_driver_api, launch_kernel)},
       {"cuMemAlloc_v2", offsetof(cuda_driver_api, mem_alloc)},

@@ -39,6 +39,7 @@ typedef struct cuda_driver_api {
   cu_result (*primary_ctx_retain)(cu_context *, cu_device);
   cu_result (*ctx_set_current)(cu_context);
   cu_result (*module_load_data)(cu_module *, const void *image);
+  cu_result (*module_unload)(cu_module);
   cu_result (*module_get_function)(cu_function *, cu_module, const char *name);
   cu_result (*launch_kernel)(cu_function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shared_bytes, cu_stream, void **params, void **extra);

@@ -6,7 +6,9 @@
  * nonexistent path) and the toolkit's stub libcuda (its cuInit fails) are
  * both "no CUDA"; "llvm" keeps working. Tests that need a real GPU run
  * only when cuda_device_available() is true and skip with the reason
- * otherwise.
+ * otherwise: the device probe, a buffer round trip, and one elementwise
+ * kernel compiled for the device, uploaded, launched and read back
+ * (codegen_cuda/cuda_launch.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -21,18 +23,25 @@
 
 #include "cuda_backend.h"
 #include "cuda_driver.h"
+#include "cuda_launch.h"
+#include "kir.h"
 #include "runtime.h"
 #include "test_util.h"
 
 static const char *const missing_lib[] = {"/nonexistent/libcuda.so.1", NULL};
 #define STUB_LIB "/usr/local/cuda/lib64/stubs/libcuda.so"
 
-/* Every test starts with the default driver search, no KILN_BACKEND and no
+/* KILN_CUDA_LIB as the test started: the ctest `cuda_runtime_fake` runs this
+ * program against tests/fake_libcuda.c, so the device tests run too. */
+static char *initial_cuda_lib;
+
+/* Every test starts with the initial driver search, no KILN_BACKEND and no
  * selected backend; and leaves the same state for the next. */
 static int reset(void **state) {
   (void)state;
   unsetenv("KILN_BACKEND");
-  unsetenv("KILN_CUDA_LIB");
+  if (initial_cuda_lib) setenv("KILN_CUDA_LIB", initial_cuda_lib, 1);
+  else unsetenv("KILN_CUDA_LIB");
   cuda_driver_set_search_list(NULL);
   rt_backend_reset();
   kiln_clear_error();
@@ -53,6 +62,7 @@ static kiln_tensor *affine_ones(int64_t n, double mul, double add) {
 static void require_device(void) {
   char why[1024];
   if (cuda_device_available(why, sizeof why)) return;
+  if (getenv("KILN_TEST_EXPECT_DEVICE")) fail_msg("KILN_TEST_EXPECT_DEVICE is set, but no CUDA device: %s", why);
   print_message("skipped: no CUDA device: %s\n", why);
   skip();
 }
@@ -211,7 +221,76 @@ static void device_round_trip(void **state) {
   assert_memory_equal(in, out, sizeof in);
 }
 
+/* out[i] = a[i] * 2 + 1 (F32), i < n. */
+static void build_affine(kir_kernel *k, int64_t n) {
+  kir_init(k, "affine");
+  int out = kir_param(k, KILN_F32, true);
+  int a = kir_param(k, KILN_F32, false);
+  int i = kir_range(k, n, true);
+  int x = kir_alu(k, KIR_MUL, KILN_F32, kir_load(k, a, i), kir_const_f(k, KILN_F32, 2), -1);
+  kir_store(k, out, i, kir_alu(k, KIR_ADD, KILN_F32, x, kir_const_f(k, KILN_F32, 1), -1));
+  kir_end(k, i);
+}
+
+/* Without a device the launch layer answers every call with the reason. */
+static void launch_layer_without_device(void **state) {
+  (void)state;
+  setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+  cuda_driver_shutdown();
+  char err[1024] = "";
+  cu_deviceptr p = 1;
+  assert_int_equal(cuda_buffer_alloc(64, &p, err, sizeof err), KILN_ERR_DEVICE);
+  assert_true(p == 0);
+  assert_non_null(strstr(err, "no CUDA device: libcuda not found"));
+  kir_kernel k;
+  build_affine(&k, 8);
+  cuda_kernel ck;
+  err[0] = 0;
+  assert_int_equal(cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_DEVICE);
+  assert_non_null(strstr(err, "no CUDA device"));
+  kir_free(&k);
+  cuda_buffer_free(0);
+}
+
+/* Needs a GPU (and NVRTC): upload, launch and download one elementwise
+ * kernel; the grid-stride loop covers n > one block, and CUDA events time
+ * it. */
+static void device_elementwise_kernel(void **state) {
+  (void)state;
+  require_device();
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  enum { N = 1000 };
+  float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)i - 300.0f, out[i] = 0;
+  kir_kernel k;
+  build_affine(&k, N);
+  cuda_kernel ck;
+  char err[4096];
+  int st = cuda_kernel_load(&k, &ck, err, sizeof err);
+  if (st != KILN_OK) fail_msg("%s", err);
+  cu_deviceptr bufs[2];
+  assert_int_equal(cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
+  float ms = -1;
+  st = cuda_kernel_launch(&ck, bufs, 2, 0, N, &ms, err, sizeof err);
+  if (st != KILN_OK) fail_msg("%s", err);
+  assert_true(ms >= 0);
+  assert_int_equal(cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
+  for (int i = 0; i < N; i++) assert_float_equal(out[i], in[i] * 2 + 1, 0);
+  cuda_buffer_free(bufs[0]);
+  cuda_buffer_free(bufs[1]);
+  cuda_kernel_unload(&ck);
+  kir_free(&k);
+}
+
 int main(void) {
+  const char *lib = getenv("KILN_CUDA_LIB");
+  initial_cuda_lib = lib ? strdup(lib) : NULL;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(missing_libcuda_is_no_device, reset, reset),
       cmocka_unit_test_setup_teardown(search_list_without_libcuda, reset, reset),
@@ -221,8 +300,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(missing_nvrtc_does_not_affect_backend_selection, reset, reset),
       cmocka_unit_test_setup_teardown(device_is_described, reset, reset),
       cmocka_unit_test_setup_teardown(device_round_trip, reset, reset),
+      cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
+      cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
       /* last: once loaded, the stub answers to its soname libcuda.so.1 */
       cmocka_unit_test_setup_teardown(stub_libcuda_cuinit_fails, reset, reset),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  free(initial_cuda_lib);
+  return failed;
 }
