@@ -7,6 +7,7 @@
  * ops recorded before them.
  */
 #include "api_internal.h"
+#include "runtime.h"
 
 KILN_API kiln_tensor *kiln_clone(kiln_tensor *t) {
   if (!api_check(t, "kiln_clone", "t")) return NULL;
@@ -28,7 +29,13 @@ KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype) {
 KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device) {
   if (!api_check(t, "kiln_to_device", "t")) return NULL;
   if (device == KILN_CPU) return api_track(kiln_retain(t));
-  api_error(KILN_ERR_DEVICE, "kiln_to_device", "device %d is not available in this build", (int)device);
+  if (device != KILN_CUDA) {
+    api_error(KILN_ERR_ARG, "kiln_to_device", "unknown device %d (expected KILN_CPU or KILN_CUDA)", (int)device);
+    return NULL;
+  }
+  char err[1200];
+  int st = rt_cuda_require("KILN_CUDA tensors", err, sizeof err);
+  api_error((kiln_status)st, "kiln_to_device", "%s", err);
   return NULL;
 }
 

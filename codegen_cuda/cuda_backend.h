@@ -6,7 +6,9 @@
  * toolkit the printer still works and the compile calls return
  * KILN_ERR_DEVICE ("NVRTC not available: ..."). Internal.
  *
- * Not yet here: launching (driver API), device buffers, execution.
+ * The driver API (libcuda, also loaded with dlopen) and the device probe
+ * are in cuda_driver.h. Not yet here: launching, device buffers,
+ * execution.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H

@@ -450,6 +450,8 @@ static _Thread_local int nesting;
 static bool use_schedule_cache(void) { return nesting == 0 && rt_debug_level() < 3; }
 
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
+  int ready = rt_backend_ready(err, errlen);
+  if (ready != KILN_OK) return ready;
   rt_alloc_install();
   node_list order = {0};
   if (!schedule(nodes, n, &order)) {

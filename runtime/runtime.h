@@ -14,6 +14,23 @@
 #include "llvm_backend.h"
 #include "pool.h"
 
+/* ------------------------------------------------ backend (backend.c) */
+
+/** kiln_set_backend: "llvm", or "cuda" (KILN_ERR_DEVICE "no CUDA device:
+ *  <why>" without a device; KILN_ERR_UNSUPPORTED with one, as kernels
+ *  cannot run on it yet); else KILN_ERR_ARG. Message in err. */
+int rt_backend_select(const char *name, char *err, size_t errlen);
+/** Called by rt_realize: KILN_OK once a backend is selected; when none
+ *  was, selects $KILN_BACKEND (unset or empty: "llvm") with the same
+ *  errors as rt_backend_select, repeated at every call until it succeeds. */
+int rt_backend_ready(char *err, size_t errlen);
+/** The error for work asked of the CUDA device (`what` names it):
+ *  KILN_ERR_DEVICE "no CUDA device: <why>", or KILN_ERR_UNSUPPORTED. */
+int rt_cuda_require(const char *what, char *err, size_t errlen);
+/** For tests: forgets the selection (the next realize reads
+ *  $KILN_BACKEND again). */
+void rt_backend_reset(void);
+
 /** Realizes every node in nodes[0..n) and the pending nodes they need,
  *  one kernel per node, in dependency order. On failure nothing already
  *  realized is lost, the failed node stays pending, and the message is in

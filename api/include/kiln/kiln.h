@@ -294,8 +294,11 @@ KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
 /** Lazy conversion (new storage; a new reference to `t` if already that
  *  dtype). Float→int truncates toward zero, →BOOL is x != 0. Torch: to. */
 KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype);
-/** Moves to a device. Only KILN_CPU is available in this build; KILN_CUDA
- *  gives KILN_ERR_DEVICE. Torch: to(device). */
+/** Moves to a device. KILN_CPU returns `t` (new reference). KILN_CUDA:
+ *  without a usable CUDA device (libcuda missing, cuInit failing, no GPU)
+ *  NULL with KILN_ERR_DEVICE "no CUDA device: <reason>"; with one, NULL
+ *  with KILN_ERR_UNSUPPORTED (device tensors are not implemented yet).
+ *  Another value: KILN_ERR_ARG. Torch: to(device). */
 KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device);
 /** Copies src's elements into dst (row-major order of each), converting the
  *  dtype. Element counts must match; sizes may differ. If src broadcasts to
@@ -731,8 +734,14 @@ KILN_API int kiln_map2_(kiln_tensor *t, kiln_tensor *a, kiln_tensor *b, kiln_fn3
 
 /* ----------------------------------------------------------- execution */
 
-/** Selects the backend: "llvm" (default; env KILN_BACKEND). "cuda" is not
- *  available in this build: KILN_ERR_DEVICE. */
+/** Selects the backend for later forces: "llvm" (the CPU; the default).
+ *  "cuda": KILN_ERR_DEVICE "no CUDA device: <reason>" when libcuda cannot
+ *  be loaded (env KILN_CUDA_LIB picks it), cuInit fails or there is no
+ *  GPU; KILN_ERR_UNSUPPORTED with a GPU (kernels cannot run on it yet).
+ *  Other names: KILN_ERR_ARG. On error the selection is unchanged. When
+ *  never called, the first force reads env KILN_BACKEND (unset: "llvm");
+ *  if that selection fails, every force fails with its error (no silent
+ *  CPU fall-back) until the program calls kiln_set_backend("llvm"). */
 KILN_API int kiln_set_backend(const char *name);
 /** Threads for kernels (env KILN_NUM_THREADS); n ≥ 1. */
 KILN_API int kiln_set_num_threads(int n);

@@ -1,0 +1,170 @@
+/*
+ * cuda_launch.c — running a printed kernel on device 0 through the driver
+ * API (cuda_driver.h): the device's primary context and one stream, device
+ * buffers with host ↔ device copies, a kernel compiled by NVRTC for the
+ * device's sm_XX and loaded with cuModuleLoadData, and a launch timed with
+ * CUDA events.
+ *
+ * This is the device half of the backend, exercised by the device-gated
+ * tests of tests/test_cuda_runtime.c only: the runtime does not route
+ * kernels or tensors here yet (docs/cuda.md). Buffers are plain
+ * cuMemAlloc/cuMemFree — no caching allocator yet.
+ *
+ * Launch geometry follows the printer's contract (cuda_backend.h): a
+ * splittable kernel runs its parallel range [start, end) as a grid-stride
+ * loop, so any grid is correct — blocks of 256 threads, one per 256
+ * indices up to 65,535 blocks; any other kernel runs on one thread.
+ * Kernel arguments are the buffer pointers, then `long long start, end`.
+ * Context, stream and events are created once, under a mutex, and never
+ * released (the process owns them until exit); they belong to the driver
+ * first loaded, so tests must not switch to another driver library after
+ * a launch-layer call succeeded.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "cuda_driver.h"
+#include "cuda_launch.h"
+
+#define KERNEL_SYMBOL "kiln_kernel"
+enum { BLOCK = 256, MAX_GRID = 65535 };
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  bool ready;
+  cu_context ctx;
+  cu_stream stream;
+  cu_event start, stop;
+} dev;
+
+/* KILN_ERR_DEVICE with "<what>: CUDA_ERROR_X (...)" when r failed. */
+static int check(cu_result r, const char *what, char *err, size_t errlen) {
+  if (r == CUDA_SUCCESS) return KILN_OK;
+  char buf[256];
+  snprintf(err, errlen, "%s: %s", what, cuda_driver_error(r, buf, sizeof buf));
+  return KILN_ERR_DEVICE;
+}
+
+/* The driver, with device 0's context current on this thread. */
+static const cuda_driver_api *ready(cuda_device_info *info, char *err, size_t errlen) {
+  char why[1024];
+  if (!cuda_device_available(why, sizeof why)) {
+    snprintf(err, errlen, "no CUDA device: %s", why);
+    return NULL;
+  }
+  const cuda_driver_api *api = cuda_driver(info);
+  if (!api) {
+    snprintf(err, errlen, "no CUDA device: the driver was unloaded");
+    return NULL;
+  }
+  pthread_mutex_lock(&ctx_lock);
+  int st = KILN_OK;
+  if (!dev.ready) {
+    st = check(api->primary_ctx_retain(&dev.ctx, info->device), "cuDevicePrimaryCtxRetain", err, errlen);
+    if (st == KILN_OK) st = check(api->ctx_set_current(dev.ctx), "cuCtxSetCurrent", err, errlen);
+    if (st == KILN_OK) st = check(api->stream_create(&dev.stream, 0), "cuStreamCreate", err, errlen);
+    if (st == KILN_OK) st = check(api->event_create(&dev.start, 0), "cuEventCreate", err, errlen);
+    if (st == KILN_OK) st = check(api->event_create(&dev.stop, 0), "cuEventCreate", err, errlen);
+    dev.ready = st == KILN_OK;
+  } else {
+    st = check(api->ctx_set_current(dev.ctx), "cuCtxSetCurrent", err, errlen);
+  }
+  pthread_mutex_unlock(&ctx_lock);
+  return st == KILN_OK ? api : NULL;
+}
+
+int cuda_buffer_alloc(size_t bytes, cu_deviceptr *out, char *err, size_t errlen) {
+  *out = 0;
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  cu_result r = api->mem_alloc(out, bytes ? bytes : 1);
+  if (r == 2) { /* CUDA_ERROR_OUT_OF_MEMORY */
+    snprintf(err, errlen, "cuMemAlloc of %zu bytes: out of device memory", bytes);
+    return KILN_ERR_OOM;
+  }
+  return check(r, "cuMemAlloc", err, errlen);
+}
+
+void cuda_buffer_free(cu_deviceptr p) {
+  const cuda_driver_api *api = cuda_driver(NULL);
+  if (api && p) api->mem_free(p);
+}
+
+int cuda_copy_to_device(cu_deviceptr dst, const void *src, size_t bytes, char *err, size_t errlen) {
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  return check(api->memcpy_htod(dst, src, bytes), "cuMemcpyHtoD", err, errlen);
+}
+
+int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  int st = check(api->stream_synchronize(dev.stream), "cuStreamSynchronize", err, errlen); /* kernels first */
+  return st == KILN_OK ? check(api->memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH", err, errlen) : st;
+}
+
+int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  char *src = NULL, *image = NULL, arch[32];
+  size_t image_len = 0;
+  int st = cuda_print_kernel(k, KERNEL_SYMBOL, &src, err, errlen);
+  snprintf(arch, sizeof arch, "sm_%d%d", info.cc_major, info.cc_minor);
+  if (st == KILN_OK) st = cuda_nvrtc_compile(src, k->name, arch, &image, &image_len, err, errlen);
+  free(src);
+  if (st != KILN_OK) return st;
+  st = check(api->module_load_data(&out->module, image), "cuModuleLoadData", err, errlen);
+  free(image);
+  if (st == KILN_OK) st = check(api->module_get_function(&out->fn, out->module, KERNEL_SYMBOL), "cuModuleGetFunction",
+                                err, errlen);
+  out->splittable = cuda_kernel_splittable(k);
+  out->n_params = k->n_params;
+  return st;
+}
+
+int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
+                       float *ms, char *err, size_t errlen) {
+  if (n_bufs != ck->n_params || n_bufs > CUDA_MAX_PARAMS) {
+    snprintf(err, errlen, "cuda_kernel_launch: %d buffers for a kernel of %d parameters", n_bufs, ck->n_params);
+    return KILN_ERR_ARG;
+  }
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  cu_deviceptr ptrs[CUDA_MAX_PARAMS];
+  long long lo = start, hi = end;
+  void *args[CUDA_MAX_PARAMS + 2];
+  for (int i = 0; i < n_bufs; i++) ptrs[i] = bufs[i], args[i] = &ptrs[i];
+  args[n_bufs] = &lo;
+  args[n_bufs + 1] = &hi;
+  unsigned grid = 1, block = 1;
+  if (ck->splittable && end > start) {
+    int64_t blocks = (end - start + BLOCK - 1) / BLOCK;
+    grid = (unsigned)(blocks < MAX_GRID ? blocks : MAX_GRID);
+    block = BLOCK;
+  }
+  int st = check(api->event_record(dev.start, dev.stream), "cuEventRecord", err, errlen);
+  if (st == KILN_OK)
+    st = check(api->launch_kernel(ck->fn, grid, 1, 1, block, 1, 1, 0, dev.stream, args, NULL), "cuLaunchKernel", err,
+               errlen);
+  if (st == KILN_OK) st = check(api->event_record(dev.stop, dev.stream), "cuEventRecord", err, errlen);
+  if (st == KILN_OK) st = check(api->event_synchronize(dev.stop), "cuEventSynchronize (the kernel's run)", err, errlen);
+  float t = 0;
+  if (st == KILN_OK) st = check(api->event_elapsed_time(&t, dev.start, dev.stop), "cuEventElapsedTime", err, errlen);
+  if (ms) *ms = t;
+  return st;
+}
+
+void cuda_kernel_unload(cuda_kernel *ck) {
+  const cuda_driver_api *api = cuda_driver(NULL);
+  if (api && ck->module) api->module_unload(ck->module);
+  memset(ck, 0, sizeof *ck);
+}

@@ -1,0 +1,47 @@
+/*
+ * cuda_launch.h — running printed kernels on CUDA device 0 (cuda_launch.c):
+ * buffers, copies, NVRTC compile + cuModuleLoadData, a timed launch. Only
+ * the device-gated tests use it so far; the runtime does not route work to
+ * the GPU yet. Every call without a device returns KILN_ERR_DEVICE
+ * "no CUDA device: <why>". Internal.
+ */
+#ifndef KILN_CUDA_LAUNCH_H
+#define KILN_CUDA_LAUNCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_driver.h"
+#include "kir.h"
+
+enum { CUDA_MAX_PARAMS = 64 };
+
+/** A kernel loaded on the device: its module and entry point. */
+typedef struct cuda_kernel {
+  cu_module module;
+  cu_function fn;
+  bool splittable; /* cuda_kernel_splittable: grid-stride over [start, end) */
+  int n_params;
+} cuda_kernel;
+
+/** Device memory of `bytes` bytes (cuMemAlloc; KILN_ERR_OOM when the device
+ *  is full). Release with cuda_buffer_free. */
+int cuda_buffer_alloc(size_t bytes, cu_deviceptr *out, char *err, size_t errlen);
+void cuda_buffer_free(cu_deviceptr p);
+/** Host → device copy (synchronous). */
+int cuda_copy_to_device(cu_deviceptr dst, const void *src, size_t bytes, char *err, size_t errlen);
+/** Device → host copy after every launch on the stream has finished. */
+int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen);
+
+/** Prints k, compiles it with NVRTC for the device's sm_XX and loads it.
+ *  Release with cuda_kernel_unload. */
+int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen);
+void cuda_kernel_unload(cuda_kernel *ck);
+/** Runs ck over its parallel range [start, end) with one device pointer
+ *  per kernel parameter (in order) on the stream, waits for it, and
+ *  stores its run time from CUDA events in *ms (if non-NULL). */
+int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
+                       float *ms, char *err, size_t errlen);
+
+#endif /* KILN_CUDA_LAUNCH_H */

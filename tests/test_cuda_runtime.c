@@ -1,0 +1,311 @@
+/*
+ * test_cuda_runtime.c — the CUDA driver loader (codegen_cuda/cuda_driver.c)
+ * and backend selection (runtime/backend.c): without a device every CUDA
+ * request is a clean KILN_ERR_DEVICE "no CUDA device: <why>", never a crash
+ * and never a silent run on the CPU; a missing libcuda (KILN_CUDA_LIB at a
+ * nonexistent path) and the toolkit's stub libcuda (its cuInit fails) are
+ * both "no CUDA"; "llvm" keeps working. Tests that need a real GPU run
+ * only when cuda_device_available() is true and skip with the reason
+ * otherwise: the device probe, a buffer round trip, and one elementwise
+ * kernel compiled for the device, uploaded, launched and read back
+ * (codegen_cuda/cuda_launch.c).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cuda_backend.h"
+#include "cuda_driver.h"
+#include "cuda_launch.h"
+#include "kir.h"
+#include "runtime.h"
+#include "test_util.h"
+
+static const char *const missing_lib[] = {"/nonexistent/libcuda.so.1", NULL};
+#define STUB_LIB "/usr/local/cuda/lib64/stubs/libcuda.so"
+
+/* KILN_CUDA_LIB as the test started: the ctest `cuda_runtime_fake` runs this
+ * program against tests/fake_libcuda.c, so the device tests run too. */
+static char *initial_cuda_lib;
+
+/* Every test starts with the initial driver search, no KILN_BACKEND and no
+ * selected backend; and leaves the same state for the next. */
+static int reset(void **state) {
+  (void)state;
+  unsetenv("KILN_BACKEND");
+  if (initial_cuda_lib) setenv("KILN_CUDA_LIB", initial_cuda_lib, 1);
+  else unsetenv("KILN_CUDA_LIB");
+  cuda_driver_set_search_list(NULL);
+  rt_backend_reset();
+  kiln_clear_error();
+  return 0;
+}
+
+/* ones([n]) * mul + add, without leaking the intermediate. */
+static kiln_tensor *affine_ones(int64_t n, double mul, double add) {
+  kiln_tensor *o = kiln_ones(KILN_F32, 1, &n);
+  kiln_tensor *m = kiln_mul_scalar(o, mul);
+  kiln_tensor *r = kiln_add_scalar(m, add);
+  kiln_release(m);
+  kiln_release(o);
+  return r;
+}
+
+/* Skips the calling test unless a CUDA device is usable. */
+static void require_device(void) {
+  char why[1024];
+  if (cuda_device_available(why, sizeof why)) return;
+  if (getenv("KILN_TEST_EXPECT_DEVICE")) fail_msg("KILN_TEST_EXPECT_DEVICE is set, but no CUDA device: %s", why);
+  print_message("skipped: no CUDA device: %s\n", why);
+  skip();
+}
+
+static void missing_libcuda_is_no_device(void **state) {
+  (void)state;
+  setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+  cuda_driver_shutdown(); /* read KILN_CUDA_LIB again */
+  char why[1024] = "";
+  assert_false(cuda_device_available(why, sizeof why));
+  assert_non_null(strstr(why, "libcuda not found"));
+  assert_non_null(strstr(why, "/nonexistent/libcuda.so.1"));
+  assert_null(cuda_driver(NULL));
+
+  assert_int_equal(kiln_set_backend("cuda"), KILN_ERR_DEVICE);
+  expect_error(KILN_ERR_DEVICE, "kiln_set_backend", "no CUDA device: libcuda not found", NULL);
+  kiln_tensor *x = kiln_ones(KILN_F32, 0, NULL);
+  assert_null(kiln_to_device(x, KILN_CUDA));
+  expect_error(KILN_ERR_DEVICE, "kiln_to_device", "no CUDA device: libcuda not found", NULL);
+  kiln_release(x);
+}
+
+/* The same through the search list a test can set. */
+static void search_list_without_libcuda(void **state) {
+  (void)state;
+  cuda_driver_set_search_list(missing_lib);
+  char why[1024] = "";
+  assert_false(cuda_device_available(why, sizeof why));
+  assert_non_null(strstr(why, "libcuda not found (tried /nonexistent/libcuda.so.1"));
+}
+
+/* The toolkit's link stub loads and resolves, but its cuInit fails: any
+ * cuInit failure is "no CUDA", with the driver's error name. */
+static void stub_libcuda_cuinit_fails(void **state) {
+  (void)state;
+  if (access(STUB_LIB, R_OK) != 0) {
+    print_message("skipped: no %s\n", STUB_LIB);
+    skip();
+  }
+  setenv("KILN_CUDA_LIB", STUB_LIB, 1);
+  cuda_driver_shutdown();
+  char why[1024] = "";
+  assert_false(cuda_device_available(why, sizeof why));
+  if (!strstr(why, "cuInit failed: CUDA_ERROR_")) fail_msg("unexpected reason: %s", why);
+  assert_int_equal(kiln_set_backend("cuda"), KILN_ERR_DEVICE);
+  expect_error(KILN_ERR_DEVICE, "kiln_set_backend", "no CUDA device: cuInit failed", NULL);
+}
+
+/* Whatever this machine has: without a device, "cuda" is KILN_ERR_DEVICE
+ * with a reason; "llvm" works; unknown names are KILN_ERR_ARG. */
+static void set_backend_errors(void **state) {
+  (void)state;
+  char why[1024] = "";
+  bool have = cuda_device_available(why, sizeof why);
+  int st = kiln_set_backend("cuda");
+  if (have) {
+    assert_int_equal(st, KILN_ERR_UNSUPPORTED); /* kernels cannot run on the GPU yet */
+    expect_error(KILN_ERR_UNSUPPORTED, "kiln_set_backend", "cannot run kernels yet", NULL);
+  } else {
+    assert_true(why[0] != 0);
+    assert_int_equal(st, KILN_ERR_DEVICE);
+    expect_error(KILN_ERR_DEVICE, "kiln_set_backend", "no CUDA device: ", why, NULL);
+  }
+  assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
+  assert_int_equal(kiln_set_backend("cuda-emu"), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_set_backend", "unknown backend \"cuda-emu\"", NULL);
+  assert_int_equal(kiln_set_backend("tpu"), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "unknown backend \"tpu\"", NULL);
+  assert_int_equal(kiln_to_device(NULL, KILN_CUDA) == NULL, 1);
+  expect_error(KILN_ERR_ARG, "kiln_to_device", NULL);
+  kiln_tensor *x = kiln_ones(KILN_F32, 0, NULL);
+  assert_null(kiln_to_device(x, (kiln_device)7));
+  expect_error(KILN_ERR_ARG, "kiln_to_device", "unknown device 7", NULL);
+  kiln_release(x);
+}
+
+/* KILN_BACKEND=cuda without a device: every force reports the clear error
+ * (no silent run on the CPU) until the program selects "llvm". */
+static void env_backend_cuda_without_device_fails_at_realize(void **state) {
+  (void)state;
+  setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+  cuda_driver_shutdown();
+  setenv("KILN_BACKEND", "cuda", 1);
+  kiln_tensor *x = affine_ones(4, 1.0, 1.0);
+  assert_non_null(x);
+  assert_int_equal(kiln_realize(x), KILN_ERR_DEVICE);
+  expect_error(KILN_ERR_DEVICE, "kiln_realize", "no CUDA device: libcuda not found", "KILN_BACKEND=cuda", NULL);
+  float v[4];
+  assert_int_equal(kiln_read(x, v, sizeof v), KILN_ERR_DEVICE); /* again: not remembered as the CPU */
+  expect_error(KILN_ERR_DEVICE, "no CUDA device", NULL);
+  assert_int_equal(kiln_set_backend("llvm"), KILN_OK); /* the program's choice wins over the environment */
+  const double want[] = {2, 2, 2, 2};
+  expect_values_tol(x, want, 4, 0);
+  kiln_release(x);
+}
+
+static void env_backend_unknown_and_llvm(void **state) {
+  (void)state;
+  setenv("KILN_BACKEND", "tpu", 1);
+  kiln_tensor *x = affine_ones(3, 1.0, 2.0);
+  assert_int_equal(kiln_realize(x), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_realize", "unknown backend \"tpu\" in KILN_BACKEND", NULL);
+  setenv("KILN_BACKEND", "llvm", 1);
+  const double want[] = {3, 3, 3};
+  expect_values_tol(x, want, 3, 0);
+  kiln_release(x);
+}
+
+/* With KILN_NVRTC_LIB pointing nowhere the backend path still reports the
+ * driver's state (NVRTC is loaded only to compile): selection needs no
+ * compiler, and the CPU is unaffected. */
+static void missing_nvrtc_does_not_affect_backend_selection(void **state) {
+  (void)state;
+  static const char *const no_nvrtc[] = {"/nonexistent/libnvrtc.so", NULL};
+  cuda_nvrtc_set_search_list(no_nvrtc);
+  setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+  cuda_driver_shutdown();
+  assert_int_equal(kiln_set_backend("cuda"), KILN_ERR_DEVICE);
+  expect_error(KILN_ERR_DEVICE, "no CUDA device: libcuda not found", NULL);
+  assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
+  kiln_tensor *x = affine_ones(2, 5.0, 0.0);
+  const double want[] = {5, 5};
+  expect_values_tol(x, want, 2, 0);
+  kiln_release(x);
+  cuda_nvrtc_set_search_list(NULL);
+}
+
+/* Needs a GPU: the driver reports device 0 with a compute capability. */
+static void device_is_described(void **state) {
+  (void)state;
+  require_device();
+  cuda_device_info info;
+  const cuda_driver_api *api = cuda_driver(&info);
+  assert_non_null(api);
+  assert_true(info.count >= 1);
+  assert_true(info.cc_major >= 3);
+  print_message("CUDA device 0: %s (sm_%d%d)\n", info.name, info.cc_major, info.cc_minor);
+}
+
+/* Needs a GPU: one buffer up and back through the driver's memory calls. */
+static void device_round_trip(void **state) {
+  (void)state;
+  require_device();
+  cuda_device_info info;
+  const cuda_driver_api *api = cuda_driver(&info);
+  cu_context ctx = NULL;
+  assert_int_equal(api->primary_ctx_retain(&ctx, info.device), CUDA_SUCCESS);
+  assert_int_equal(api->ctx_set_current(ctx), CUDA_SUCCESS);
+  float in[64], out[64];
+  for (int i = 0; i < 64; i++) in[i] = (float)i * 0.5f, out[i] = -1;
+  cu_deviceptr d = 0;
+  assert_int_equal(api->mem_alloc(&d, sizeof in), CUDA_SUCCESS);
+  assert_int_equal(api->memcpy_htod(d, in, sizeof in), CUDA_SUCCESS);
+  assert_int_equal(api->memcpy_dtoh(out, d, sizeof out), CUDA_SUCCESS);
+  assert_int_equal(api->mem_free(d), CUDA_SUCCESS);
+  assert_memory_equal(in, out, sizeof in);
+}
+
+/* out[i] = a[i] * 2 + 1 (F32), i < n. */
+static void build_affine(kir_kernel *k, int64_t n) {
+  kir_init(k, "affine");
+  int out = kir_param(k, KILN_F32, true);
+  int a = kir_param(k, KILN_F32, false);
+  int i = kir_range(k, n, true);
+  int x = kir_alu(k, KIR_MUL, KILN_F32, kir_load(k, a, i), kir_const_f(k, KILN_F32, 2), -1);
+  kir_store(k, out, i, kir_alu(k, KIR_ADD, KILN_F32, x, kir_const_f(k, KILN_F32, 1), -1));
+  kir_end(k, i);
+}
+
+/* Without a device the launch layer answers every call with the reason. */
+static void launch_layer_without_device(void **state) {
+  (void)state;
+  setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+  cuda_driver_shutdown();
+  char err[1024] = "";
+  cu_deviceptr p = 1;
+  assert_int_equal(cuda_buffer_alloc(64, &p, err, sizeof err), KILN_ERR_DEVICE);
+  assert_true(p == 0);
+  assert_non_null(strstr(err, "no CUDA device: libcuda not found"));
+  kir_kernel k;
+  build_affine(&k, 8);
+  cuda_kernel ck;
+  err[0] = 0;
+  assert_int_equal(cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_DEVICE);
+  assert_non_null(strstr(err, "no CUDA device"));
+  kir_free(&k);
+  cuda_buffer_free(0);
+}
+
+/* Needs a GPU (and NVRTC): upload, launch and download one elementwise
+ * kernel; the grid-stride loop covers n > one block, and CUDA events time
+ * it. */
+static void device_elementwise_kernel(void **state) {
+  (void)state;
+  require_device();
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  enum { N = 1000 };
+  float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)i - 300.0f, out[i] = 0;
+  kir_kernel k;
+  build_affine(&k, N);
+  cuda_kernel ck;
+  char err[4096];
+  int st = cuda_kernel_load(&k, &ck, err, sizeof err);
+  if (st != KILN_OK) fail_msg("%s", err);
+  cu_deviceptr bufs[2];
+  assert_int_equal(cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
+  float ms = -1;
+  st = cuda_kernel_launch(&ck, bufs, 2, 0, N, &ms, err, sizeof err);
+  if (st != KILN_OK) fail_msg("%s", err);
+  assert_true(ms >= 0);
+  assert_int_equal(cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
+  for (int i = 0; i < N; i++) assert_float_equal(out[i], in[i] * 2 + 1, 0);
+  cuda_buffer_free(bufs[0]);
+  cuda_buffer_free(bufs[1]);
+  cuda_kernel_unload(&ck);
+  kir_free(&k);
+}
+
+int main(void) {
+  const char *lib = getenv("KILN_CUDA_LIB");
+  initial_cuda_lib = lib ? strdup(lib) : NULL;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(missing_libcuda_is_no_device, reset, reset),
+      cmocka_unit_test_setup_teardown(search_list_without_libcuda, reset, reset),
+      cmocka_unit_test_setup_teardown(set_backend_errors, reset, reset),
+      cmocka_unit_test_setup_teardown(env_backend_cuda_without_device_fails_at_realize, reset, reset),
+      cmocka_unit_test_setup_teardown(env_backend_unknown_and_llvm, reset, reset),
+      cmocka_unit_test_setup_teardown(missing_nvrtc_does_not_affect_backend_selection, reset, reset),
+      cmocka_unit_test_setup_teardown(device_is_described, reset, reset),
+      cmocka_unit_test_setup_teardown(device_round_trip, reset, reset),
+      cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
+      cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
+      /* last: once loaded, the stub answers to its soname libcuda.so.1 */
+      cmocka_unit_test_setup_teardown(stub_libcuda_cuinit_fails, reset, reset),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  free(initial_cuda_lib);
+  return failed;
+}
