@@ -79,8 +79,10 @@ typedef struct kir_uop {
                        so the backend can vectorise them: the order of a
                        sum then depends on the vector width, never on
                        the thread count) */
-  bool nontemporal; /* STORE: a streaming store that bypasses the caches
-                       (outputs larger than the last-level cache) */
+  bool nontemporal; /* STORE: a streaming store that bypasses the caches.
+                       Lowering sets it on no store today: LLVM's loop
+                       vectoriser will not vectorise a loop with an
+                       unaligned nontemporal store (see lower.c). */
 } kir_uop;
 
 typedef struct kir_kernel {
