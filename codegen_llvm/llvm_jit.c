@@ -194,6 +194,23 @@ static int emit_object(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *k
   return rc;
 }
 
+/* Vector width the loop vectoriser aims for: 512 bits where the host has
+ * AVX-512 (LLVM's default for such CPUs is 256, which halves the lanes of
+ * every kernel whose reductions accumulate in F64), else its default. */
+static void prefer_vector_width(LLVMModuleRef mod, LLVMContextRef ctx) {
+  static int wide = -1;
+  if (wide < 0) {
+    const char *env = getenv("KILN_VECTOR_BITS");
+    wide = env ? strcmp(env, "512") == 0 : strstr(g.features, "+avx512f") != NULL;
+  }
+  if (!wide) return;
+  static const char key[] = "prefer-vector-width", value[] = "512";
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+    if (!LLVMIsDeclaration(f))
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(ctx, key, sizeof key - 1, value, sizeof value - 1));
+}
+
 /* Builds, optimises and compiles k to an object file in a fresh context
  * (no lock: kernels compile in parallel). */
 static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRef *obj, char **ir_text, char *err,
@@ -206,6 +223,7 @@ static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRe
   LLVMSetDataLayout(mod, g.layout);
   int rc = tm ? KILN_OK : set_err(err, errlen, k->name, "cannot create a target machine", NULL);
   if (rc == KILN_OK && !llvm_lower_kernel(k, mod, sym, lerr, sizeof lerr)) rc = set_err(err, errlen, k->name, lerr, NULL);
+  if (rc == KILN_OK) prefer_vector_width(mod, ctx);
   if (rc == KILN_OK) rc = optimise(mod, tm, k->name, err, errlen);
   if (rc == KILN_OK && ir_text) {
     char *s = LLVMPrintModuleToString(mod);
