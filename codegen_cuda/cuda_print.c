@@ -268,17 +268,7 @@ static void put_alu(cuda_buf *b, const kir_kernel *k, const kir_uop *u) {
 
 /* -------------------------------------------------------------- kernel */
 
-bool cuda_kernel_splittable(const kir_kernel *k) {
-  int par = -1, end = -1;
-  for (int i = 0; i < k->n_uops; i++) {
-    const kir_uop *u = &k->uops[i];
-    if (par < 0 && u->op == KIR_RANGE && u->parallel) par = i;
-    else if (par >= 0 && end < 0 && u->op == KIR_END && u->src[0] == par) end = i;
-    else if (u->op == KIR_STORE && (par < 0 || end >= 0)) return false;
-    else if (u->op == KIR_ACC_SET && u->src[0] < par) return false;
-  }
-  return par >= 0;
-}
+bool cuda_kernel_splittable(const kir_kernel *k) { return kir_splittable(k); }
 
 /* Helpers every kernel may call (unused ones cost nothing). */
 static const char prelude[] =

@@ -469,3 +469,15 @@ bool kir_same_code(const kir_kernel *a, const kir_kernel *b) {
          memcmp(a->param_written, b->param_written, sizeof a->param_written[0] * (size_t)a->n_params) == 0 &&
          memcmp(a->uops, b->uops, sizeof *a->uops * (size_t)a->n_uops) == 0;
 }
+
+bool kir_splittable(const kir_kernel *k) {
+  int par = -1, end = -1;
+  for (int i = 0; i < k->n_uops; i++) {
+    const kir_uop *u = &k->uops[i];
+    if (par < 0 && u->op == KIR_RANGE && u->parallel) par = i;
+    else if (par >= 0 && end < 0 && u->op == KIR_END && u->src[0] == par) end = i;
+    else if (u->op == KIR_STORE && (par < 0 || end >= 0)) return false;
+    else if (u->op == KIR_ACC_SET && u->src[0] < par) return false;
+  }
+  return par >= 0;
+}

@@ -122,6 +122,12 @@ void kir_set_reassoc(kir_kernel *k, int u);
  *  in name share code). Returns a malloc'ed string (caller frees) or NULL
  *  on OOM. */
 char *kir_to_string(const kir_kernel *k);
+/** True when every STORE of k lies inside its parallel range and no
+ *  accumulator lives across it, so chunks of that range write disjoint
+ *  elements and may run on different threads (CPU pool chunks, CUDA
+ *  grid-stride loops). A non-in-place ASSIGN copies the old contents in a
+ *  parallel loop, then writes the region in a serial loop: not splittable. */
+bool kir_splittable(const kir_kernel *k);
 /** True when a and b compile to the same code: the same uops (bytes) and
  *  written flags — the kernel cache's notion of equality; names aside. */
 bool kir_same_code(const kir_kernel *a, const kir_kernel *b);

@@ -199,23 +199,6 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
   if (rt_profiling()) rt_profile_add(&r, t0, spans, n_spans);
 }
 
-/* True when every STORE of k lies inside its parallel range and no
- * accumulator lives across it, so chunks of that range write disjoint
- * elements and may run on several threads. (A non-in-place ASSIGN copies
- * the old contents in a parallel loop, then writes the region in a serial
- * loop after it: not splittable.) */
-static bool splittable(const kir_kernel *k) {
-  int par = -1, end = -1;
-  for (int i = 0; i < k->n_uops; i++) {
-    const kir_uop *u = &k->uops[i];
-    if (par < 0 && u->op == KIR_RANGE && u->parallel) par = i;
-    else if (par >= 0 && end < 0 && u->op == KIR_END && u->src[0] == par) end = i;
-    else if (u->op == KIR_STORE && (par < 0 || end >= 0)) return false;
-    else if (u->op == KIR_ACC_SET && u->src[0] < par) return false;
-  }
-  return par >= 0;
-}
-
 /* Runs the kernel over its parallel range on the pool; returns the
  * threads used. Work per item is the elements one iteration of the
  * parallel range touches: output elements (or region elements of an
@@ -285,7 +268,7 @@ static void describe(const kir_kernel *k, int pos, bool in_place, ready_kernel *
   rk->k.pos = pos;
   rk->k.in_place = in_place;
   rk->k.extent = pass_parallel_extent(k);
-  rk->k.split = splittable(k);
+  rk->k.split = kir_splittable(k);
   snprintf(rk->k.name, sizeof rk->k.name, "%s", k->name);
 }
 
