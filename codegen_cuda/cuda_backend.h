@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kir.h"
 
@@ -76,5 +77,36 @@ void cuda_nvrtc_shutdown(void);
  *  the kernel and stage (the compile log or ptxas's output included).
  *  Thread-safe. */
 int cuda_check_kernel(const kir_kernel *k, const char *arch, char *err, size_t errlen);
+
+/* ----------------------------------------------- cuda-emu (cuda_emu.c) */
+
+/** An emulated kernel: the CPU backend's calling convention. */
+typedef void (*cuda_emu_fn)(void *const *bufs, int64_t start, int64_t end);
+
+typedef struct cuda_emu_stats {
+  int64_t kernels;        /* kernels handled */
+  int64_t checks;         /* toolchain checks (2 per kernel: sm_80, compute_90 + ptxas
+                             sm_90) */
+  int64_t failures;       /* checks that failed */
+  int64_t host_compiles;  /* kernels built by the host C++ compiler */
+  int64_t half_fallbacks; /* F16/BF16 kernels left to the LLVM path */
+} cuda_emu_stats;
+
+/** True when cuda-emu can run: NVRTC loads and a host C++ compiler is
+ *  found. On false, err (if non-NULL) says what is missing. */
+bool cuda_emu_available(char *err, size_t errlen);
+
+/** The cuda-emu build of k: printed as CUDA C, checked with
+ *  cuda_check_kernel for sm_80 and compute_90 (+ ptxas sm_90), then the
+ *  same source compiled for the host with the emulation header and
+ *  loaded. KILN_OK with *fn set, or with *fn NULL for a kernel that uses
+ *  F16/BF16 (checked, to be run by the LLVM path). Errors: KILN_ERR_COMPILE
+ *  (a toolchain or host compile failure, its log in err), KILN_ERR_DEVICE
+ *  (no NVRTC), KILN_ERR_UNSUPPORTED (no host compiler), KILN_ERR_IO. Not
+ *  cached here: the runtime's kernel cache keeps the result. Thread-safe. */
+int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t errlen);
+
+/** Counters since the start of the process. */
+void cuda_emu_get_stats(cuda_emu_stats *out);
 
 #endif /* KILN_CUDA_BACKEND_H */

@@ -1,6 +1,10 @@
 /*
- * backend.c — which backend runs kernels: "llvm" (the CPU, default) or
- * "cuda" (NVIDIA GPUs through the driver API, codegen_cuda/cuda_driver.h).
+ * backend.c — which backend runs kernels: "llvm" (the CPU, default),
+ * "cuda" (NVIDIA GPUs through the driver API, codegen_cuda/cuda_driver.h)
+ * or "cuda-emu" (the CUDA code path run on the CPU: every kernel printed
+ * as CUDA C, checked by NVRTC/ptxas, and that source compiled for the host
+ * by the system C++ compiler; codegen_cuda/cuda_emu.c). Selecting
+ * "cuda-emu" without NVRTC or a host C++ compiler is an error.
  *
  * The choice comes from kiln_set_backend (rt_backend_select) or, when the
  * program never called it, from $KILN_BACKEND, read by the first realize
@@ -17,10 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "runtime.h"
 
-enum { BACKEND_UNSET = -1, BACKEND_LLVM = 0 };
+enum { BACKEND_UNSET = -1, BACKEND_LLVM = 0, BACKEND_CUDA_EMU = 1 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int backend = BACKEND_UNSET; /* guarded by lock; read relaxed on the fast path */
@@ -44,7 +49,12 @@ static int select_locked(const char *name, const char *source, char *err, size_t
     return KILN_OK;
   }
   if (strcmp(name, "cuda") == 0) return rt_cuda_require("backend \"cuda\"", err, errlen);
-  snprintf(err, errlen, "unknown backend \"%s\"%s (expected \"llvm\" or \"cuda\")", name, source);
+  if (strcmp(name, "cuda-emu") == 0) {
+    if (!cuda_emu_available(err, errlen)) return KILN_ERR_UNSUPPORTED;
+    __atomic_store_n(&backend, BACKEND_CUDA_EMU, __ATOMIC_RELAXED);
+    return KILN_OK;
+  }
+  snprintf(err, errlen, "unknown backend \"%s\"%s (expected \"llvm\", \"cuda\" or \"cuda-emu\")", name, source);
   return KILN_ERR_ARG;
 }
 
@@ -63,11 +73,14 @@ int rt_backend_ready(char *err, size_t errlen) {
     const char *env = getenv("KILN_BACKEND");
     if (!env || !*env) __atomic_store_n(&backend, BACKEND_LLVM, __ATOMIC_RELAXED);
     else st = select_locked(env, " in KILN_BACKEND", err, errlen);
-    if (st != KILN_OK && strlen(err) + 20 < errlen && strcmp(env, "cuda") == 0) strcat(err, " (KILN_BACKEND=cuda)");
+    if (st != KILN_OK && strncmp(env, "cuda", 4) == 0 && strlen(err) < errlen)
+      snprintf(err + strlen(err), errlen - strlen(err), " (KILN_BACKEND=%s)", env);
   }
   pthread_mutex_unlock(&lock);
   return st;
 }
+
+bool rt_backend_is_emu(void) { return __atomic_load_n(&backend, __ATOMIC_RELAXED) == BACKEND_CUDA_EMU; }
 
 void rt_backend_reset(void) {
   pthread_mutex_lock(&lock);

@@ -5,12 +5,20 @@
  * are written. A hit costs a word-wise hash and a memcmp, no LLVM work and
  * no formatting. Open addressing, guarded by a mutex that is not held
  * while a kernel compiles.
+ *
+ * Under the "cuda-emu" backend a miss compiles through the CUDA path
+ * instead (cuda_emu_compile: CUDA C, NVRTC/ptxas check, host C++ build),
+ * with the same calling convention; the key's last byte says which path
+ * built the entry, so switching backends never reuses the other's code.
+ * F16/BF16 kernels, which the emulator does not build, are checked and
+ * then compiled by LLVM.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "runtime.h"
 
 typedef struct cache_entry {
@@ -34,7 +42,8 @@ static unsigned char *kernel_key(const kir_kernel *k, size_t *len) {
   if (!key) return NULL;
   memcpy(key, k->uops, uops);
   for (int p = 0; p < k->n_params; p++) key[uops + (size_t)p] = k->param_written[p];
-  *len = uops + flags;
+  key[uops + flags] = rt_backend_is_emu(); /* which path compiled it */
+  *len = uops + flags + 1;
   return key;
 }
 
@@ -108,16 +117,20 @@ int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char
     free(key);
     return KILN_OK;
   }
-  llvm_kernel_fn mine;
-  char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
-  int st = llvm_compile(k, &mine, rt_debug_level() >= 4 ? &ir : NULL, err, errlen);
-  if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
-  free(ir);
+  llvm_kernel_fn mine = NULL;
+  bool emu = key[len - 1];
+  int st = emu ? cuda_emu_compile(k, &mine, err, errlen) : KILN_OK;
+  if (st == KILN_OK && !mine) {
+    char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
+    st = llvm_compile(k, &mine, rt_debug_level() >= 4 ? &ir : NULL, err, errlen);
+    if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
+    free(ir);
+  }
   if (st != KILN_OK) {
     free(key);
     return st;
   }
-  rt_cuda_check(k); /* KILN_CUDA_CHECK: the GPU backend's code for it, checked */
+  if (!emu) rt_cuda_check(k); /* KILN_CUDA_CHECK: the GPU backend's code for it, checked */
   pthread_mutex_lock(&cache_lock);
   e = lookup(h, key, len);
   if (e && e->key) {

@@ -186,9 +186,9 @@ typedef struct ready_kernel {
 static void report(const graph_node *n, const ready_kernel *rk, int threads, int64_t t0, int64_t t1,
                    const rt_pool_span *spans, int n_spans) {
   const pass_binding *b = &rk->k.binding;
-  kiln_kernel_record r = {.name = rk->k.name, .backend = "llvm", .n_ops = b->n_ops, .cache_hit = rk->hit,
-                          .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns, .run_ns = t1 - t0,
-                          .bytes_read = b->bytes_read};
+  kiln_kernel_record r = {.name = rk->k.name, .backend = rt_backend_is_emu() ? "cuda-emu" : "llvm", .n_ops = b->n_ops,
+                          .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns,
+                          .run_ns = t1 - t0, .bytes_read = b->bytes_read};
   bool assign = n->op == GRAPH_OP_ASSIGN;
   r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
   r.bytes_written = (assign && rk->k.in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;

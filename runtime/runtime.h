@@ -16,7 +16,8 @@
 
 /* ------------------------------------------------ backend (backend.c) */
 
-/** kiln_set_backend: "llvm", or "cuda" (KILN_ERR_DEVICE "no CUDA device:
+/** kiln_set_backend: "llvm", "cuda-emu" (KILN_ERR_UNSUPPORTED without
+ *  NVRTC or a host C++ compiler), or "cuda" (KILN_ERR_DEVICE "no CUDA device:
  *  <why>" without a device; KILN_ERR_UNSUPPORTED with one, as kernels
  *  cannot run on it yet); else KILN_ERR_ARG. Message in err. */
 int rt_backend_select(const char *name, char *err, size_t errlen);
@@ -27,6 +28,9 @@ int rt_backend_ready(char *err, size_t errlen);
 /** The error for work asked of the CUDA device (`what` names it):
  *  KILN_ERR_DEVICE "no CUDA device: <why>", or KILN_ERR_UNSUPPORTED. */
 int rt_cuda_require(const char *what, char *err, size_t errlen);
+/** True when "cuda-emu" is selected: kernels run through the CUDA C
+ *  printer, NVRTC/ptxas and the host C++ compiler (rt_kernel_get). */
+bool rt_backend_is_emu(void);
 /** For tests: forgets the selection (the next realize reads
  *  $KILN_BACKEND again). */
 void rt_backend_reset(void);

@@ -12,6 +12,7 @@
 
 #include "kiln/kiln.h"
 #include "runtime.h"
+#include "test_util.h"
 
 static void run_once(void) {
   kiln_scope_begin();
@@ -34,7 +35,7 @@ static void records_each_kernel(void **state) {
   kiln_kernel_record r;
   assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
   assert_string_equal(r.name, "R_exp_sum_32x1");
-  assert_string_equal(r.backend, "llvm");
+  assert_string_equal(r.backend, test_kernel_backend());
   assert_int_equal(r.n_ops, 2);
   assert_int_equal(r.numel, 32);
   assert_int_equal(r.bytes_read, 2048 * 4);

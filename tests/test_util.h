@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln/kiln.h"
@@ -43,6 +44,13 @@ static inline void expect_values_tol(kiln_tensor *t, const double *want, int64_t
     if (isnan(want[i])) assert_true(isnan(got[i]));
     else assert_float_equal(got[i], want[i], tol);
   }
+}
+
+/* The backend name kernel records carry: "cuda-emu" when the suite runs
+ * under KILN_BACKEND=cuda-emu (tests/run_cuda_emu.sh), else "llvm". */
+static inline const char *test_kernel_backend(void) {
+  const char *b = getenv("KILN_BACKEND");
+  return b && strcmp(b, "cuda-emu") == 0 ? "cuda-emu" : "llvm";
 }
 
 #endif /* KILN_TEST_UTIL_H */

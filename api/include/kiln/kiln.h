@@ -735,6 +735,12 @@ KILN_API int kiln_map2_(kiln_tensor *t, kiln_tensor *a, kiln_tensor *b, kiln_fn3
 /* ----------------------------------------------------------- execution */
 
 /** Selects the backend for later forces: "llvm" (the CPU; the default).
+ *  "cuda-emu": the CUDA code path on the CPU (docs/cuda.md) — every kernel
+ *  printed as CUDA C, compiled by NVRTC for sm_80 and sm_90 with ptxas
+ *  (a rejection fails the force with KILN_ERR_COMPILE), then that source
+ *  built by the host C++ compiler (c++/g++ on PATH, or env KILN_CXX) and
+ *  run on the CPU; KILN_ERR_UNSUPPORTED when NVRTC or the compiler is
+ *  missing. For testing the GPU backend's code; slow to compile.
  *  "cuda": KILN_ERR_DEVICE "no CUDA device: <reason>" when libcuda cannot
  *  be loaded (env KILN_CUDA_LIB picks it), cuInit fails or there is no
  *  GPU; KILN_ERR_UNSUPPORTED with a GPU (kernels cannot run on it yet).

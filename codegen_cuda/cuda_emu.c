@@ -1,0 +1,283 @@
+/*
+ * cuda_emu.c — the "cuda-emu" backend mode: runs the CUDA backend's code
+ * on the CPU. Each kernel is printed as CUDA C (cuda_print.c), checked by
+ * the CUDA toolchain (cuda_check_kernel: NVRTC → CUBIN for sm_80, NVRTC →
+ * PTX for compute_90 assembled by ptxas for sm_90; any failure is an
+ * error), and then the SAME source is compiled for the host by the system
+ * C++ compiler ($KILN_CXX, else `c++` or `g++` on PATH) after a small
+ * emulation header (emu_header below): __global__/__device__ are empty,
+ * blockIdx/threadIdx/blockDim/gridDim are thread-local values of one
+ * block of one thread, __syncthreads() is a no-op, the bit-cast
+ * intrinsics are memcpy, math comes from <cmath>.
+ *
+ * The shared object (-O2 -fPIC -shared) is dlopen'ed and its entry point
+ *    extern "C" void kiln_emu_entry(void *const *bufs, long long start, long
+ * long end) has the CPU backend's calling convention, so the runtime runs it on
+ * its thread pool like an LLVM kernel: every chunk [start, end) runs as block
+ * 0, thread 0 of a 1×1 grid, and the printer's grid-stride loop covers
+ * the chunk. Kernels using F16/BF16 are checked by NVRTC/ptxas but run on
+ * the LLVM path (the header has no half types): *fn is NULL for them.
+ *
+ * Temporary files live in one private mkdtemp directory, removed at exit;
+ * each source and object is unlinked as soon as it is loaded. Compiles run
+ * in parallel (no lock is held while a compiler runs); counters are
+ * guarded by a mutex.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda_backend.h"
+
+extern char **environ;
+
+/* Prepended to every printed kernel for the host compiler. */
+static const char emu_header[] = "/* cuda_emu.h: the CUDA C that Kiln's printer emits, on the host */\n"
+                                 "#include <cmath>\n"
+                                 "#include <cstring>\n"
+                                 "#include <cstdint>\n"
+                                 "using namespace std;\n"
+                                 "#define __global__\n"
+                                 "#define __device__\n"
+                                 "#define __host__\n"
+                                 "#define __forceinline__ inline\n"
+                                 "#define __restrict__ __restrict\n"
+                                 "struct dim3 { unsigned x, y, z; };\n"
+                                 "static thread_local dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};\n"
+                                 "static thread_local dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
+                                 "static inline void __syncthreads() {} /* one thread per block */\n"
+                                 "template <class To, class From> static inline To kiln_emu_bits(From f) {\n"
+                                 "  To t;\n"
+                                 "  memcpy(&t, &f, sizeof t);\n"
+                                 "  return t;\n"
+                                 "}\n"
+                                 "static inline float __int_as_float(int x) { return "
+                                 "kiln_emu_bits<float>(x); }\n"
+                                 "static inline int __float_as_int(float x) { return kiln_emu_bits<int>(x); "
+                                 "}\n"
+                                 "static inline double __longlong_as_double(long long x) { return "
+                                 "kiln_emu_bits<double>(x); }\n"
+                                 "static inline long long __double_as_longlong(double x) { return "
+                                 "kiln_emu_bits<long long>(x); }\n"
+                                 "/* a kernel argument from the runtime's untyped buffer array */\n"
+                                 "struct kiln_emu_ptr {\n"
+                                 "  void *p;\n"
+                                 "  template <class T> operator T *() const { return (T *)p; }\n"
+                                 "};\n"
+                                 "#line 1 \"kernel.cu\"\n";
+
+static pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
+static char tmp_dir[512]; /* "" until created */
+static long long n_files;
+static cuda_emu_stats stats;
+
+static void remove_dir(void) {
+  if (tmp_dir[0]) rmdir(tmp_dir); /* files are unlinked as they are loaded */
+}
+
+static void print_summary(void) {
+  cuda_emu_stats s;
+  cuda_emu_get_stats(&s);
+  if (s.kernels)
+    fprintf(stderr,
+            "kiln: cuda-emu: %lld kernels, %lld toolchain checks (NVRTC sm_80, "
+            "NVRTC compute_90 + ptxas sm_90), "
+            "%lld failed; %lld compiled for the host, %lld F16/BF16 kernels "
+            "run on LLVM\n",
+            (long long)s.kernels, (long long)s.checks, (long long)s.failures, (long long)s.host_compiles,
+            (long long)s.half_fallbacks);
+}
+
+void cuda_emu_get_stats(cuda_emu_stats *out) {
+  pthread_mutex_lock(&emu_lock);
+  *out = stats;
+  pthread_mutex_unlock(&emu_lock);
+}
+
+/* The host C++ compiler: $KILN_CXX, else c++ or g++ found on PATH; NULL
+ * when none is found. The returned string is static. */
+static const char *host_cxx(void) {
+  static char found[1024];
+  const char *env = getenv("KILN_CXX");
+  if (env && *env) return strchr(env, '/') && access(env, X_OK) != 0 ? NULL : env;
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  static const char *const names[] = {"c++", "g++"};
+  for (int n = 0; n < 2; n++) {
+    for (const char *p = path; *p;) {
+      const char *colon = strchr(p, ':');
+      size_t len = colon ? (size_t)(colon - p) : strlen(p);
+      snprintf(found, sizeof found, "%.*s/%s", (int)len, len ? p : ".", names[n]);
+      if (access(found, X_OK) == 0) return found;
+      p += len + (colon != NULL);
+    }
+  }
+  return NULL;
+}
+
+bool cuda_emu_available(char *err, size_t errlen) {
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    if (err) snprintf(err, errlen, "cuda-emu needs NVRTC to check kernels: %s", why);
+    return false;
+  }
+  if (!host_cxx()) {
+    if (err)
+      snprintf(err, errlen,
+               "cuda-emu needs a host C++ compiler: no c++ or g++ on PATH (or "
+               "set KILN_CXX)");
+    return false;
+  }
+  return true;
+}
+
+/* Under emu_lock: the private directory (created on first use), or NULL. */
+static const char *dir_locked(void) {
+  if (tmp_dir[0]) return tmp_dir;
+  const char *base = getenv("TMPDIR");
+  snprintf(tmp_dir, sizeof tmp_dir, "%s/kiln_emu_XXXXXX", base && *base ? base : "/tmp");
+  if (!mkdtemp(tmp_dir)) {
+    tmp_dir[0] = 0;
+    return NULL;
+  }
+  atexit(remove_dir);
+  atexit(print_summary);
+  return tmp_dir;
+}
+
+/* Runs argv with stdout and stderr into log_path; the exit status (-1
+ * when it cannot run). */
+static int run(char *const *argv, const char *log_path) {
+  posix_spawn_file_actions_t fa;
+  if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+  posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void read_log(const char *path, char *buf, size_t len) {
+  buf[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = 0;
+  fclose(f);
+}
+
+/* Compiles the printed source src (kernel kiln_emu_kernel with n_params
+ * pointers) for the host and loads it. */
+static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, char *err, size_t errlen) {
+  const char *cxx = host_cxx();
+  if (!cxx) {
+    snprintf(err, errlen, "cuda-emu: %s: no host C++ compiler (c++ or g++ on PATH, or KILN_CXX)", k->name);
+    return KILN_ERR_UNSUPPORTED;
+  }
+  pthread_mutex_lock(&emu_lock);
+  const char *dir = dir_locked();
+  long long id = n_files++;
+  pthread_mutex_unlock(&emu_lock);
+  if (!dir) {
+    snprintf(err, errlen, "cuda-emu: cannot create a temporary directory: %s", strerror(errno));
+    return KILN_ERR_IO;
+  }
+  char cu[600], so[600], log[600];
+  snprintf(cu, sizeof cu, "%s/k%lld.cpp", dir, id);
+  snprintf(so, sizeof so, "%s/k%lld.so", dir, id);
+  snprintf(log, sizeof log, "%s/k%lld.log", dir, id);
+  FILE *f = fopen(cu, "w");
+  if (!f) {
+    snprintf(err, errlen, "cuda-emu: cannot write %s: %s", cu, strerror(errno));
+    return KILN_ERR_IO;
+  }
+  fputs(emu_header, f);
+  fputs(src, f);
+  fputs("\nextern \"C\" void kiln_emu_entry(void *const *bufs, long long "
+        "start, long long end) {\n"
+        "  kiln_emu_kernel(",
+        f);
+  for (int p = 0; p < k->n_params; p++) fprintf(f, "kiln_emu_ptr{bufs[%d]}, ", p);
+  fputs("start, end);\n}\n", f);
+  bool ok = fclose(f) == 0;
+  char *argv[] = {(char *)cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-w", "-o", so, cu, NULL};
+  int rc = ok ? run(argv, log) : -1;
+  int st = KILN_OK;
+  if (rc != 0) {
+    char text[2048];
+    read_log(log, text, sizeof text);
+    snprintf(err, errlen, "cuda-emu: %s failed on %s (exit %d):\n%s", cxx, k->name, rc, text);
+    st = rc == -1 || rc == 127 ? KILN_ERR_UNSUPPORTED : KILN_ERR_COMPILE;
+  } else {
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    void *sym = h ? dlsym(h, "kiln_emu_entry") : NULL;
+    if (!sym) {
+      snprintf(err, errlen, "cuda-emu: cannot load the host build of %s: %s", k->name, dlerror());
+      st = KILN_ERR_COMPILE;
+    } else {
+      *fn = (cuda_emu_fn)sym; /* the object stays mapped for the process's life */
+    }
+  }
+  unlink(cu);
+  unlink(so);
+  unlink(log);
+  return st;
+}
+
+static bool uses_half(const kir_kernel *k) {
+  for (int p = 0; p < k->n_params; p++)
+    if (k->param_dtype[p] == KILN_F16 || k->param_dtype[p] == KILN_BF16) return true;
+  for (int i = 0; i < k->n_uops; i++) {
+    const kir_uop *u = &k->uops[i];
+    if (u->type == KILN_F16 || u->type == KILN_BF16) return true;
+    if (u->op == KIR_PARAM && (u->elem == KILN_F16 || u->elem == KILN_BF16)) return true;
+  }
+  return false;
+}
+
+int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t errlen) {
+  static const char *const archs[] = {"sm_80", "compute_90"};
+  *fn = NULL;
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    snprintf(err, errlen, "cuda-emu: %s: NVRTC not available: %s", k->name, why);
+    return KILN_ERR_DEVICE;
+  }
+  for (int a = 0; a < 2; a++) {
+    int st = cuda_check_kernel(k, archs[a], err, errlen);
+    pthread_mutex_lock(&emu_lock);
+    stats.checks++;
+    if (st != KILN_OK) stats.failures++;
+    pthread_mutex_unlock(&emu_lock);
+    if (st != KILN_OK) return st == KILN_ERR_DEVICE || st == KILN_ERR_IO ? st : KILN_ERR_COMPILE;
+  }
+  bool half = uses_half(k);
+  int st = KILN_OK;
+  if (!half) {
+    char *src = NULL;
+    st = cuda_print_kernel(k, "kiln_emu_kernel", &src, err, errlen);
+    if (st == KILN_OK) st = host_compile(k, src, fn, err, errlen);
+    free(src);
+  }
+  pthread_mutex_lock(&emu_lock);
+  stats.kernels++;
+  if (half)
+    stats.half_fallbacks++;
+  else if (st == KILN_OK)
+    stats.host_compiles++;
+  if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
+  pthread_mutex_unlock(&emu_lock);
+  return st;
+}

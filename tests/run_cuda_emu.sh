@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run_cuda_emu.sh — the whole C test suite with KILN_BACKEND=cuda-emu: every
+# kernel is printed as CUDA C, compiled by NVRTC for sm_80 and compute_90
+# (+ ptxas sm_90), zero failures allowed, and run on the CPU from the same
+# source built by the host C++ compiler (docs/cuda.md, "cuda-emu").
+# Then the NumPy suite (numpy_diff) under cuda-emu at KILN_TEST_SCALE=0.1.
+# Usage: tests/run_cuda_emu.sh [build dir] [extra ctest args for the C suite...]
+# Without a CUDA toolkit (no ptxas) it prints "cuda-emu skipped: no CUDA
+# toolkit" and exits 77 (ctest: skipped). Run by ctest as cuda_emu_suite.
+# Each test prints its cuda-emu summary to stderr; the totals are printed
+# at the end.
+set -uo pipefail
+build=${1:-build}
+shift || true
+ptxas=/usr/local/cuda/bin/ptxas
+if [[ ! -x $ptxas ]] && ! command -v ptxas >/dev/null; then
+  echo "cuda-emu skipped: no CUDA toolkit"
+  exit 77
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+start=$(date +%s)
+# numpy: the NumPy suite (run separately); the scripted checks (install,
+# profiling output that names the llvm backend, main job, bench) test other things.
+KILN_BACKEND=cuda-emu ctest --test-dir "$build" --output-on-failure -V \
+  -E 'numpy|cuda_emu_suite|main_job|bench|install|profiling' "$@" >"$log" 2>&1
+status=$?
+grep -E '^[0-9]+% tests passed|^Total Test time|^The following tests FAILED|^[[:space:]]+[0-9]+ - .*\(' "$log"
+# Then the NumPy suite under cuda-emu at a small scale (KILN_EMU_NUMPY_SCALE,
+# default 0.1; 0 skips it), when the build has it.
+np_scale=${KILN_EMU_NUMPY_SCALE:-0.1}
+if [[ $np_scale != 0 ]] && ctest --test-dir "$build" -N -R '^numpy_diff$' | grep -q 'numpy_diff'; then
+  echo "cuda-emu: NumPy suite at KILN_TEST_SCALE=$np_scale"
+  KILN_BACKEND=cuda-emu KILN_TEST_SCALE=$np_scale ctest --test-dir "$build" --output-on-failure -V -R '^numpy_diff$' \
+    >>"$log" 2>&1 || status=1
+  grep -E '^[0-9]+: =+ .*(passed|failed).* in ' "$log" | tail -1
+fi
+awk '/kiln: cuda-emu: / { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) { n[$(i+1)] += $i } }
+     END { printf "cuda-emu totals: %d kernels, %d toolchain checks (NVRTC sm_80, NVRTC compute_90 + ptxas sm_90), %d failed, %d host-compiled, %d F16/BF16 on LLVM\n", n["kernels,"], n["toolchain"], n["failed;"], n["compiled"], n["F16/BF16"] }' "$log"
+if grep -q 'cuda-emu: .* [1-9][0-9]* failed' "$log"; then
+  echo "cuda-emu: toolchain check failures:"; grep -E 'failed' "$log" | grep -i 'nvrtc\|ptxas' | head -20; status=1
+fi
+if ((status)); then grep -E '^\s*[0-9]+: \[  (ERROR|FAILED) |^\s*[0-9]+: \[   LINE' "$log" | head -40; fi
+echo "cuda-emu wall time $(( $(date +%s) - start )) s"
+exit $status
