@@ -24,7 +24,7 @@
 
 #include "api_internal.h"
 #include "runtime.h"
-#include "walk.h"
+#include "graph_walk.h"
 
 /* The user function, of arity 1, 2 or 3 (one of the pointers is set). */
 typedef struct cb_fn {
@@ -41,7 +41,7 @@ typedef struct cb_input {
   size_t esize;
   const char *base; /* realized buffer of its storage */
   bool alias;       /* same storage as t: read the span from `work` */
-  api_walk w;
+  graph_walk w;
 } cb_input;
 
 /* The span of t's storage being rewritten: storage elements [lo, hi) live
@@ -63,16 +63,16 @@ static double read_input(const cb_input *in, const cb_span *s) {
 /* The sequential loop over numel elements (step 2 above). */
 static void run_loop(const kiln_tensor *t, cb_span *s, cb_input *in, int n_in, const cb_fn *fn) {
   int64_t numel = graph_view_numel(&t->view);
-  api_walk w;
-  api_walk_init(&w, &t->view, 0);
+  graph_walk w;
+  graph_walk_init(&w, &t->view, 0);
   for (int64_t e = 0; e < numel; e++) {
     char *p = s->work + (size_t)(w.off - s->lo) * s->esize;
     double x = graph_load_scalar(s->dtype, p), y[2] = {0, 0};
     for (int k = 0; k < n_in; k++) y[k] = read_input(&in[k], s);
     double r = n_in == 0 ? fn->f1(x, fn->ctx) : n_in == 1 ? fn->f2(x, y[0], fn->ctx) : fn->f3(x, y[0], y[1], fn->ctx);
     graph_store_scalar(s->dtype, p, r);
-    api_walk_next(&w);
-    for (int k = 0; k < n_in; k++) api_walk_next(&in[k].w);
+    graph_walk_next(&w);
+    for (int k = 0; k < n_in; k++) graph_walk_next(&in[k].w);
   }
 }
 
@@ -119,7 +119,7 @@ static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *nam
     c->esize = (size_t)graph_dtypes[c->dtype].size;
     c->base = in[k]->storage->version->buffer->data;
     c->alias = in[k]->storage == t->storage;
-    api_walk_init(&c->w, &in[k]->view, 0);
+    graph_walk_init(&c->w, &in[k]->view, 0);
   }
   run_loop(t, &s, inputs, n_in, fn);
   graph_node *value = graph_node_from_buffer(buf, s.dtype, s.hi - s.lo);

@@ -32,19 +32,7 @@
 #include <string.h>
 
 #include "api_internal.h"
-#include "walk.h"
-
-/* The index value at storage offset off of a realized I64/I32 buffer. */
-static int64_t load_index(kiln_dtype dt, const char *base, int64_t off) {
-  if (dt == KILN_I32) {
-    int32_t x;
-    memcpy(&x, base + off * 4, 4);
-    return x;
-  }
-  int64_t x;
-  memcpy(&x, base + off * 8, 8);
-  return x;
-}
+#include "graph_walk.h"
 
 bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, bool wrap) {
   kiln_dtype dt = index->storage->dtype;
@@ -57,10 +45,10 @@ bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, 
   graph_node *v = api_force(index, fn);
   if (!v) return false;
   const char *base = v->buffer->data;
-  api_walk w;
-  api_walk_init(&w, &index->view, 0);
-  for (int64_t e = 0; e < n; e++, api_walk_next(&w)) {
-    int64_t i = load_index(dt, base, w.off);
+  graph_walk w;
+  graph_walk_init(&w, &index->view, 0);
+  for (int64_t e = 0; e < n; e++, graph_walk_next(&w)) {
+    int64_t i = graph_load_index(dt, base, w.off);
     if (wrap && i < 0 && i >= -size) i += size;
     if (i < 0 || i >= size) {
       api_error(KILN_ERR_INDEX, fn, "index %lld is out of range for dim %d of size %lld", (long long)i, dim,
@@ -154,10 +142,10 @@ KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index) {
   return api_gather(t, tv, d, index, iv, fn);
 }
 
-/* Records t[view] = SCATTER(t, index over iv, src over sv). src is
- * converted to t's dtype first when needed. */
-static int scatter(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
-                   const graph_view *sv, int mode, const char *fn) {
+/* Records t[view] = SCATTER(t, index over iv, src over sv): the index_add_
+ * loop (runtime/index.c). src is converted to t's dtype first when needed. */
+static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
+                       const graph_view *sv, const char *fn) {
   kiln_tensor *conv = NULL;
   graph_view cv = *sv;
   if (src->storage->dtype != t->storage->dtype) {
@@ -177,7 +165,6 @@ static int scatter(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view
   }
   n->cdtype = n->dtype;
   n->attr.scalar = dim;
-  n->attr.scalar2 = mode;
   graph_node_add_input(n, api_version(t), &t->view);
   graph_node_add_input(n, api_version(index), iv);
   graph_node_add_input(n, api_version(src), &cv);
@@ -204,10 +191,10 @@ static int64_t *last_writer(kiln_tensor *index, int64_t size, const char *fn) {
   int64_t n = graph_view_numel(&index->view);
   if (n == 0) return inv;
   const char *base = index->storage->version->buffer->data;
-  api_walk w;
-  api_walk_init(&w, &index->view, 0);
-  for (int64_t e = 0; e < n; e++, api_walk_next(&w)) {
-    int64_t i = load_index(index->storage->dtype, base, w.off);
+  graph_walk w;
+  graph_walk_init(&w, &index->view, 0);
+  for (int64_t e = 0; e < n; e++, graph_walk_next(&w)) {
+    int64_t i = graph_load_index(index->storage->dtype, base, w.off);
     inv[i < 0 ? i + size : i] = e;
   }
   return inv;
@@ -264,7 +251,8 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
   return st;
 }
 
-static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src, int mode, const char *fn) {
+/* index_copy_ (add false) and index_add_ (add true). */
+static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src, bool add, const char *fn) {
   int d;
   if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
   if (!check_vector_index(index, fn)) return kiln_last_status();
@@ -280,17 +268,17 @@ static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *s
                      api_fmt_sizes(b, sizeof b, want.ndim, want.sizes), d, (long long)n);
   }
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
-  if (mode == 0) return copy_slices(t, d, index, src, fn);
+  if (!add) return copy_slices(t, d, index, src, fn);
   graph_view iv = spread_index(index, want.ndim, want.sizes, d);
-  return scatter(t, d, index, &iv, src, &src->view, mode, fn);
+  return scatter_add(t, d, index, &iv, src, &src->view, fn);
 }
 
 KILN_API int kiln_index_copy_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {
-  return index_put(t, dim, index, src, 0, "kiln_index_copy_");
+  return index_put(t, dim, index, src, false, "kiln_index_copy_");
 }
 
 KILN_API int kiln_index_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {
-  return index_put(t, dim, index, src, 1, "kiln_index_add_");
+  return index_put(t, dim, index, src, true, "kiln_index_add_");
 }
 
 KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
@@ -347,10 +335,10 @@ static int64_t *last_writer_elems(kiln_tensor *t, int d, kiln_tensor *index, con
   graph_contiguous_strides(t->view.ndim, t->view.sizes, cs);
   const char *base = index->storage->version->buffer->data;
   int64_t count = graph_view_numel(&index->view);
-  api_walk w;
-  api_walk_init(&w, &index->view, 0);
-  for (int64_t e = 0; e < count; e++, api_walk_next(&w)) {
-    int64_t i = load_index(index->storage->dtype, base, w.off), p = 0;
+  graph_walk w;
+  graph_walk_init(&w, &index->view, 0);
+  for (int64_t e = 0; e < count; e++, graph_walk_next(&w)) {
+    int64_t i = graph_load_index(index->storage->dtype, base, w.off), p = 0;
     for (int k = 0; k < t->view.ndim; k++) p += (k == d ? i : w.idx[k]) * cs[k];
     inv[p] = e;
   }

@@ -14,7 +14,7 @@
 
 #include "io_internal.h"
 #include "runtime.h"
-#include "walk.h"
+#include "graph_walk.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "Kiln's file formats (.npy, safetensors) are implemented for little-endian hosts only"
@@ -145,11 +145,11 @@ int io_write_view(io_writer *w, const kiln_tensor *t) {
   int64_t chunk = (int64_t)((1u << 20) / esize);
   char *tmp = malloc((size_t)chunk * esize);
   if (!tmp) return w->status = api_error(KILN_ERR_OOM, w->fn, "out of memory");
-  api_walk it;
-  api_walk_init(&it, v, 0);
+  graph_walk it;
+  graph_walk_init(&it, v, 0);
   for (int64_t done = 0; done < numel && w->status == KILN_OK;) {
     int64_t k = numel - done < chunk ? numel - done : chunk;
-    for (int64_t i = 0; i < k; i++, api_walk_next(&it))
+    for (int64_t i = 0; i < k; i++, graph_walk_next(&it))
       memcpy(tmp + (size_t)i * esize, base + (size_t)it.off * esize, esize);
     io_write(w, tmp, (size_t)k * esize);
     done += k;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_dl.h"
 #include "cuda_driver.h"
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -46,10 +47,7 @@ static const char *const *search_list = default_names;
 
 /* Resolves every entry point; false (with g.why) if one is missing. */
 static bool resolve(void *h, const char *lib) {
-  static const struct {
-    const char *name;
-    size_t offset;
-  } syms[] = {
+  static const cuda_dl_sym syms[] = {
       {"cuGetErrorName", offsetof(cuda_driver_api, get_error_name)},
       {"cuGetErrorString", offsetof(cuda_driver_api, get_error_string)},
       {"cuInit", offsetof(cuda_driver_api, init)},
@@ -75,15 +73,9 @@ static bool resolve(void *h, const char *lib) {
       {"cuEventSynchronize", offsetof(cuda_driver_api, event_synchronize)},
       {"cuEventElapsedTime", offsetof(cuda_driver_api, event_elapsed_time)},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void *f = dlsym(h, syms[i].name);
-    if (!f) {
-      snprintf(g.why, sizeof g.why, "libcuda not usable: %s has no symbol %s", lib, syms[i].name);
-      return false;
-    }
-    memcpy((char *)&g.api + syms[i].offset, &f, sizeof f); /* object ↔ function pointer, as dlsym requires */
-  }
-  return true;
+  const char *missing = cuda_dl_resolve(h, syms, sizeof syms / sizeof syms[0], &g.api);
+  if (missing) snprintf(g.why, sizeof g.why, "libcuda not usable: %s has no symbol %s", lib, missing);
+  return missing == NULL;
 }
 
 /* Names of the codes cuInit and the device queries return, for drivers

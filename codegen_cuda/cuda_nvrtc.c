@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_dl.h"
 #include "cuda_backend.h"
 
 typedef int nvrtc_result;
@@ -65,10 +66,7 @@ static const char *const *search_list = default_names;
 
 /* Resolves every entry point; false (with g.why) if one is missing. */
 static bool resolve(void *h, const char *lib) {
-  static const struct {
-    const char *name;
-    size_t offset;
-  } syms[] = {
+  static const cuda_dl_sym syms[] = {
       {"nvrtcGetErrorString", offsetof(nvrtc_api, get_error_string)},
       {"nvrtcVersion", offsetof(nvrtc_api, version)},
       {"nvrtcCreateProgram", offsetof(nvrtc_api, create_program)},
@@ -81,15 +79,9 @@ static bool resolve(void *h, const char *lib) {
       {"nvrtcGetCUBINSize", offsetof(nvrtc_api, get_cubin_size)},
       {"nvrtcGetCUBIN", offsetof(nvrtc_api, get_cubin)},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void *f = dlsym(h, syms[i].name);
-    if (!f) {
-      snprintf(g.why, sizeof g.why, "%s has no symbol %s", lib, syms[i].name);
-      return false;
-    }
-    memcpy((char *)&g.api + syms[i].offset, &f, sizeof f); /* object ↔ function pointer, as dlsym requires */
-  }
-  return true;
+  const char *missing = cuda_dl_resolve(h, syms, sizeof syms / sizeof syms[0], &g.api);
+  if (missing) snprintf(g.why, sizeof g.why, "%s has no symbol %s", lib, missing);
+  return missing == NULL;
 }
 
 /* When the loaded library lives in a toolkit (…/lib64 or

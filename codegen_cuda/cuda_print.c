@@ -28,45 +28,11 @@
  * results may differ from the CPU backend's in the last ulps.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_backend.h"
-
-typedef struct cuda_buf {
-  char *s;
-  size_t len, cap;
-  bool oom;
-} cuda_buf;
-
-static void put(cuda_buf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->s && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *s = realloc(b->s, cap);
-    if (!s) {
-      b->oom = true;
-      return;
-    }
-    b->s = s;
-    b->cap = cap;
-  }
-}
 
 /* ---------------------------------------------------------------- types */
 
@@ -96,33 +62,33 @@ static const char *mtype(kiln_dtype t) { return t == KILN_BOOL ? "unsigned char"
 
 /* A float literal that reads back exactly (or an exact bit pattern for
  * the non-finite values). */
-static void put_float(cuda_buf *b, double v, bool f32) {
+static void put_float(kir_strbuf *b, double v, bool f32) {
   if (f32) v = (double)(float)v;
   if (isnan(v)) {
-    put(b, f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)");
+    kir_sb_printf(b, f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)");
   } else if (isinf(v)) {
-    put(b, "%s%s", v < 0 ? "-" : "", f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)");
+    kir_sb_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)");
   } else {
     char s[40];
     snprintf(s, sizeof s, f32 ? "%.9g" : "%.17g", v);
     bool plain = !strpbrk(s, ".e");
-    put(b, "%s%s%s", s, plain ? ".0" : "", f32 ? "f" : "");
+    kir_sb_printf(b, "%s%s%s", s, plain ? ".0" : "", f32 ? "f" : "");
   }
 }
 
-static void put_int(cuda_buf *b, kiln_dtype t, int64_t v) {
-  if (v == INT64_MIN) put(b, "(%s)(-9223372036854775807LL - 1)", ctype(t));
-  else put(b, "(%s)%lldLL", ctype(t), (long long)v);
+static void put_int(kir_strbuf *b, kiln_dtype t, int64_t v) {
+  if (v == INT64_MIN) kir_sb_printf(b, "(%s)(-9223372036854775807LL - 1)", ctype(t));
+  else kir_sb_printf(b, "(%s)%lldLL", ctype(t), (long long)v);
 }
 
-static void put_const(cuda_buf *b, const kir_uop *u) {
+static void put_const(kir_strbuf *b, const kir_uop *u) {
   switch ((int)u->type) {
-  case KILN_BOOL: put(b, u->cval != 0 ? "true" : "false"); break;
+  case KILN_BOOL: kir_sb_printf(b, u->cval != 0 ? "true" : "false"); break;
   case KILN_F16:
   case KILN_BF16:
-    put(b, u->type == KILN_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
+    kir_sb_printf(b, u->type == KILN_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
     put_float(b, u->cval, true);
-    put(b, ")");
+    kir_sb_printf(b, ")");
     break;
   case KILN_F32:
   case KILN_F64: put_float(b, u->cval, u->type == KILN_F32); break;
@@ -134,10 +100,10 @@ static void put_const(cuda_buf *b, const kir_uop *u) {
 
 /* Prints the conversion of value `v` (a name) from `from` to `to`, C
  * semantics as kir.h's CAST; F16/BF16 go through float both ways. */
-static void put_cast(cuda_buf *b, const char *v, kiln_dtype from, kiln_dtype to) {
+static void put_cast(kir_strbuf *b, const char *v, kiln_dtype from, kiln_dtype to) {
   char x[64];
   if (from == to) {
-    put(b, "%s", v);
+    kir_sb_printf(b, "%s", v);
     return;
   }
   if (is_half(from)) {
@@ -146,17 +112,17 @@ static void put_cast(cuda_buf *b, const char *v, kiln_dtype from, kiln_dtype to)
     from = KILN_F32;
   }
   if (is_half(to)) {
-    put(b, to == KILN_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
+    kir_sb_printf(b, to == KILN_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
     put_cast(b, v, from, KILN_F32);
-    put(b, ")");
+    kir_sb_printf(b, ")");
   } else if (from == to) {
-    put(b, "%s", v);
+    kir_sb_printf(b, "%s", v);
   } else if (to == KILN_BOOL) {
-    put(b, "(%s != 0)", v);
+    kir_sb_printf(b, "(%s != 0)", v);
   } else if (is_fp(from) && !is_fp(to)) {
-    put(b, "(%s)kiln_f2i((double)%s)", ctype(to), v);
+    kir_sb_printf(b, "(%s)kiln_f2i((double)%s)", ctype(to), v);
   } else {
-    put(b, "(%s)%s", ctype(to), v);
+    kir_sb_printf(b, "(%s)%s", ctype(to), v);
   }
 }
 
@@ -220,50 +186,50 @@ static bool divisor_is_safe(const kir_kernel *k, int d) {
 /* The right-hand side of ALU uop u (operands v<a>, v<b>, v<c>). Integer
  * ADD/SUB/MUL/NEG wrap: computed on unsigned long long and truncated
  * (BOOL as 1-bit integers: + and - are xor, * is and). */
-static void put_alu(cuda_buf *b, const kir_kernel *k, const kir_uop *u) {
+static void put_alu(kir_strbuf *b, const kir_kernel *k, const kir_uop *u) {
   int a = u->src[0], c = u->src[1], d = u->src[2];
   kiln_dtype t = u->type;
   const char *T = ctype(t);
   bool wrap = !is_fp(t) && t != KIR_INDEX;
   switch (u->op) {
   case KIR_NEG:
-    if (t == KILN_BOOL) put(b, "v%d", a);
-    else if (wrap) put(b, "(%s)(0ull - (unsigned long long)v%d)", T, a);
-    else put(b, "-v%d", a);
+    if (t == KILN_BOOL) kir_sb_printf(b, "v%d", a);
+    else if (wrap) kir_sb_printf(b, "(%s)(0ull - (unsigned long long)v%d)", T, a);
+    else kir_sb_printf(b, "-v%d", a);
     return;
   case KIR_ADD:
   case KIR_SUB:
   case KIR_MUL:
-    if (t == KILN_BOOL) put(b, u->op == KIR_MUL ? "(v%d && v%d)" : "(v%d != v%d)", a, c);
-    else if (wrap) put(b, "(%s)((unsigned long long)v%d %s (unsigned long long)v%d)", T, a, infix(u->op), c);
-    else put(b, "v%d %s v%d", a, infix(u->op), c);
+    if (t == KILN_BOOL) kir_sb_printf(b, u->op == KIR_MUL ? "(v%d && v%d)" : "(v%d != v%d)", a, c);
+    else if (wrap) kir_sb_printf(b, "(%s)((unsigned long long)v%d %s (unsigned long long)v%d)", T, a, infix(u->op), c);
+    else kir_sb_printf(b, "v%d %s v%d", a, infix(u->op), c);
     return;
   case KIR_DIV:
   case KIR_MOD:
-    if (is_fp(t) && u->op == KIR_DIV) put(b, "v%d / v%d", a, c);
-    else if (is_fp(t)) put(b, "%s(v%d, v%d)", t == KILN_F32 ? "fmodf" : "fmod", a, c);
-    else if (divisor_is_safe(k, c)) put(b, "(%s)(v%d %s v%d)", T, a, u->op == KIR_DIV ? "/" : "%", c);
-    else put(b, "kiln_%s<%s>(v%d, v%d)", u->op == KIR_DIV ? "idiv" : "imod", T, a, c);
+    if (is_fp(t) && u->op == KIR_DIV) kir_sb_printf(b, "v%d / v%d", a, c);
+    else if (is_fp(t)) kir_sb_printf(b, "%s(v%d, v%d)", t == KILN_F32 ? "fmodf" : "fmod", a, c);
+    else if (divisor_is_safe(k, c)) kir_sb_printf(b, "(%s)(v%d %s v%d)", T, a, u->op == KIR_DIV ? "/" : "%", c);
+    else kir_sb_printf(b, "kiln_%s<%s>(v%d, v%d)", u->op == KIR_DIV ? "idiv" : "imod", T, a, c);
     return;
   case KIR_MAX:
   case KIR_MIN:
-    if (is_fp(t)) put(b, "kiln_f%s(v%d, v%d)", u->op == KIR_MAX ? "max" : "min", a, c);
-    else put(b, "(v%d %s v%d ? v%d : v%d)", a, u->op == KIR_MAX ? ">" : "<", c, a, c);
+    if (is_fp(t)) kir_sb_printf(b, "kiln_f%s(v%d, v%d)", u->op == KIR_MAX ? "max" : "min", a, c);
+    else kir_sb_printf(b, "(v%d %s v%d ? v%d : v%d)", a, u->op == KIR_MAX ? ">" : "<", c, a, c);
     return;
   case KIR_CMPLT:
   case KIR_CMPLE:
   case KIR_CMPEQ:
-  case KIR_CMPNE: put(b, "v%d %s v%d", a, infix(u->op), c); return;
+  case KIR_CMPNE: kir_sb_printf(b, "v%d %s v%d", a, infix(u->op), c); return;
   case KIR_AND:
   case KIR_OR:
-  case KIR_XOR: put(b, "(%s)(v%d %s v%d)", T, a, infix(u->op), c); return;
-  case KIR_WHERE: put(b, "v%d ? v%d : v%d", a, c, d); return;
+  case KIR_XOR: kir_sb_printf(b, "(%s)(v%d %s v%d)", T, a, infix(u->op), c); return;
+  case KIR_WHERE: kir_sb_printf(b, "v%d ? v%d : v%d", a, c, d); return;
   default: break;
   }
   const char *fn = math_name(u->op);
   const char *suffix = t == KILN_F32 ? "f" : "";
-  if (kir_op_arity(u->op) == 2) put(b, "%s%s(v%d, v%d)", fn, suffix, a, c);
-  else put(b, "%s%s(v%d)", fn, suffix, a);
+  if (kir_op_arity(u->op) == 2) kir_sb_printf(b, "%s%s(v%d, v%d)", fn, suffix, a, c);
+  else kir_sb_printf(b, "%s%s(v%d)", fn, suffix, a);
 }
 
 /* -------------------------------------------------------------- kernel */
@@ -317,7 +283,7 @@ static bool uses_type(const kir_kernel *k, kiln_dtype t) {
   return false;
 }
 
-static void put_name(cuda_buf *b, const char *name) {
+static void put_name(kir_strbuf *b, const char *name) {
   char s[100];
   size_t n = 0;
   if (!name[0] || (name[0] >= '0' && name[0] <= '9')) s[n++] = 'k', s[n++] = '_';
@@ -327,75 +293,75 @@ static void put_name(cuda_buf *b, const char *name) {
     s[n++] = ok ? ch : '_';
   }
   s[n] = 0;
-  put(b, "%s", s);
+  kir_sb_printf(b, "%s", s);
 }
 
 typedef struct print_ctx {
   const kir_kernel *k;
-  cuda_buf *b;
+  kir_strbuf *b;
   int depth;
   bool split, parallel_done;
 } print_ctx;
 
-static void indent(print_ctx *c) { put(c->b, "%*s", 2 * c->depth, ""); }
+static void indent(print_ctx *c) { kir_sb_printf(c->b, "%*s", 2 * c->depth, ""); }
 
 static void print_range(print_ctx *c, int i, const kir_uop *u) {
-  cuda_buf *b = c->b;
+  kir_strbuf *b = c->b;
   long long ext = (long long)u->ival;
   indent(c);
   if (!u->parallel || c->parallel_done) {
-    put(b, "for (long long v%d = 0; v%d < %lldLL; v%d++) {\n", i, i, ext, i);
+    kir_sb_printf(b, "for (long long v%d = 0; v%d < %lldLL; v%d++) {\n", i, i, ext, i);
   } else {
     c->parallel_done = true;
-    put(b, "const long long v%d_lo = start > 0 ? start : 0, v%d_hi = end < %lldLL ? end : %lldLL;\n", i, i, ext, ext);
+    kir_sb_printf(b, "const long long v%d_lo = start > 0 ? start : 0, v%d_hi = end < %lldLL ? end : %lldLL;\n", i, i, ext, ext);
     indent(c);
     if (c->split)
-      put(b,
+      kir_sb_printf(b,
           "for (long long v%d = v%d_lo + (long long)blockIdx.x * blockDim.x + threadIdx.x; v%d < v%d_hi;\n"
           "%*s     v%d += (long long)gridDim.x * blockDim.x) {\n",
           i, i, i, i, 2 * c->depth, "", i);
-    else put(b, "for (long long v%d = v%d_lo; v%d < v%d_hi; v%d++) {\n", i, i, i, i, i);
+    else kir_sb_printf(b, "for (long long v%d = v%d_lo; v%d < v%d_hi; v%d++) {\n", i, i, i, i, i);
   }
   c->depth++;
 }
 
 static void print_uop(print_ctx *c, int i) {
   const kir_uop *u = &c->k->uops[i];
-  cuda_buf *b = c->b;
+  kir_strbuf *b = c->b;
   const kir_uop *src0 = u->src[0] >= 0 ? &c->k->uops[u->src[0]] : NULL;
   switch (u->op) {
   case KIR_RANGE: print_range(c, i, u); return;
   case KIR_END:
     c->depth--;
     indent(c);
-    put(b, "}\n");
+    kir_sb_printf(b, "}\n");
     return;
   case KIR_PARAM:
     indent(c);
-    put(b, "%s%s *const v%d = (%s%s *)p%lld;\n", c->k->param_written[u->ival] ? "" : "const ", mtype(u->elem), i,
+    kir_sb_printf(b, "%s%s *const v%d = (%s%s *)p%lld;\n", c->k->param_written[u->ival] ? "" : "const ", mtype(u->elem), i,
         c->k->param_written[u->ival] ? "" : "const ", mtype(u->elem), (long long)u->ival);
     return;
   case KIR_ACC:
     indent(c);
-    put(b, "%s v%d = v%d;\n", ctype(u->type), i, u->src[0]);
+    kir_sb_printf(b, "%s v%d = v%d;\n", ctype(u->type), i, u->src[0]);
     return;
   case KIR_ACC_SET:
     indent(c);
-    put(b, "v%d = v%d;\n", u->src[0], u->src[1]);
+    kir_sb_printf(b, "v%d = v%d;\n", u->src[0], u->src[1]);
     return;
   case KIR_STORE:
     indent(c);
-    if (src0->elem == KILN_BOOL) put(b, "v%d[v%d] = (unsigned char)v%d;\n", u->src[0], u->src[1], u->src[2]);
-    else put(b, "v%d[v%d] = v%d;\n", u->src[0], u->src[1], u->src[2]);
+    if (src0->elem == KILN_BOOL) kir_sb_printf(b, "v%d[v%d] = (unsigned char)v%d;\n", u->src[0], u->src[1], u->src[2]);
+    else kir_sb_printf(b, "v%d[v%d] = v%d;\n", u->src[0], u->src[1], u->src[2]);
     return;
   default: break;
   }
   indent(c);
-  put(b, "const %s v%d = ", ctype(u->type), i);
+  kir_sb_printf(b, "const %s v%d = ", ctype(u->type), i);
   if (u->op == KIR_CONST) {
     put_const(b, u);
   } else if (u->op == KIR_LOAD) {
-    put(b, u->type == KILN_BOOL ? "v%d[v%d] != 0" : "v%d[v%d]", u->src[0], u->src[1]);
+    kir_sb_printf(b, u->type == KILN_BOOL ? "v%d[v%d] != 0" : "v%d[v%d]", u->src[0], u->src[1]);
   } else if (u->op == KIR_CAST) {
     char v[24];
     snprintf(v, sizeof v, "v%d", u->src[0]);
@@ -403,7 +369,7 @@ static void print_uop(print_ctx *c, int i) {
   } else {
     put_alu(b, c->k, u);
   }
-  put(b, ";\n");
+  kir_sb_printf(b, ";\n");
 }
 
 int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *err, size_t errlen) {
@@ -413,25 +379,25 @@ int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *
     snprintf(err, errlen, "cuda_print_kernel: %s: invalid kernel IR: %s", k->name, bad);
     return KILN_ERR_UNSUPPORTED;
   }
-  cuda_buf b = {0};
-  put(&b, "/* %s: generated by Kiln from kernel IR */\n", k->name);
-  if (uses_type(k, KILN_F16)) put(&b, "#include <cuda_fp16.h>\n");
-  if (uses_type(k, KILN_BF16)) put(&b, "#include <cuda_bf16.h>\n");
-  put(&b, "%s\nextern \"C\" __global__ void ", prelude);
+  kir_strbuf b = {0};
+  kir_sb_printf(&b, "/* %s: generated by Kiln from kernel IR */\n", k->name);
+  if (uses_type(k, KILN_F16)) kir_sb_printf(&b, "#include <cuda_fp16.h>\n");
+  if (uses_type(k, KILN_BF16)) kir_sb_printf(&b, "#include <cuda_bf16.h>\n");
+  kir_sb_printf(&b, "%s\nextern \"C\" __global__ void ", prelude);
   put_name(&b, fname ? fname : k->name);
-  put(&b, "(");
+  kir_sb_printf(&b, "(");
   for (int p = 0; p < k->n_params; p++)
-    put(&b, "%s%s *p%d, ", k->param_written[p] ? "" : "const ", mtype(k->param_dtype[p]), p);
-  put(&b, "long long start, long long end) {\n");
+    kir_sb_printf(&b, "%s%s *p%d, ", k->param_written[p] ? "" : "const ", mtype(k->param_dtype[p]), p);
+  kir_sb_printf(&b, "long long start, long long end) {\n");
   print_ctx c = {.k = k, .b = &b, .depth = 1, .split = cuda_kernel_splittable(k)};
-  if (!c.split) put(&b, "  if (blockIdx.x != 0 || threadIdx.x != 0) return; /* not splittable: one thread */\n");
+  if (!c.split) kir_sb_printf(&b, "  if (blockIdx.x != 0 || threadIdx.x != 0) return; /* not splittable: one thread */\n");
   for (int i = 0; i < k->n_uops; i++) print_uop(&c, i);
-  put(&b, "}\n");
+  kir_sb_printf(&b, "}\n");
   if (b.oom) {
-    free(b.s);
+    free(b.p);
     snprintf(err, errlen, "cuda_print_kernel: out of memory printing %s", k->name);
     return KILN_ERR_OOM;
   }
-  *out = b.s;
+  *out = b.p;
   return KILN_OK;
 }

@@ -239,13 +239,7 @@ int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c) {
 
 /* --------------------------------------------------------- canonical text */
 
-typedef struct strbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} strbuf;
-
-static void sb_printf(strbuf *sb, const char *fmt, ...) {
+void kir_sb_printf(kir_strbuf *sb, const char *fmt, ...) {
   if (sb->oom) return;
   for (;;) {
     va_list ap;
@@ -272,41 +266,41 @@ static void sb_printf(strbuf *sb, const char *fmt, ...) {
   }
 }
 
-static void print_const(strbuf *sb, const kir_uop *u) {
+static void print_const(kir_strbuf *sb, const kir_uop *u) {
   if (u->type == KILN_BOOL) {
-    sb_printf(sb, " %s", u->cval != 0 ? "true" : "false");
+    kir_sb_printf(sb, " %s", u->cval != 0 ? "true" : "false");
   } else if (is_float_type(u->type)) {
     if (isnan(u->cval)) {
       uint64_t bits;
       memcpy(&bits, &u->cval, sizeof bits);
-      sb_printf(sb, " nan:0x%016" PRIx64, bits);
+      kir_sb_printf(sb, " nan:0x%016" PRIx64, bits);
     } else {
-      sb_printf(sb, " %a", u->cval);
+      kir_sb_printf(sb, " %a", u->cval);
     }
   } else {
-    sb_printf(sb, " %" PRId64, u->ival);
+    kir_sb_printf(sb, " %" PRId64, u->ival);
   }
 }
 
-static void print_uop(strbuf *sb, int i, const kir_uop *u) {
-  sb_printf(sb, "%d %s %s", i, kir_op_name(u->op), kir_type_name(u->type));
+static void print_uop(kir_strbuf *sb, int i, const kir_uop *u) {
+  kir_sb_printf(sb, "%d %s %s", i, kir_op_name(u->op), kir_type_name(u->type));
   int arity = kir_op_arity(u->op);
-  for (int s = 0; s < (arity < 0 ? 3 : arity); s++) sb_printf(sb, " %%%d", u->src[s]);
+  for (int s = 0; s < (arity < 0 ? 3 : arity); s++) kir_sb_printf(sb, " %%%d", u->src[s]);
   switch (u->op) {
-  case KIR_PARAM: sb_printf(sb, " p%" PRId64 " %s", u->ival, kir_type_name(u->elem)); break;
+  case KIR_PARAM: kir_sb_printf(sb, " p%" PRId64 " %s", u->ival, kir_type_name(u->elem)); break;
   case KIR_CONST: print_const(sb, u); break;
-  case KIR_RANGE: sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : ""); break;
+  case KIR_RANGE: kir_sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : ""); break;
   default: break;
   }
-  sb_printf(sb, "%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "");
+  kir_sb_printf(sb, "%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "");
 }
 
 char *kir_to_string(const kir_kernel *k) {
-  strbuf sb = {0};
-  sb_printf(&sb, "params");
+  kir_strbuf sb = {0};
+  kir_sb_printf(&sb, "params");
   for (int p = 0; p < k->n_params && p < KIR_MAX_PARAMS; p++)
-    sb_printf(&sb, " %s:%c", kir_type_name(k->param_dtype[p]), k->param_written[p] ? 'w' : 'r');
-  sb_printf(&sb, "\n");
+    kir_sb_printf(&sb, " %s:%c", kir_type_name(k->param_dtype[p]), k->param_written[p] ? 'w' : 'r');
+  kir_sb_printf(&sb, "\n");
   for (int i = 0; i < k->n_uops; i++) print_uop(&sb, i, &k->uops[i]);
   if (sb.oom) {
     free(sb.p);

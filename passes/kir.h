@@ -122,6 +122,17 @@ void kir_set_reassoc(kir_kernel *k, int u);
  *  in name share code). Returns a malloc'ed string (caller frees) or NULL
  *  on OOM. */
 char *kir_to_string(const kir_kernel *k);
+/** A growable string that printf appends to (the canonical text here, the
+ *  CUDA printer's source). Start from {0}; p is malloc'ed (caller frees)
+ *  unless oom, set when an append could not allocate (later appends are
+ *  no-ops). */
+typedef struct kir_strbuf {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} kir_strbuf;
+void kir_sb_printf(kir_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /** True when every STORE of k lies inside its parallel range and no
  *  accumulator lives across it, so chunks of that range write disjoint
  *  elements and may run on different threads (CPU pool chunks, CUDA
