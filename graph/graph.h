@@ -170,6 +170,11 @@ typedef struct graph_node {
                                    kernels instead of materialized */
   bool row_dep;                 /* scheduler: depends on a fused reduction */
   bool fuse_cheap;              /* scheduler: it and its fused inputs are cheap */
+  /* scheduler, multi-output kernels: a materialized node computed and
+   * stored by a later kernel of its schedule (its host) instead of a
+   * kernel of its own; the host lists such nodes through store_next */
+  struct graph_node *store_host;
+  struct graph_node *stores, *store_next;
 } graph_node;
 
 /** A pending node with no inputs yet (refcount 1). NULL on OOM. */

@@ -38,9 +38,24 @@
  *     a fill value) and PASS_MAX_GROUP nodes: when a group would exceed
  *     one of them, its fused inputs are materialized. (Lowering still
  *     checks its own limits and falls back the same way at run time.)
+ *  7. Multi-output kernels: a materialized elementwise node p (requested,
+ *     or read by several readers, one of them after r) whose value a later
+ *     elementwise kernel r of the same sizes can compute — r reads p through its plain
+ *     contiguous view, or reads a buffer p reads too — is computed and
+ *     stored by r's kernel (p->store_host = r) instead of a kernel of its
+ *     own, so the loop over their shared inputs runs once: two forced
+ *     results of one loop (`a+b`, `a*b`) read a and b once, and `y =
+ *     exp(x)` forced with `z = y*2` writes y and z from one kernel. Only
+ *     when nothing between p and r in the schedule reads p (r's kernel
+ *     runs at r's position, so p's buffer exists only from there on),
+ *     neither is row-fused, r is stored by no other kernel, and r stores
+ *     at most PASS_MAX_OUTPUTS nodes. The host is the last such kernel
+ *     before p's first reader, at most HOST_WINDOW positions ahead, so
+ *     siblings gather in one kernel (a+b, a-b, a*b: one kernel).
  * Fused nodes are never realized; a later request recomputes them from
  * their inputs, which they keep alive.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lower.h"
@@ -126,6 +141,14 @@ void pass_unfuse_inputs(graph_node *n) {
   for (int i = 0; i < n->n_inputs; i++) n->inputs[i].node->fused = false;
 }
 
+void pass_unstore(graph_node *n) {
+  for (graph_node *s = n->stores, *next; s; s = next) {
+    next = s->store_next;
+    s->store_host = s->store_next = NULL;
+  }
+  n->stores = NULL;
+}
+
 /* Input j of n repeats an earlier input (same node, same view): one
  * read, since the kernel computes a fused value once per index. */
 static bool read_before(const graph_node *n, int j) {
@@ -146,8 +169,116 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
   return false;
 }
 
+/* ------------------------------------------------- rule 7: multi-output */
+
+#define HOST_WINDOW 64
+
+static bool plain_kernel(const graph_node *n) {
+  graph_kind k = graph_ops[n->op].kind;
+  bool pointwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+  return pointwise && !n->buffer && !n->fused && !depends_on_rows(n);
+}
+
+static bool reads(const graph_node *r, const graph_node *x) {
+  for (int i = 0; i < r->n_inputs; i++)
+    if (r->inputs[i].node == x) return true;
+  return false;
+}
+
+/* r, or a producer fused into r (up to GROUP_DEPTH levels down), reads x. */
+#define GROUP_DEPTH 6
+static bool group_reads(const graph_node *r, const graph_node *x, int depth) {
+  for (int i = 0; i < r->n_inputs; i++) {
+    const graph_node *in = r->inputs[i].node;
+    if (in == x) return true;
+    if (!in->buffer && in->fused && depth < GROUP_DEPTH && group_reads(in, x, depth + 1)) return true;
+  }
+  return false;
+}
+
+/* r's kernel reads p, or reads a buffer p reads. */
+static bool shares_loop(const graph_node *p, const graph_node *r) {
+  if (group_reads(r, p, 0)) return true;
+  for (int i = 0; i < p->n_inputs; i++) {
+    const graph_node *in = p->inputs[i].node;
+    if (!pass_is_inlined(in) && !(!in->buffer && in->fused) && group_reads(r, in, 0)) return true;
+  }
+  return false;
+}
+
+static int n_stores(const graph_node *host) {
+  int count = 0;
+  for (const graph_node *s = host->stores; s; s = s->store_next) count++;
+  return count;
+}
+
+static void store_in(graph_node *p, graph_node *host) {
+  p->store_host = host;
+  p->store_next = host->stores;
+  host->stores = p;
+}
+
+/* first[k] / last[k]: the earliest and latest schedule positions at
+ * which order[k]'s value is computed — its own for a kernel root, else
+ * the kernels its fused readers run in (readers come after producers in
+ * post-order, so a reader's range is final before its inputs'). */
+static void kernel_span(graph_node *const *order, int n, int *first, int *last) {
+  for (int k = 0; k < n; k++) {
+    first[k] = order[k]->fused ? n : k;
+    last[k] = order[k]->fused ? -1 : k;
+  }
+  for (int k = n - 1; k >= 0; k--)
+    for (int i = 0; i < order[k]->n_inputs; i++) {
+      const graph_node *in = order[k]->inputs[i].node;
+      int at = in->sched_pos;
+      if (in->buffer || !in->fused || at < 0 || at >= k || order[at] != in) continue;
+      if (first[k] < first[at]) first[at] = first[k];
+      if (last[k] > last[at]) last[at] = last[k];
+    }
+}
+
+/* The host for p = order[i]: the last kernel that can store it before
+ * p's value is first needed from a buffer. *later: some kernel after the
+ * host reads p. */
+static graph_node *find_host(graph_node *const *order, int n, int i, const int *first, const int *last, bool *later) {
+  graph_node *p = order[i], *host = NULL;
+  int needed = n, latest = -1, seen = 0; /* the first and last positions whose kernels read p */
+  for (int j = i + 1; j < n && j <= i + HOST_WINDOW; j++) {
+    graph_node *r = order[j];
+    bool same = r->ndim == p->ndim && !memcmp(r->sizes, p->sizes, sizeof *p->sizes * (size_t)p->ndim);
+    if (j <= needed && same && plain_kernel(r) && !r->store_host && n_stores(r) < PASS_MAX_OUTPUTS &&
+        shares_loop(p, r))
+      host = r;
+    if (!reads(r, p)) continue;
+    seen++;
+    if (first[j] < needed) needed = first[j];
+    if (last[j] > latest) latest = last[j];
+  }
+  if (host && host->sched_pos > needed) host = NULL;
+  /* a reader beyond the window comes after the host too */
+  *later = host && (latest > host->sched_pos || seen < p->n_consumers);
+  return host;
+}
+
+static void plan_outputs(graph_node *const *order, int n, graph_node *const *roots, int n_roots) {
+  if (n <= 0) return;
+  int *first = malloc(sizeof *first * (size_t)n * 2);
+  if (!first) return; /* no multi-output kernels: nothing is lost */
+  int *last = first + n;
+  kernel_span(order, n, first, last);
+  for (int i = 0; i < n; i++) {
+    graph_node *p = order[i];
+    if (!plain_kernel(p) || p->stores || p->store_host) continue;
+    bool later;
+    graph_node *host = find_host(order, n, i, first, last, &later);
+    if (host && (later || is_root(p, roots, n_roots))) store_in(p, host);
+  }
+  free(first);
+}
+
 void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_roots, bool enabled) {
   for (int i = 0; i < n; i++) {
+    order[i]->store_host = order[i]->stores = order[i]->store_next = NULL;
     order[i]->fused = false;
     order[i]->row_dep = false;
     order[i]->fuse_cheap = false;
@@ -207,4 +338,5 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
       x->fuse_nodes = 1;
     }
   }
+  plan_outputs(order, n, roots, n_roots);
 }

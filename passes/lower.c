@@ -35,6 +35,8 @@ typedef struct edge {
 typedef struct lower_ctx {
   kir_kernel *k;
   const graph_node *root;
+  const graph_node *host; /* the node being lowered (root may be its merged copy) */
+  int store_param[PASS_MAX_OUTPUTS]; /* PARAM uop of binding->outputs[j] */
   pass_binding *b;
   int out;  /* PARAM 0 */
   int args;  /* PARAM 1 */
@@ -68,7 +70,10 @@ int64_t pass_parallel_extent(const kir_kernel *k) {
   return 0;
 }
 
-static bool is_fused(const graph_node *n) { return !n->buffer && n->fused; }
+/* Computed inside this kernel: fused, or stored by it (multi-output). */
+static bool is_fused(const lower_ctx *c, const graph_node *n) {
+  return !n->buffer && (n->fused || (n->store_host && n->store_host == c->host));
+}
 
 /* ------------------------------------------------------------ indexing */
 
@@ -162,7 +167,7 @@ static int input_param(lower_ctx *c, const graph_node *n, int input) {
   const graph_node *src = n->inputs[input].node;
   for (int i = 0; i < c->b->n_inputs; i++)
     if (c->b->inputs[i] == src) return c->input_param[i];
-  if (c->b->n_inputs == PASS_MAX_INPUTS) {
+  if (c->b->n_inputs + c->b->n_outputs == PASS_MAX_INPUTS) {
     c->full = true;
     return -1;
   }
@@ -226,6 +231,7 @@ static int scalar_arg(lower_ctx *c, const graph_node *n, int input) {
 }
 
 void pass_rebind(pass_binding *b, graph_node *const *order) {
+  for (int j = 0; j < b->n_outputs; j++) b->outputs[j] = order[b->output_pos[j]];
   for (int i = 0; i < b->n_inputs; i++) b->inputs[i] = order[b->input_slot[i].pos]->inputs[b->input_slot[i].input].node;
   int64_t iv;
   double fv;
@@ -271,7 +277,7 @@ static void name_op(lower_ctx *c, const graph_node *n) {
 static void walk(lower_ctx *c, const graph_node *n, bool skip_first) {
   for (int i = skip_first ? 1 : 0; i < n->n_inputs && !c->full; i++) {
     const graph_node *src = n->inputs[i].node;
-    if (!is_fused(src)) add_edge(c, n, i);
+    if (!is_fused(c, src)) add_edge(c, n, i);
     else if (!seen(c, src)) {
       walk(c, src, false);
       if (graph_ops[src->op].kind != GRAPH_REDUCE) continue;
@@ -334,8 +340,8 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
 static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   const graph_node *src = n->inputs[i].node;
   const graph_view *v = &n->inputs[i].view;
-  if (is_fused(src) && graph_ops[src->op].kind == GRAPH_REDUCE) return row_read(c, src, v, idx);
-  if (is_fused(src)) {
+  if (is_fused(c, src) && graph_ops[src->op].kind == GRAPH_REDUCE) return row_read(c, src, v, idx);
+  if (is_fused(c, src)) {
     int sidx[KILN_MAX_DIMS];
     map_index(c->k, v, src, idx, sidx);
     return value_at(c, src, sidx);
@@ -488,6 +494,13 @@ static int lower_elementwise(lower_ctx *c) {
   int res = value_at(c, r, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;
   store_contiguous(c, ranges, res);
+  for (int j = 0; j < c->b->n_outputs; j++) { /* same sizes as the root: same index */
+    const graph_node *s = c->b->outputs[j];
+    int v = value_at(c, s, ranges);
+    if (v < 0) return KILN_ERR_UNSUPPORTED;
+    graph_view flat = graph_view_contiguous(s->ndim, s->sizes);
+    kir_store(k, c->store_param[j], view_index(k, &flat, ranges, -1), pass_cast_to(k, s->dtype, v));
+  }
   close_ranges(k, n_loops, loops);
   return KILN_OK;
 }
@@ -791,15 +804,37 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   return KILN_OK;
 }
 
+/* The extra outputs of a multi-output kernel (PARAM 3 + j), walked after
+ * the root's group so their external reads join the kernel's. */
+static void add_outputs(lower_ctx *c) {
+  for (const graph_node *s = c->host->stores; s && !c->full; s = s->store_next) {
+    if (c->b->n_outputs == PASS_MAX_OUTPUTS) {
+      c->full = true;
+      break;
+    }
+    int j = c->b->n_outputs++;
+    c->b->outputs[j] = s;
+    c->b->output_pos[j] = s->sched_pos;
+    c->store_param[j] = kir_param(c->k, s->dtype, true);
+  }
+  for (int j = 0; j < c->b->n_outputs && !c->full; j++)
+    if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], false);
+}
+
 static int lower_root(lower_ctx *c, bool in_place) {
   const graph_node *n = c->root;
   graph_kind kind = graph_ops[n->op].kind;
   c->out = kir_param(c->k, n->dtype, true);
   c->args = kir_param(c->k, KILN_I64, false);
   c->fargs = kir_param(c->k, KILN_F64, false);
+  add_outputs(c);
+  if (c->b->n_outputs > 0 && kind != GRAPH_UNARY && kind != GRAPH_BINARY && kind != GRAPH_TERNARY &&
+      kind != GRAPH_CAST)
+    return KILN_ERR_UNSUPPORTED;
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
-  if (c->n_rows > 0) return kind == GRAPH_ASSIGN || kind == GRAPH_SCAN ? KILN_ERR_UNSUPPORTED : lower_rows(c);
+  if (c->n_rows > 0)
+    return kind == GRAPH_ASSIGN || kind == GRAPH_SCAN || c->b->n_outputs ? KILN_ERR_UNSUPPORTED : lower_rows(c);
   if (kind == GRAPH_REDUCE) return lower_reduce(c);
   if (kind == GRAPH_SCAN) return lower_scan(c);
   if (kind == GRAPH_ASSIGN) {
@@ -828,8 +863,8 @@ int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_bind
   memset(b, 0, sizeof *b);
   pass_merged merged; /* the loop nest over merged dims, when it has any to merge */
   bool not_kernel = n->op == GRAPH_OP_BUFFER || graph_ops[n->op].kind == GRAPH_EXTERN;
-  bool merge = !not_kernel && pass_merge_loops(n, &merged);
-  lower_ctx c = {.k = k, .root = merge ? merged.root : n, .b = b};
+  bool merge = !not_kernel && !n->stores && pass_merge_loops(n, &merged);
+  lower_ctx c = {.k = k, .root = merge ? merged.root : n, .host = n, .b = b};
   int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
   if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;

@@ -13,7 +13,10 @@
  *   PARAM 1       int64 arguments (binding->args): one storage offset per
  *                 external read, and the values of integer/bool fills;
  *   PARAM 2       F64 arguments (binding->fargs): values of float fills;
- *   PARAM 3 + i   binding->inputs[i]: a realized node's buffer.
+ *   PARAM 3 + j   binding->outputs[j]: more results the kernel stores (a
+ *                 multi-output kernel: node->store_host is the root);
+ *   PARAM 3 + n_outputs + i
+ *                 binding->inputs[i]: a realized node's buffer.
  * Arguments are loaded once at kernel entry.
  * Offsets of external reads and fill values are arguments, not code, so one
  * compiled kernel serves every offset and every constant; the views inside
@@ -28,7 +31,8 @@
 #include "graph.h"
 #include "kir.h"
 
-#define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3)
+#define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3) /* outputs beyond the first included */
+#define PASS_MAX_OUTPUTS 8                   /* results stored besides the root's */
 #define PASS_MAX_ARGS 64
 /** Fusion keeps a kernel's group within these: external reads (each
  *  takes one argument; one more is kept for an ASSIGN's region offset)
@@ -47,8 +51,11 @@ typedef struct pass_slot {
 
 /** What the runtime binds to a lowered kernel's parameters. */
 typedef struct pass_binding {
+  int n_outputs;
+  const graph_node *outputs[PASS_MAX_OUTPUTS]; /* PARAM 3 + j */
+  int32_t output_pos[PASS_MAX_OUTPUTS];        /* their schedule positions */
   int n_inputs;
-  const graph_node *inputs[PASS_MAX_INPUTS]; /* PARAM 3 + i */
+  const graph_node *inputs[PASS_MAX_INPUTS]; /* PARAM 3 + n_outputs + i */
   int n_args, n_fargs;
   int64_t args[PASS_MAX_ARGS];               /* PARAM 1 */
   double fargs[PASS_MAX_ARGS];               /* PARAM 2 */
@@ -60,8 +67,9 @@ typedef struct pass_binding {
 } pass_binding;
 
 /** Rebinds b (a binding lowered from a graph of the same structure) to the
- *  nodes of `order` (the new schedule, by position): its input buffers and
- *  the fill values of the pending FULL sources it reads. */
+ *  nodes of `order` (the new schedule, by position): its extra outputs,
+ *  its input buffers and the fill values of the pending FULL sources it
+ *  reads. */
 void pass_rebind(pass_binding *b, graph_node *const *order);
 
 /** True when a pending input node is computed inside its consumer's kernel
@@ -72,7 +80,8 @@ bool pass_is_inlined(const graph_node *n);
 bool pass_is_computed_inline(const graph_node *n);
 
 /** Lowers the kernel rooted at n into k (initialised by this call) and
- *  fills *b. For ASSIGN, `in_place` says the output buffer already holds
+ *  fills *b. The nodes on n->stores are computed and stored too
+ *  (binding->outputs; elementwise roots only, else KILN_ERR_UNSUPPORTED). For ASSIGN, `in_place` says the output buffer already holds
  *  the old version: only the region is written. Returns KILN_OK, or an
  *  error with a message in err (KILN_ERR_UNSUPPORTED when the group needs
  *  more inputs or arguments than a kernel takes: the caller then
@@ -120,5 +129,8 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
 /** Undoes fusion into n's inputs (they become kernels of their own); used
  *  when n's group would not fit a kernel's parameter limits. */
 void pass_unfuse_inputs(graph_node *n);
+/** Undoes n's multi-output plan: the nodes it would store get kernels of
+ *  their own. */
+void pass_unstore(graph_node *n);
 
 #endif /* KILN_LOWER_H */

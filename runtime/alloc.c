@@ -14,7 +14,9 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "runtime.h"
@@ -58,6 +60,16 @@ static int64_t limit(void) {
   return cache_limit;
 }
 
+/* KILN_HUGEPAGES=0 leaves large blocks on the system's default pages. */
+static bool huge_pages(void) {
+  static int on = -1; /* a benign race: every thread computes the same value */
+  if (on < 0) {
+    const char *e = getenv("KILN_HUGEPAGES");
+    on = !(e && strcmp(e, "0") == 0);
+  }
+  return on;
+}
+
 /* 2 MiB-aligned anonymous mapping of cls bytes, advised for huge pages. */
 static void *map_large(int64_t cls) {
   size_t len = (size_t)(cls + HUGE_PAGE);
@@ -67,7 +79,7 @@ static void *map_large(int64_t cls) {
   size_t head = start - (uintptr_t)raw, tail = len - head - (size_t)cls;
   if (head) munmap(raw, head);
   if (tail) munmap((char *)start + cls, tail);
-  madvise((void *)start, (size_t)cls, MADV_HUGEPAGE);
+  if (huge_pages()) madvise((void *)start, (size_t)cls, MADV_HUGEPAGE);
   return (void *)start;
 }
 

@@ -56,7 +56,7 @@ void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
   int kernels = 0, externs = 0;
   for (int i = 0; i < n; i++) {
     const graph_node *x = order[i];
-    if (x->buffer || x->fused) continue;
+    if (x->buffer || x->fused || x->store_host) continue;
     if (graph_ops[x->op].kind == GRAPH_EXTERN) externs++;
     else kernels++;
   }
@@ -64,7 +64,7 @@ void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
           cache_hit ? " (schedule cache hit)" : "");
   for (int i = 0; i < n; i++) {
     const graph_node *x = order[i];
-    if (x->buffer || x->fused) continue;
+    if (x->buffer || x->fused || x->store_host) continue;
     char shape[160];
     fprintf(stderr, "kiln:   %3d %-10s %-5s %s", i, graph_ops[x->op].name, graph_dtypes[x->dtype].name,
             rt_fmt_sizes(shape, sizeof shape, x->ndim, x->sizes));
@@ -75,6 +75,9 @@ void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
       list_fused(x, seen, &n_seen, 64);
       if (!n_seen) fprintf(stderr, " -");
     }
+    if (x->stores) fprintf(stderr, "  stores:");
+    for (const graph_node *s = x->stores; s; s = s->store_next)
+      fprintf(stderr, " %s@%d", graph_ops[s->op].name, s->sched_pos);
     fprintf(stderr, "\n");
   }
 }

@@ -135,21 +135,34 @@ static void kernel_label(FILE *f, const graph_node *x) {
   }
 }
 
+/* The members of the kernel rooted at x (position i): its producers and,
+ * for a multi-output kernel, the results it also stores and theirs. */
+static void gather_kernel(dot_kernel *g, int i, const graph_node *x) {
+  *g = (dot_kernel){.k = i};
+  gather(g, x);
+  for (const graph_node *s = x->stores; s; s = s->store_next) gather(g, s);
+}
+
 /* Clusters first (only their nodes inside them), then every edge at the
- * top level: a node an edge names inside a cluster would join it. */
+ * top level: a node an edge names inside a cluster would join it. A
+ * result a multi-output kernel stores is drawn inside that kernel under
+ * its own id (no other kernel computes it). */
 static void write_after(FILE *f, graph_node *const *order, int n) {
   char id[64];
   dot_kernel g;
   for (int i = 0; i < n; i++) {
     graph_node *x = order[i];
-    if (x->fused) continue;
+    if (x->fused || x->store_host) continue;
     fprintf(f, "  subgraph cluster_%d {\n  label=\"", i);
     kernel_label(f, x);
     fprintf(f, "\";\n  style=rounded; color=\"#4070c0\";\n");
-    g = (dot_kernel){.k = i};
-    gather(&g, x);
+    gather_kernel(&g, i, x);
     node_id(id, sizeof id, x, -1);
     declare(f, x, id);
+    for (const graph_node *s = x->stores; s; s = s->store_next) {
+      node_id(id, sizeof id, s, -1);
+      declare(f, s, id);
+    }
     for (int m = 0; m < g.n_members; m++) {
       node_id(id, sizeof id, g.members[m], i);
       declare(f, g.members[m], id);
@@ -158,10 +171,10 @@ static void write_after(FILE *f, graph_node *const *order, int n) {
   }
   for (int i = 0; i < n; i++) {
     graph_node *x = order[i];
-    if (x->fused) continue;
-    g = (dot_kernel){.k = i};
-    gather(&g, x);
+    if (x->fused || x->store_host) continue;
+    gather_kernel(&g, i, x);
     write_edges(f, &g, x, true);
+    for (const graph_node *s = x->stores; s; s = s->store_next) write_edges(f, &g, s, true);
     for (int m = 0; m < g.n_members; m++) write_edges(f, &g, g.members[m], false);
   }
 }

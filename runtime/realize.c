@@ -167,11 +167,12 @@ typedef struct kernel_args {
   void *bufs[3 + PASS_MAX_INPUTS];
 } kernel_args;
 
-static void bind_args(pass_binding *b, graph_buffer *out, kernel_args *a) {
+static void bind_args(pass_binding *b, graph_buffer *out, graph_buffer *const *outs, kernel_args *a) {
   a->bufs[0] = out->data;
   a->bufs[1] = b->args;
   a->bufs[2] = b->fargs;
-  for (int i = 0; i < b->n_inputs; i++) a->bufs[3 + i] = b->inputs[i]->buffer->data;
+  for (int j = 0; j < b->n_outputs; j++) a->bufs[3 + j] = outs[j]->data;
+  for (int i = 0; i < b->n_inputs; i++) a->bufs[3 + b->n_outputs + i] = b->inputs[i]->buffer->data;
 }
 
 /* A kernel ready to run: lowered and compiled now, or from a cached
@@ -192,6 +193,7 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
   bool assign = n->op == GRAPH_OP_ASSIGN;
   r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
   r.bytes_written = (assign && rk->k.in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
+  for (int j = 0; j < b->n_outputs; j++) r.bytes_written += b->outputs[j]->numel * graph_dtypes[b->outputs[j]->dtype].size;
   int64_t per_elem = b->n_ops - (assign ? 1 : 0);
   r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) * b->n_ops
                                                   : r.numel * (per_elem > 0 ? per_elem : 0);
@@ -231,12 +233,29 @@ typedef struct sched_run {
   int *job_at;       /* [order size]: index into jobs, or -1 */
 } sched_run;
 
+static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
+                 size_t errlen);
+
+/* A multi-output kernel that cannot be lowered: the nodes it would store
+ * run as kernels of their own first, then n is lowered alone. */
+static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
+                       size_t errlen) {
+  graph_node *stored[PASS_MAX_OUTPUTS];
+  int n_stored = 0;
+  for (graph_node *s = n->stores; s && n_stored < PASS_MAX_OUTPUTS; s = s->store_next) stored[n_stored++] = s;
+  run->cacheable = false;
+  pass_unstore(n);
+  int st = rt_realize(stored, n_stored, err, errlen);
+  return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
+}
+
 /* Lowers n's kernel; a group too big for one kernel loses its fused
  * inputs (they run as kernels of their own first) and is lowered again. */
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
                  size_t errlen) {
   int st = pass_lower_node(n, in_place, k, b, err, errlen);
   if (st != KILN_ERR_UNSUPPORTED) return st;
+  if (n->stores) return lower_alone(n, in_place, k, b, run, err, errlen);
   bool had_fused = false;
   for (int i = 0; i < n->n_inputs; i++) had_fused |= !n->inputs[i].node->buffer && n->inputs[i].node->fused;
   if (!had_fused) return st;
@@ -337,7 +356,7 @@ static void share_same_code(compile_job *jobs, int n) {
 }
 
 static bool needs_kernel(const graph_node *x) {
-  return !x->buffer && !x->fused && graph_ops[x->op].kind != GRAPH_EXTERN;
+  return !x->buffer && !x->fused && !x->store_host && graph_ops[x->op].kind != GRAPH_EXTERN;
 }
 
 /* Lowers every kernel of a schedule whose structure is new and compiles
@@ -394,21 +413,46 @@ static bool from_cache(graph_node *n, int pos, sched_run *run, ready_kernel *rk)
   return true;
 }
 
+/* Buffers for a multi-output kernel's extra results. */
+static int extra_outputs(const pass_binding *b, graph_buffer **outs, char *err, size_t errlen) {
+  for (int j = 0; j < b->n_outputs; j++) {
+    outs[j] = NULL;
+    int st = output_buffer((graph_node *)b->outputs[j], false, &outs[j], err, errlen);
+    if (st != KILN_OK) {
+      for (int i = 0; i <= j; i++) graph_buffer_release(outs[i]);
+      return st;
+    }
+  }
+  return KILN_OK;
+}
+
+/* The extra results become their nodes' buffers (before the root's, whose
+ * realization may drop the last reference to one of them). */
+static void set_extra_outputs(const pass_binding *b, graph_buffer *const *outs) {
+  for (int j = 0; j < b->n_outputs; j++) {
+    graph_node *s = graph_node_retain((graph_node *)b->outputs[j]);
+    graph_node_set_buffer(s, outs[j]);
+    graph_node_release(s);
+  }
+}
+
 static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
-  graph_buffer *out = NULL;
+  graph_buffer *out = NULL, *outs[PASS_MAX_OUTPUTS];
   int st = output_buffer(n, rk->k.in_place, &out, err, errlen);
+  if (st == KILN_OK) st = extra_outputs(&rk->k.binding, outs, err, errlen);
   if (st != KILN_OK) {
     graph_buffer_release(out);
     return st;
   }
   kernel_args a;
-  bind_args(&rk->k.binding, out, &a);
+  bind_args(&rk->k.binding, out, outs, &a);
   static _Thread_local rt_pool_span spans[RT_POOL_MAX_THREADS];
   int n_spans = 0;
   int64_t t0 = rt_now_ns();
   int threads = run_kernel(n, &rk->k, a.bufs, rt_profiling() ? spans : NULL, &n_spans);
   int64_t t1 = rt_now_ns();
   if (rt_debug_level() >= 1 || rt_profiling()) report(n, rk, threads, t0, t1, spans, n_spans);
+  set_extra_outputs(&rk->k.binding, outs);
   graph_node_set_buffer(n, out);
   return KILN_OK;
 }
@@ -454,14 +498,14 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   /* No retains needed: running a node drops only its inputs, which come
    * earlier in post-order; every node still to run is held by a consumer
    * still to run or by a root (held by the caller). */
-  bool *fused = NULL; /* the decisions, kept before running frees nodes */
+  rt_decision *decided = NULL; /* the decisions, kept before running frees nodes */
   if (run.cached) {
     rt_schedule_apply(run.cached, order.items);
   } else {
     pass_fuse(order.items, order.n, nodes, n, fusion_enabled());
-    fused = run.cacheable ? malloc(sizeof *fused * (size_t)(order.n ? order.n : 1)) : NULL;
-    for (int i = 0; fused && i < order.n; i++) fused[i] = order.items[i]->fused;
-    run.cacheable = fused != NULL;
+    decided = run.cacheable ? malloc(sizeof *decided * (size_t)(order.n ? order.n : 1)) : NULL;
+    if (decided) rt_decisions_get(order.items, order.n, decided);
+    run.cacheable = decided != NULL;
     prefetch(&run, order.n);
   }
   if (rt_debug_level() >= 2) rt_debug_schedule(order.items, order.n, run.cached != NULL);
@@ -469,13 +513,13 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   nesting++;
   for (int i = 0; i < order.n && st == KILN_OK; i++) {
     graph_node *x = order.items[i];
-    if (!x->buffer && !x->fused) st = run_node(x, i, &run, err, errlen);
+    if (!x->buffer && !x->fused && !x->store_host) st = run_node(x, i, &run, err, errlen);
   }
   nesting--;
   if (st == KILN_OK && run.cacheable) {
-    rt_schedule_insert(key, key_len, fused, order.n, run.kernels, run.n_kernels);
+    rt_schedule_insert(key, key_len, decided, order.n, run.kernels, run.n_kernels);
   }
-  free(fused);
+  free(decided);
   free(run.jobs);
   free(run.job_at);
   free(run.kernels);

@@ -94,13 +94,23 @@ const unsigned char *rt_schedule_key(graph_node *const *order, int n, graph_node
                                      bool fusion, int order_epoch, int ext_epoch, size_t *len);
 /** The cached schedule with this key, or NULL. */
 const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len);
-/** Sets order[i]->fused as the cached schedule decided. */
+/** The scheduler's decision for one schedule position: fused into its
+ *  readers, and the position of the multi-output kernel that stores it
+ *  (node->store_host), -1 for none. */
+typedef struct rt_decision {
+  bool fused;
+  int32_t host;
+} rt_decision;
+
+/** Fills d [n] from order's nodes (after pass_fuse). */
+void rt_decisions_get(graph_node *const *order, int n, rt_decision *d);
+/** Sets order[i]->fused and the store lists as the cached schedule decided. */
 void rt_schedule_apply(const rt_schedule *s, graph_node *const *order);
 /** The cached kernel rooted at schedule position pos, or NULL. */
 const rt_sched_kernel *rt_schedule_kernel(const rt_schedule *s, int pos);
-/** Caches a schedule (copies key): fused [n] (the fusion decision per
+/** Caches a schedule (copies key): decided [n] (the decisions per
  *  position) and the kernels ks [nk] lowered for it. */
-void rt_schedule_insert(const unsigned char *key, size_t len, const bool *fused, int n,
+void rt_schedule_insert(const unsigned char *key, size_t len, const rt_decision *decided, int n,
                         const rt_sched_kernel *ks, int nk);
 /** Schedule-cache hits so far (for tests and benchmarks). */
 int64_t rt_schedule_hits(void);

@@ -31,7 +31,7 @@ struct rt_schedule {
   unsigned char *key;
   size_t len;
   int n_order;
-  bool *fused;     /* [n_order] */
+  rt_decision *decided; /* [n_order] */
   int *kernel_at;  /* [n_order]: index into kernels, or -1 */
   int n_kernels;
   rt_sched_kernel *kernels;
@@ -165,7 +165,7 @@ static bool grow(void) {
 static void free_schedule(rt_schedule *s) {
   if (!s) return;
   free(s->key);
-  free(s->fused);
+  free(s->decided);
   free(s->kernel_at);
   free(s->kernels);
   free(s);
@@ -192,8 +192,23 @@ const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len) {
   return s;
 }
 
+void rt_decisions_get(graph_node *const *order, int n, rt_decision *d) {
+  for (int i = 0; i < n; i++)
+    d[i] = (rt_decision){.fused = order[i]->fused, .host = order[i]->store_host ? order[i]->store_host->sched_pos : -1};
+}
+
 void rt_schedule_apply(const rt_schedule *s, graph_node *const *order) {
-  for (int i = 0; i < s->n_order; i++) order[i]->fused = s->fused[i];
+  for (int i = 0; i < s->n_order; i++) {
+    order[i]->fused = s->decided[i].fused;
+    order[i]->store_host = order[i]->stores = order[i]->store_next = NULL;
+  }
+  for (int i = s->n_order - 1; i >= 0; i--) {
+    if (s->decided[i].host < 0) continue;
+    graph_node *p = order[i], *host = order[s->decided[i].host];
+    p->store_host = host;
+    p->store_next = host->stores;
+    host->stores = p;
+  }
 }
 
 const rt_sched_kernel *rt_schedule_kernel(const rt_schedule *s, int pos) {
@@ -201,14 +216,14 @@ const rt_sched_kernel *rt_schedule_kernel(const rt_schedule *s, int pos) {
   return k >= 0 ? &s->kernels[k] : NULL;
 }
 
-static rt_schedule *build(unsigned char *key, size_t len, const bool *fused, int n, const rt_sched_kernel *ks,
-                          int nk) {
+static rt_schedule *build(unsigned char *key, size_t len, const rt_decision *decided, int n,
+                          const rt_sched_kernel *ks, int nk) {
   rt_schedule *s = calloc(1, sizeof *s);
   if (!s) return NULL;
-  s->fused = malloc(sizeof *s->fused * (size_t)(n ? n : 1));
+  s->decided = malloc(sizeof *s->decided * (size_t)(n ? n : 1));
   s->kernel_at = malloc(sizeof *s->kernel_at * (size_t)(n ? n : 1));
   s->kernels = malloc(sizeof *s->kernels * (size_t)(nk ? nk : 1));
-  if (!s->fused || !s->kernel_at || !s->kernels) {
+  if (!s->decided || !s->kernel_at || !s->kernels) {
     free_schedule(s);
     return NULL;
   }
@@ -218,7 +233,7 @@ static rt_schedule *build(unsigned char *key, size_t len, const bool *fused, int
   s->n_order = n;
   s->n_kernels = nk;
   for (int i = 0; i < n; i++) {
-    s->fused[i] = fused[i];
+    s->decided[i] = decided[i];
     s->kernel_at[i] = -1;
   }
   for (int i = 0; i < nk; i++) {
@@ -228,18 +243,18 @@ static rt_schedule *build(unsigned char *key, size_t len, const bool *fused, int
   return s;
 }
 
-void rt_schedule_insert(const unsigned char *key_bytes, size_t len, const bool *fused, int n,
+void rt_schedule_insert(const unsigned char *key_bytes, size_t len, const rt_decision *decided, int n,
                         const rt_sched_kernel *ks, int nk) {
   unsigned char *key = malloc(len ? len : 1);
   if (!key) return;
   memcpy(key, key_bytes, len);
   static bool registered;
-  int64_t bytes = (int64_t)len + (int64_t)n * 5 + (int64_t)nk * (int64_t)sizeof *ks;
+  int64_t bytes = (int64_t)len + (int64_t)n * (int64_t)(sizeof *decided + 4) + (int64_t)nk * (int64_t)sizeof *ks;
   pthread_mutex_lock(&sched_lock);
   if (!registered) registered = atexit(free_all) == 0;
   rt_schedule *s = NULL;
   bool room = cached_bytes + bytes <= RT_SCHED_MAX_BYTES && ((n_used + 1) * 2 <= n_slots || grow());
-  if (room) s = build(key, len, fused, n, ks, nk);
+  if (room) s = build(key, len, decided, n, ks, nk);
   if (s) {
     rt_schedule **slot = find_slot(slots, n_slots, s->hash, key, len);
     if (*slot) {

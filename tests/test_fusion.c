@@ -17,29 +17,12 @@
 #include "runtime.h"
 
 typedef kiln_tensor *(*builder)(kiln_tensor *const *in);
+/* Builds several results into out[]; returns how many. */
+typedef int (*builder_many)(kiln_tensor *const *in, kiln_tensor **out);
 
-/* Builds the graph twice (fused, unfused) on the same realized inputs and
- * checks the kernel count of the fused run and bitwise equal results. */
-static void check(builder build, int n_in, const int64_t *sizes, int ndim, kiln_dtype dt, int want_kernels) {
-  kiln_scope_begin();
-  kiln_manual_seed(7);
-  kiln_tensor *in[40];
-  for (int i = 0; i < n_in; i++) {
-    in[i] = kiln_sub_scalar(kiln_mul_scalar(kiln_rand(KILN_F32, ndim, sizes), 4), 2);
-    in[i] = kiln_to_dtype(in[i], dt);
-    assert_int_equal(kiln_realize(in[i]), KILN_OK);
-  }
-  rt_set_fusion(1);
-  kiln_profile_begin();
-  kiln_tensor *fused = build(in);
-  assert_non_null(fused);
-  assert_int_equal(kiln_realize(fused), KILN_OK);
-  kiln_profile_end();
-  if (want_kernels > 0) assert_int_equal(kiln_profile_count(), want_kernels);
-  rt_set_fusion(0);
-  kiln_tensor *plain = build(in);
-  assert_int_equal(kiln_realize(plain), KILN_OK);
-  rt_set_fusion(-1);
+enum { MAX_OUT = 8 };
+
+static void expect_same(kiln_tensor *fused, kiln_tensor *plain) {
   int64_t n = kiln_numel(fused);
   assert_int_equal(n, kiln_numel(plain));
   size_t bytes = (size_t)n * kiln_dtype_size(kiln_dtype_of(fused));
@@ -49,7 +32,51 @@ static void check(builder build, int n_in, const int64_t *sizes, int ndim, kiln_
   assert_memory_equal(a, b, bytes);
   free(a);
   free(b);
+}
+
+/* Builds the graph twice (fused, unfused) on the same realized inputs
+ * (random, seeded by `seed`), forces all results of each at once, and
+ * checks the kernel count of the fused run (when want_kernels > 0) and
+ * bitwise equal results. */
+static void check_many_seeded(builder_many build, int n_in, const int64_t *sizes, int ndim, kiln_dtype dt,
+                              int want_kernels, uint64_t seed) {
+  kiln_scope_begin();
+  kiln_manual_seed(seed);
+  kiln_tensor *in[40], *fused[MAX_OUT], *plain[MAX_OUT];
+  for (int i = 0; i < n_in; i++) {
+    in[i] = kiln_sub_scalar(kiln_mul_scalar(kiln_rand(KILN_F32, ndim, sizes), 4), 2);
+    in[i] = kiln_to_dtype(in[i], dt);
+    assert_int_equal(kiln_realize(in[i]), KILN_OK);
+  }
+  rt_set_fusion(1);
+  kiln_profile_begin();
+  int n_out = build(in, fused);
+  for (int i = 0; i < n_out; i++) assert_non_null(fused[i]);
+  assert_int_equal(kiln_realize_many(fused, n_out), KILN_OK);
+  kiln_profile_end();
+  if (want_kernels > 0) assert_int_equal(kiln_profile_count(), want_kernels);
+  rt_set_fusion(0);
+  assert_int_equal(build(in, plain), n_out);
+  assert_int_equal(kiln_realize_many(plain, n_out), KILN_OK);
+  rt_set_fusion(-1);
+  for (int i = 0; i < n_out; i++) expect_same(fused[i], plain[i]);
   kiln_scope_end();
+}
+
+static void check_many(builder_many build, int n_in, const int64_t *sizes, int ndim, kiln_dtype dt, int want_kernels) {
+  check_many_seeded(build, n_in, sizes, ndim, dt, want_kernels, 7);
+}
+
+static builder single;
+static int one_result(kiln_tensor *const *in, kiln_tensor **out) {
+  out[0] = single(in);
+  return 1;
+}
+
+/* check_many for a graph with one result. */
+static void check(builder build, int n_in, const int64_t *sizes, int ndim, kiln_dtype dt, int want_kernels) {
+  single = build;
+  check_many(one_result, n_in, sizes, ndim, dt, want_kernels);
 }
 
 static kiln_tensor *w1(kiln_tensor *const *in) {
@@ -179,6 +206,81 @@ static void row_argmax_feeds_elementwise(void **state) {
   check(argmax_mask, 1, (int64_t[]){5, 8}, 2, KILN_F32, 1);
 }
 
+/* ------------------------------------------------ multi-output kernels */
+
+static int siblings(kiln_tensor *const *in, kiln_tensor **out) {
+  out[0] = kiln_add(in[0], in[1]);
+  out[1] = kiln_sub(in[0], in[1]);
+  out[2] = kiln_mul(kiln_exp(in[0]), in[1]);
+  return 3;
+}
+static void forced_siblings_share_one_loop(void **state) {
+  check_many(siblings, 2, (int64_t[]){9, 70}, 2, KILN_F32, 1);
+  check_many(siblings, 2, (int64_t[]){1000}, 1, KILN_F64, 1);
+}
+
+static int producer_and_reader(kiln_tensor *const *in, kiln_tensor **out) {
+  out[0] = kiln_exp(in[0]);                             /* forced, and read below */
+  out[1] = kiln_add(kiln_mul_scalar(out[0], 2), in[1]); /* read by a producer fused here */
+  return 2;
+}
+static int and_a_third(kiln_tensor *const *in, kiln_tensor **out) {
+  producer_and_reader(in, out);
+  out[2] = kiln_to_dtype(kiln_gt(out[0], out[1]), KILN_F32); /* reads both buffers */
+  return 3;
+}
+static void forced_producer_is_stored_by_its_reader(void **state) {
+  check_many(producer_and_reader, 2, (int64_t[]){5, 6, 7}, 3, KILN_F32, 1);
+  check_many(producer_and_reader, 2, (int64_t[]){333}, 1, KILN_BF16, 1);
+  /* a kernel that stores another's result is not stored itself: 2 kernels */
+  check_many(and_a_third, 2, (int64_t[]){5, 6, 7}, 3, KILN_F32, 2);
+}
+
+static int different_sizes(kiln_tensor *const *in, kiln_tensor **out) {
+  out[0] = kiln_exp(in[0]);
+  out[1] = kiln_add_scalar(kiln_narrow(out[0], 0, 1, 3), 1); /* other sizes: reads the buffer */
+  out[2] = kiln_sum(out[0], 0, NULL, false);           /* a reduction reads it too */
+  return 3;
+}
+static void producer_with_other_readers_gets_its_buffer(void **state) {
+  check_many(different_sizes, 1, (int64_t[]){6, 4}, 2, KILN_F32, 3);
+}
+
+static int reader_in_between(kiln_tensor *const *in, kiln_tensor **out) {
+  kiln_tensor *e = kiln_exp(in[0]);
+  int last = -1;
+  out[0] = kiln_sum(e, 1, &last, false);                 /* materializes e first */
+  out[1] = kiln_add(e, in[1]);
+  out[2] = e;
+  return 3;
+}
+static void reader_between_producer_and_host(void **state) {
+  check_many(reader_in_between, 2, (int64_t[]){8, 8}, 2, KILN_F32, 0);
+}
+
+/* 20 + 12 + 1 distinct inputs: more than one kernel takes, so the host is
+ * lowered alone after the node it would store gets its own kernel. */
+static int too_wide(kiln_tensor *const *in, kiln_tensor **out) {
+  kiln_tensor *a = in[1], *b = in[21];
+  for (int i = 2; i <= 20; i++) a = kiln_add(a, kiln_mul_scalar(in[i], i));
+  for (int i = 22; i <= 32; i++) b = kiln_sub(b, in[i]);
+  out[0] = kiln_add(a, in[0]); /* both read in[0] at the top of their group */
+  out[1] = kiln_mul(b, in[0]);
+  return 2;
+}
+static void multi_output_too_wide_falls_back(void **state) {
+  check_many(too_wide, 33, (int64_t[]){40}, 1, KILN_F32, 2);
+}
+
+static void multi_output_schedule_cache(void **state) {
+  kiln_profile_begin();
+  kiln_profile_end();
+  check_many_seeded(siblings, 2, (int64_t[]){3, 50}, 2, KILN_F32, 1, 11);
+  int64_t hits = rt_schedule_hits();
+  check_many_seeded(siblings, 2, (int64_t[]){3, 50}, 2, KILN_F32, 1, 12); /* new data, same graph */
+  assert_true(rt_schedule_hits() > hits);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(w1_is_one_kernel),
@@ -195,6 +297,12 @@ int main(void) {
       cmocka_unit_test(logsumexp_is_one_kernel),
       cmocka_unit_test(column_reduction_still_correct),
       cmocka_unit_test(row_argmax_feeds_elementwise),
+      cmocka_unit_test(forced_siblings_share_one_loop),
+      cmocka_unit_test(forced_producer_is_stored_by_its_reader),
+      cmocka_unit_test(producer_with_other_readers_gets_its_buffer),
+      cmocka_unit_test(reader_between_producer_and_host),
+      cmocka_unit_test(multi_output_too_wide_falls_back),
+      cmocka_unit_test(multi_output_schedule_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
