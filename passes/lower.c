@@ -54,6 +54,8 @@ typedef struct lower_ctx {
   int outer[KILN_MAX_DIMS];   /* the row loops' ranges */
   int n_outer;
   bool full; /* a limit was hit, or the group does not fit one kernel */
+  const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
+  bool spill_stored;       /* the epilogue loads spill from the output */
   char name[96];
   int name_len;
 } lower_ctx;
@@ -375,7 +377,12 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx);
 /* An elementwise node's value at its index idx, rounded to its dtype. */
 static int value_at(lower_ctx *c, const graph_node *n, const int *idx) {
   int v = memo_find(c, n, idx);
-  return v >= 0 ? v : memo_add(c, n, idx, compute_at(c, n, idx));
+  if (v >= 0) return v;
+  if (n == c->spill && c->spill_stored) { /* written at this index by the reduction pass */
+    graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
+    return memo_add(c, n, idx, pass_to_register(c->k, kir_load(c->k, c->out, view_index(c->k, &flat, idx, -1))));
+  }
+  return memo_add(c, n, idx, compute_at(c, n, idx));
 }
 
 /* Torch converts tensor operands to the op's dtype first: when that is F16
@@ -577,7 +584,13 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   int acc_idx = is_arg ? kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0)) : -1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
-  int x = pass_cast_to(k, t, input_at(c, q, 0, ranges));
+  int in = input_at(c, q, 0, ranges);
+  if (q->inputs[0].node == c->spill) { /* keep it for the epilogue: the root's dtype and sizes */
+    graph_view flat = graph_view_contiguous(c->spill->ndim, c->spill->sizes);
+    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, c->spill->dtype, in));
+    c->spill_stored = true;
+  }
+  int x = pass_cast_to(k, t, in);
   if (is_arg) arg_update(k, q->op, acc, acc_idx, x, ranges[red_dim]);
   else reduce_update(k, q->op, acc, x);
   for (int d = v->ndim - 1; d >= 0; d--)
@@ -692,6 +705,56 @@ static bool root_fits_rows(const graph_node *root, const graph_node *q, int n_ou
   return all_full || all_one;
 }
 
+/* A view that reads src in its own contiguous layout. */
+static bool plain_read(const graph_view *v, const graph_node *src) {
+  graph_view cv = graph_view_contiguous(src->ndim, src->sizes);
+  return v->offset == 0 && v->ndim == cv.ndim &&
+         !memcmp(v->sizes, cv.sizes, sizeof *cv.sizes * (size_t)cv.ndim) &&
+         !memcmp(v->strides, cv.strides, sizeof *cv.strides * (size_t)cv.ndim);
+}
+
+/* Every read of e in n's fused group (row values aside) is at n's own
+ * index: the path from n to e is plain reads of nodes of n's sizes.
+ * *found: the group reads e at all. */
+static bool reads_in_place(const lower_ctx *c, const graph_node *n, const graph_node *e, int depth, bool *found) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    if (!is_fused(c, in) || graph_ops[in->op].kind == GRAPH_REDUCE) continue;
+    bool same = in->ndim == n->ndim && !memcmp(in->sizes, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
+    if (!same || !plain_read(&n->inputs[i].view, in)) { /* read at another index: must not reach e */
+      bool below = false;
+      if (in == e || depth >= 16 || !reads_in_place(c, in, e, depth + 1, &below) || below) return false;
+      continue;
+    }
+    if (in == e) *found = true;
+    else if (depth >= 16 || !reads_in_place(c, in, e, depth + 1, found)) return false;
+  }
+  return true;
+}
+
+/* Softmax computes exp(x - max) in the sum pass and again in the
+ * epilogue. An expensive fused input of a row reduction that the root
+ * reads at its own index, with the root's dtype and sizes, is instead
+ * stored into the output by the reduction pass and loaded back by the
+ * epilogue, which then overwrites it: one exp per element, bit-identical
+ * values (the stored value is the rounded one). */
+static const graph_node *find_spill(const lower_ctx *c) {
+  const graph_node *root = c->root;
+  if (!graph_is_float(root->dtype)) return NULL;
+  for (int i = c->n_rows - 1; i >= 0; i--) {
+    const graph_node *e = c->rows[i]->inputs[0].node;
+    const graph_view *v = &c->rows[i]->inputs[0].view;
+    graph_kind k = graph_ops[e->op].kind;
+    bool elementwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+    bool same = e->ndim == root->ndim && !memcmp(e->sizes, root->sizes, sizeof *e->sizes * (size_t)e->ndim);
+    bool found = false;
+    if (is_fused(c, e) && elementwise && !e->fuse_cheap && e->dtype == root->dtype && same && plain_read(v, e) &&
+        reads_in_place(c, root, e, 0, &found) && found)
+      return e;
+  }
+  return NULL;
+}
+
 /* Row fusion: for each block of leading indices (a row), every fused
  * reduction runs over the row, then the root consumes the row values —
  * one pass over memory for softmax, layer norm, variance, logsumexp. */
@@ -704,6 +767,7 @@ static int lower_rows(lower_ctx *c) {
   while (c->n_outer < v->ndim && !(q0->attr.reduce_mask & (1u << c->n_outer))) c->n_outer++;
   if (!root_fits_rows(root, q0, c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
   int ranges[KILN_MAX_DIMS];
+  if (full && graph_ops[root->op].kind != GRAPH_REDUCE) c->spill = find_spill(c);
   open_kept(c, v, q0->attr.reduce_mask, ranges);
   for (int d = 0; d < c->n_outer; d++) c->outer[d] = ranges[d];
   for (int i = 0; i < c->n_rows; i++) c->row_value[i] = emit_reduce(c, c->rows[i], ranges);

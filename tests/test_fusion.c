@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "lower.h"
 #include "runtime.h"
 
 typedef kiln_tensor *(*builder)(kiln_tensor *const *in);
@@ -161,9 +162,39 @@ static kiln_tensor *softmax(kiln_tensor *const *in) {
   kiln_tensor *e = kiln_exp(kiln_sub(in[0], m));
   return kiln_div(e, kiln_sum(e, 1, &last, true));
 }
+/* Uops of op `op` in the kernel that would compute t. */
+static int count_uops(kiln_tensor *t, kir_op op) {
+  graph_node *root = t->storage->version, **order = NULL;
+  int n = 0, count = 0;
+  rt_set_fusion(1);
+  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
+  free(order);
+  kir_kernel k;
+  pass_binding b;
+  char err[256];
+  assert_int_equal(pass_lower_node(root, false, &k, &b, err, sizeof err), KILN_OK);
+  for (int i = 0; i < k.n_uops; i++) count += k.uops[i].op == op;
+  kir_free(&k);
+  rt_set_fusion(-1);
+  return count;
+}
+
 static void softmax_is_one_kernel(void **state) {
   check(softmax, 1, (int64_t[]){37, 53}, 2, KILN_F32, 1);
   check(softmax, 1, (int64_t[]){3, 4, 9}, 3, KILN_F64, 1);
+  check(softmax, 1, (int64_t[]){5, 40}, 2, KILN_BF16, 1);
+  /* exp(x - max) is computed once per element: the sum pass keeps it in
+   * the output, the epilogue divides it in place (bit-identical above) */
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_rand(KILN_F32, 2, (int64_t[]){4, 8});
+  assert_int_equal(kiln_realize(x), KILN_OK);
+  assert_int_equal(count_uops(softmax(&x), KIR_EXP), 1);
+  int last = -1; /* log_softmax's epilogue does not read the exp: nothing kept */
+  kiln_tensor *m = kiln_amax(x, 1, &last, true), *d = kiln_sub(x, m);
+  kiln_tensor *ls = kiln_sub(d, kiln_log(kiln_sum(kiln_exp(d), 1, &last, true)));
+  assert_int_equal(count_uops(ls, KIR_EXP), 1);
+  assert_int_equal(count_uops(ls, KIR_STORE), 1);
+  kiln_scope_end();
 }
 
 static kiln_tensor *layer_norm(kiln_tensor *const *in) {
