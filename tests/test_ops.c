@@ -188,6 +188,41 @@ static void column_reductions(void **state) {
   kiln_scope_end();
 }
 
+/* Column sums of random floats at widths taking 64, 32, 16 lanes: each
+ * output is the sequential F64 sum of its column in row order, rounded
+ * once to F32 (bit-exact); at width 40 (no lanes) within rounding. NaN
+ * propagates through sum and amax. */
+static void column_sums_in_row_order(void **state) {
+  static const int64_t widths[] = {128, 96, 48, 40};
+  for (int w = 0; w < 4; w++) {
+    kiln_scope_begin();
+    int64_t rows = 37, cols = widths[w];
+    kiln_tensor *x = kiln_sub_scalar(kiln_mul_scalar(kiln_rand(KILN_F32, 2, (int64_t[]){rows, cols}), 1e4), 5e3);
+    float *in = malloc(sizeof(float) * (size_t)(rows * cols)), got[128], mx[128];
+    assert_int_equal(kiln_read(x, in, sizeof(float) * (size_t)(rows * cols)), KILN_OK);
+    in[5 * cols + 3] = NAN;
+    x = kiln_from_data(KILN_F32, 2, (int64_t[]){rows, cols}, in);
+    assert_int_equal(kiln_read(kiln_sum(x, 1, (int[]){0}, false), got, sizeof(float) * (size_t)cols), KILN_OK);
+    assert_int_equal(kiln_read(kiln_amax(x, 1, (int[]){0}, false), mx, sizeof(float) * (size_t)cols), KILN_OK);
+    for (int64_t j = 0; j < cols; j++) {
+      double acc = 0, m = -INFINITY;
+      for (int64_t i = 0; i < rows; i++) {
+        acc += in[i * cols + j];
+        m = isnan(in[i * cols + j]) || isnan(m) ? NAN : fmax(m, in[i * cols + j]);
+      }
+      if (j == 3) {
+        assert_true(isnan(got[j]) && isnan(mx[j]));
+        continue;
+      }
+      if (cols % 16 == 0) assert_memory_equal(&got[j], &(float){(float)acc}, sizeof(float));
+      else assert_float_equal(got[j], acc, 1e-6 * rows * 5e3); /* 40: the general path may reassociate */
+      assert_float_equal(mx[j], m, 0);
+    }
+    free(in);
+    kiln_scope_end();
+  }
+}
+
 /* A transposed read over 64x96 runs in 32x32 tiles: every element right. */
 static void tiled_transpose(void **state) {
   kiln_scope_begin();
@@ -221,7 +256,7 @@ static void split_full_reductions(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(promotion), cmocka_unit_test(broadcasting), cmocka_unit_test(integer_semantics),
-      cmocka_unit_test(unary_values), cmocka_unit_test(reductions), cmocka_unit_test(column_reductions),
+      cmocka_unit_test(unary_values), cmocka_unit_test(reductions), cmocka_unit_test(column_reductions), cmocka_unit_test(column_sums_in_row_order),
       cmocka_unit_test(tiled_transpose), cmocka_unit_test(split_full_reductions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
