@@ -276,6 +276,49 @@ static void test_math(void **state) {
   }
 }
 
+/* Lines of text containing needle. */
+static int count_lines(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* A long dependent chain per element (ten tanh, as W2 of bench/) is
+ * interleaved 4 ways: four times the vector divisions of one chain in the
+ * optimised IR; values as computed one element at a time. */
+static void test_long_body_interleaved(void **state) {
+  (void)state;
+  enum { N = 1003 };
+  kir_kernel k;
+  kir_init(&k, "tanh_chain");
+  int out = kir_param(&k, KILN_F32, true), a = kir_param(&k, KILN_F32, false);
+  int i = kir_range(&k, N, true), y = kir_load(&k, a, i);
+  for (int r = 0; r < 10; r++) {
+    y = kir_alu(&k, KIR_ADD, KILN_F32, kir_alu(&k, KIR_MUL, KILN_F32, y, kir_const_f(&k, KILN_F32, 1.0001), -1),
+                kir_const_f(&k, KILN_F32, 0.5), -1);
+    y = kir_alu(&k, KIR_TANH, KILN_F32, y, -1, -1);
+  }
+  kir_store(&k, out, i, y);
+  kir_end(&k, i);
+  char err[512] = "", *ir = NULL;
+  llvm_kernel_fn fn = NULL;
+  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  assert_non_null(ir);
+  assert_true(count_lines(ir, "fdiv <") >= 40);
+  free(ir);
+  static float in[N], got[N], single[N];
+  for (int j = 0; j < N; j++) in[j] = (float)(j - 500) / 100.0f;
+  fn((void *[]){got, in}, 0, N);
+  for (int j = 0; j < N; j += 7) {
+    fn((void *[]){single, in}, j, j + 1); /* one element: the scalar remainder path */
+    assert_int_equal(ulps32(got[j], single[j]), 0);
+    double want = in[j];
+    for (int r = 0; r < 10; r++) want = tanh((double)(float)((double)(float)(want * (double)1.0001f)) + 0.5);
+    assert_true(fabs(got[j] - want) < 1e-5);
+  }
+  kir_free(&k);
+}
+
 /* MAX/MIN propagate NaN; comparisons with NaN; fmod; IEEE division. */
 static void test_float_alu(void **state) {
   (void)state;
@@ -760,7 +803,7 @@ int main(void) {
       cmocka_unit_test(test_argmax),          cmocka_unit_test(test_parallel_chunks),
       cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_to_string),
       cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_threads),
-      cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_time),
+      cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_time), cmocka_unit_test(test_long_body_interleaved),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
