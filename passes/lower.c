@@ -857,6 +857,35 @@ static int lower_scan(lower_ctx *c) {
   return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
+/* The order in which the loops over a written region open: by decreasing
+ * stride, so the innermost loop writes with the smallest stride (unit
+ * stride through a transposed destination, x.t().copy_(y)) — when that
+ * order walks each element once (every stride at least the next one's
+ * stride times its size), else the region's own dim order. Size-1 dims go
+ * outermost. Each element gets the same value either way. */
+static void write_order(const graph_view *reg, int *perm) {
+  int nd = reg->ndim;
+  int64_t key[KILN_MAX_DIMS];
+  for (int d = 0; d < nd; d++) {
+    perm[d] = d;
+    key[d] = reg->sizes[d] == 1 ? INT64_MAX : reg->strides[d];
+  }
+  for (int i = 1; i < nd; i++) /* stable insertion sort, decreasing key */
+    for (int j = i; j > 0 && key[perm[j - 1]] < key[perm[j]]; j--) {
+      int t = perm[j];
+      perm[j] = perm[j - 1];
+      perm[j - 1] = t;
+    }
+  for (int i = 0; i + 1 < nd; i++) {
+    int a = perm[i], b = perm[i + 1];
+    if (reg->sizes[a] == 1) continue;
+    if (reg->strides[b] <= 0 || reg->strides[a] < reg->strides[b] * reg->sizes[b]) {
+      for (int d = 0; d < nd; d++) perm[d] = d;
+      return;
+    }
+  }
+}
+
 /* New version = old contents with the region overwritten by the value.
  * The region's offset is the last argument. */
 static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
@@ -869,11 +898,12 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
     c->n_memo = 0;
   }
   const graph_view *reg = &n->attr.region;
-  int ranges[KILN_MAX_DIMS];
-  for (int d = 0; d < reg->ndim; d++) ranges[d] = kir_range(k, reg->sizes[d], in_place && d == 0);
+  int ranges[KILN_MAX_DIMS], perm[KILN_MAX_DIMS];
+  write_order(reg, perm);
+  for (int i = 0; i < reg->ndim; i++) ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], in_place && i == 0);
   int val = input_at(c, n, 1, ranges);
   kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, n->dtype, val));
-  close_ranges(k, reg->ndim, ranges);
+  for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);
   return KILN_OK;
 }
 

@@ -155,8 +155,32 @@ static void non_pointwise_group_unchanged(void **state) {
   rt_set_fusion(-1);
 }
 
+/* A write through a transposed view loops with the destination's unit
+ * stride innermost: x.t().copy_(y) into x [64, 96] runs its region loops
+ * as [64, 96] (after the copy of the old contents), not [96, 64]; a
+ * region already in that order (a narrow) keeps it. */
+static void transposed_write_is_unit_stride(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_zeros(KILN_F32, 2, (int64_t[]){64, 96});
+  kiln_tensor *y = ramp(2, (int64_t[]){96, 64}, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){x, y}, 2), KILN_OK);
+  assert_int_equal(kiln_copy_(kiln_t(x), y), KILN_OK);
+  expect_loops(x, 3, (int64_t[]){6144, 64, 96});
+  static float got[6144];
+  read_all(x, got, 6144);
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < 96; j++) assert_float_equal(got[i * 96 + j], (float)(j * 64 + i), 0);
+  kiln_tensor *z = kiln_zeros(KILN_F32, 2, (int64_t[]){3, 4});
+  assert_int_equal(kiln_realize(z), KILN_OK);
+  assert_int_equal(kiln_copy_(kiln_narrow(z, 1, 1, 2), ramp(2, (int64_t[]){3, 2}, 1)), KILN_OK);
+  expect_loops(z, 3, (int64_t[]){12, 3, 2});
+  expect_values_tol(z, (double[]){0, 0, 1, 0, 0, 2, 3, 0, 0, 4, 5, 0}, 12, 0);
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(transposed_write_is_unit_stride),
       cmocka_unit_test(contiguous_merges_to_one_loop), cmocka_unit_test(broadcast_keeps_its_dim),
       cmocka_unit_test(strided_reads_keep_dims),       cmocka_unit_test(size_one_dims_drop),
       cmocka_unit_test(non_pointwise_group_unchanged),
