@@ -50,19 +50,24 @@ typedef struct keybuf {
   bool oom;
 } keybuf;
 
-static void put(keybuf *k, const void *x, size_t n) {
-  if (k->oom) return;
-  if (k->len + n > k->cap) {
-    size_t cap = k->cap ? k->cap * 2 : 4096;
-    while (cap < k->len + n) cap *= 2;
-    unsigned char *p = realloc(k->p, cap);
-    if (!p) {
-      k->oom = true;
-      return;
-    }
-    k->p = p;
-    k->cap = cap;
+/* Grows the buffer to hold n more bytes; false (and oom set) on failure. */
+static __attribute__((noinline)) bool grow_key(keybuf *k, size_t n) {
+  if (k->oom) return false;
+  size_t cap = k->cap ? k->cap * 2 : 4096;
+  while (cap < k->len + n) cap *= 2;
+  unsigned char *p = realloc(k->p, cap);
+  if (!p) {
+    k->oom = true;
+    return false;
   }
+  k->p = p;
+  k->cap = cap;
+  return true;
+}
+
+/* Appends n bytes (inlined: the key is built field by field, every force). */
+static inline void put(keybuf *k, const void *x, size_t n) {
+  if (k->len + n > k->cap && !grow_key(k, n)) return;
   memcpy(k->p + k->len, x, n);
   k->len += n;
 }
