@@ -611,7 +611,10 @@ KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim);
 
 /** Computes t's storage contents now. Returns KILN_OK or an error. */
 KILN_API int kiln_realize(kiln_tensor *t);
-/** Computes several tensors in one schedule: shared work runs once. */
+/** Computes several tensors ts [n] in one schedule: shared work runs
+ *  once, and elementwise results of the same sizes that read common inputs
+ *  are written by one multi-output kernel (a+b and a*b: one loop reading a
+ *  and b once). Returns KILN_OK or an error, as kiln_realize. */
 KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n);
 /** Forces t and copies its elements in row-major order of its view, in its
  *  dtype, to dst. Error (KILN_ERR_ARG) if dst_bytes < numel × dtype size. */
