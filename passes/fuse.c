@@ -177,9 +177,17 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
       if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
     }
   }
-  /* rule 5: extern ops read buffers; so does a gather's source; scans read no row values */
+  /* rule 5: extern ops read buffers; so does a gather's source; scans read no row values;
+   * a producer on another device than its reader is materialized there, and so is the
+   * copy that reads it (kiln_to_device: one transfer, runtime/realize.c) */
   for (int i = 0; i < n; i++) {
     graph_kind k = graph_ops[order[i]->op].kind;
+    for (int j = 0; j < order[i]->n_inputs; j++) {
+      graph_node *in = order[i]->inputs[j].node;
+      if (in->device == order[i]->device) continue;
+      in->fused = in->row_dep = false;
+      if (k == GRAPH_CAST) order[i]->fused = order[i]->row_dep = false;
+    }
     if (k == GRAPH_GATHER) order[i]->inputs[0].node->fused = false;
     if (k == GRAPH_EXTERN)
       for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
