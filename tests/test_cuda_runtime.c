@@ -8,7 +8,8 @@
  * only when cuda_device_available() is true and skip with the reason
  * otherwise: the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
- * (codegen_cuda/cuda_launch.c).
+ * (codegen_cuda/cuda_launch.c); CUDA tensors moved there and back through
+ * the runtime (runtime/device.c) with the caching allocator's reuse.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 #include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "cuda_launch.h"
+#include "device.h"
 #include "kir.h"
 #include "runtime.h"
 #include "test_util.h"
@@ -120,8 +122,10 @@ static void set_backend_errors(void **state) {
   bool have = cuda_device_available(why, sizeof why);
   int st = kiln_set_backend("cuda");
   if (have) {
-    assert_int_equal(st, KILN_ERR_UNSUPPORTED); /* kernels cannot run on the GPU yet */
-    expect_error(KILN_ERR_UNSUPPORTED, "kiln_set_backend", "cannot run kernels yet", NULL);
+    assert_int_equal(st, KILN_OK); /* CUDA tensors run on the device, CPU tensors still on LLVM */
+    kiln_tensor *x = affine_ones(4, 2.0, 1.0);
+    expect_values_tol(x, (double[]){3, 3, 3, 3}, 4, 0);
+    kiln_release(x);
   } else {
     assert_true(why[0] != 0);
     assert_int_equal(st, KILN_ERR_DEVICE);
@@ -255,6 +259,59 @@ static void launch_layer_without_device(void **state) {
   cuda_buffer_free(0);
 }
 
+/* Needs a device (the fake driver will do: no kernel runs): CUDA tensors
+ * through the runtime's real-device path — kiln_to_device is one
+ * cuMemcpyHtoD into a cuMemAlloc'ed buffer, reads copy back after the
+ * stream, freed buffers are reused by the caching allocator, and the
+ * copies are profiled with backend "cuda". */
+static void device_tensors_copy_and_reuse(void **state) {
+  (void)state;
+  require_device();
+  assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
+  float data[6] = {1.5f, -2, 3, 4.25f, -5, 6};
+  kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){2, 3}, data);
+  rt_device_stats s0, s1;
+  rt_device_get_stats(&s0);
+  for (int round = 0; round < 2; round++) {
+    kiln_scope_begin();
+    if (round == 1) kiln_profile_begin();
+    kiln_tensor *d = kiln_to_device(x, KILN_CUDA);
+    assert_non_null(d);
+    assert_int_equal(kiln_device_of(d), KILN_CUDA);
+    float got[6] = {0};
+    assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
+    assert_memory_equal(got, data, sizeof data);
+    assert_float_equal(kiln_get(d, (int64_t[]){1, 1}), -5, 0);
+    kiln_tensor *back = kiln_to_device(d, KILN_CPU);
+    assert_int_equal(kiln_device_of(back), KILN_CPU);
+    memset(got, 0, sizeof got);
+    assert_int_equal(kiln_read(back, got, sizeof got), KILN_OK);
+    assert_memory_equal(got, data, sizeof data);
+    assert_null(kiln_add(x, d));
+    expect_error(KILN_ERR_DEVICE, "kiln_add: expected all tensors to be on the same device", NULL);
+    if (round == 1) {
+      kiln_profile_end();
+      kiln_kernel_record r;
+      assert_int_equal(kiln_profile_count(), 2);
+      assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
+      assert_string_equal(r.name, "copy_h2d_24");
+      assert_string_equal(r.backend, "cuda");
+      assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
+      assert_string_equal(r.name, "copy_d2h_24");
+    }
+    kiln_scope_end();
+    if (round == 0) rt_device_get_stats(&s0);
+  }
+  rt_device_get_stats(&s1);
+  assert_int_equal(s1.allocs, s0.allocs); /* the second round reused the first one's block */
+  assert_true(s1.reuses > s0.reuses);
+  rt_device_trim();
+  rt_device_get_stats(&s1);
+  assert_int_equal(s1.cached_bytes, 0);
+  kiln_release(x);
+  expect_no_error();
+}
+
 /* Needs a GPU (and NVRTC): upload, launch and download one elementwise
  * kernel; the grid-stride loop covers n > one block, and CUDA events time
  * it. */
@@ -305,6 +362,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(device_round_trip, reset, reset),
       cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
       cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
+      cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
       /* last: once loaded, the stub answers to its soname libcuda.so.1 */
       cmocka_unit_test_setup_teardown(stub_libcuda_cuinit_fails, reset, reset),
   };
