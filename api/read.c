@@ -63,6 +63,18 @@ graph_node *api_force(kiln_tensor *t, const char *fn) {
   return t->storage->version;
 }
 
+/* bytes of b at byte offset into dst, from the host or the device. */
+static bool copy_out(const graph_buffer *b, int64_t offset, int64_t bytes, void *dst, const char *fn) {
+  if (b->device == KILN_CPU) {
+    memcpy(dst, (const char *)b->data + offset, (size_t)bytes);
+    return true;
+  }
+  char err[512];
+  int st = rt_device_download(dst, b, offset, bytes, err, sizeof err);
+  if (st != KILN_OK) api_error((kiln_status)st, fn, "%s", err);
+  return st == KILN_OK;
+}
+
 const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
   *tmp = NULL;
   graph_node *v = api_force(t, fn);
@@ -74,10 +86,7 @@ const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
     api_error(KILN_ERR_OOM, fn, "out of memory copying %lld bytes from the device", (long long)b->bytes);
     return NULL;
   }
-  char err[512];
-  int st = rt_device_download(*tmp, b, b->bytes, err, sizeof err);
-  if (st == KILN_OK) return *tmp;
-  api_error((kiln_status)st, fn, "%s", err);
+  if (copy_out(b, 0, b->bytes, *tmp, fn)) return *tmp;
   free(*tmp);
   *tmp = NULL;
   return NULL;
@@ -165,13 +174,11 @@ KILN_API double kiln_get(kiln_tensor *t, const int64_t *index) {
   if (!api_check(t, "kiln_get", "t")) return NAN;
   int64_t off = element_offset(t, index, "kiln_get");
   if (off < 0) return NAN;
-  void *tmp;
-  const char *base = api_host_data(t, "kiln_get", &tmp);
-  if (!base) return NAN;
+  graph_node *v = api_force(t, "kiln_get");
   kiln_dtype d = t->storage->dtype;
-  double x = graph_load_scalar(d, base + off * graph_dtypes[d].size);
-  free(tmp);
-  return x;
+  unsigned char elem[8]; /* only this element leaves the device */
+  if (!v || !copy_out(v->buffer, off * graph_dtypes[d].size, graph_dtypes[d].size, elem, "kiln_get")) return NAN;
+  return graph_load_scalar(d, elem);
 }
 
 KILN_API double kiln_item(kiln_tensor *t) {

@@ -171,13 +171,13 @@ int rt_device_upload(graph_buffer *dst, const void *src, int64_t bytes, char *er
   return cuda_copy_to_device(dptr(dst->data), src, (size_t)bytes, err, errlen);
 }
 
-int rt_device_download(void *dst, const graph_buffer *src, int64_t bytes, char *err, size_t errlen) {
+int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64_t bytes, char *err, size_t errlen) {
   if (bytes <= 0) return KILN_OK;
   if (!rt_device_is_real(src)) {
-    memcpy(dst, src->data, (size_t)bytes);
+    memcpy(dst, (const char *)src->data + offset, (size_t)bytes);
     return KILN_OK;
   }
-  return cuda_copy_to_host(dst, dptr(src->data), (size_t)bytes, err, errlen);
+  return cuda_copy_to_host(dst, dptr(src->data) + (cu_deviceptr)offset, (size_t)bytes, err, errlen);
 }
 
 static int host_alloc(int64_t bytes, graph_buffer **out, char *err, size_t errlen) {
@@ -193,10 +193,10 @@ int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **
   int st = device == KILN_CUDA ? rt_device_alloc(b->bytes, out, err, errlen) : host_alloc(b->bytes, out, err, errlen);
   if (st != KILN_OK) return st;
   if (b->device == KILN_CPU) return rt_device_upload(*out, b->data, b->bytes, err, errlen);
-  if (device == KILN_CPU) return rt_device_download((*out)->data, b, b->bytes, err, errlen);
+  if (device == KILN_CPU) return rt_device_download((*out)->data, b, 0, b->bytes, err, errlen);
   graph_buffer *host = NULL;
   st = host_alloc(b->bytes, &host, err, errlen);
-  if (st == KILN_OK) st = rt_device_download(host->data, b, b->bytes, err, errlen);
+  if (st == KILN_OK) st = rt_device_download(host->data, b, 0, b->bytes, err, errlen);
   if (st == KILN_OK) st = rt_device_upload(*out, host->data, b->bytes, err, errlen);
   graph_buffer_release(host);
   return st;

@@ -51,8 +51,9 @@ bool rt_device_next_is_real(void);
 int rt_device_alloc(int64_t bytes, graph_buffer **out, char *err, size_t errlen);
 /** Host -> device: bytes from src into dst (a KILN_CUDA buffer). */
 int rt_device_upload(graph_buffer *dst, const void *src, int64_t bytes, char *err, size_t errlen);
-/** Device -> host, after every kernel on the stream finished. */
-int rt_device_download(void *dst, const graph_buffer *src, int64_t bytes, char *err, size_t errlen);
+/** Device -> host: bytes from src at byte `offset` into dst, after every
+ *  kernel on the stream finished. */
+int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64_t bytes, char *err, size_t errlen);
 /** A copy of b's bytes in a new buffer on `device` (either direction, or
  *  device to device). */
 int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **out, char *err, size_t errlen);

@@ -209,9 +209,12 @@ typedef struct ready_kernel {
   int64_t compile_ns;
 } ready_kernel;
 
-/* The profiler record and KILN_DEBUG line of one run that started at t0. */
-static const char *backend_name(bool on_device) { return on_device ? "cuda" : rt_backend_is_emu() ? "cuda-emu" : "llvm"; }
+/* The backend a record names: the real device, the emulator or LLVM. */
+static const char *backend_name(bool on_device) {
+  return on_device ? "cuda" : rt_backend_is_emu() ? "cuda-emu" : "llvm";
+}
 
+/* The profiler record and KILN_DEBUG line of one run that started at t0. */
 static void report(const graph_node *n, const ready_kernel *rk, int threads, int64_t t0, int64_t t1,
                    const rt_pool_span *spans, int n_spans) {
   const pass_binding *b = &rk->k.binding;
@@ -353,7 +356,9 @@ static void find_same_code(compile_job *jobs, int n) {
   for (int j = 0; j < n; j++) {
     jobs[j].same_as = -1;
     for (int i = 0; i < j && jobs[j].same_as < 0; i++)
-      if (jobs[i].same_as < 0 && kir_same_code(&jobs[i].k, &jobs[j].k)) jobs[j].same_as = i;
+      if (jobs[i].same_as < 0 && jobs[i].rk.k.on_device == jobs[j].rk.k.on_device &&
+          kir_same_code(&jobs[i].k, &jobs[j].k))
+        jobs[j].same_as = i;
   }
 }
 
