@@ -220,6 +220,12 @@ int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t 
   return st;
 }
 
+void rt_device_kernel_free(void *handle) {
+  if (!handle) return;
+  cuda_kernel_unload(handle);
+  free(handle);
+}
+
 int rt_device_launch(void *handle, const graph_buffer *const *bufs, int n, int64_t start, int64_t end, int64_t *ns,
                      char *err, size_t errlen) {
   cu_deviceptr ptrs[CUDA_MAX_PARAMS];

@@ -61,6 +61,8 @@ int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **
 /** The real device's build of k (NVRTC for sm_XX, loaded), as an opaque
  *  handle the kernel cache keeps for the life of the process. */
 int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t errlen);
+/** Unloads a handle of rt_device_kernel_load (NULL-safe). */
+void rt_device_kernel_free(void *handle);
 /** Runs a loaded kernel over [start, end) with bufs [n] (KILN_CUDA
  *  buffers, in parameter order; host args/fargs arrays are uploaded by
  *  the caller), waits for it and stores its CUDA-event time in *ns. */

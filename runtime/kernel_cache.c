@@ -86,7 +86,10 @@ static bool grow(void) {
 }
 
 static void cache_free_all(void) {
-  for (size_t i = 0; i < n_slots; i++) free(slots[i].key);
+  for (size_t i = 0; i < n_slots; i++) {
+    free(slots[i].key);
+    rt_device_kernel_free(slots[i].dev);
+  }
   free(slots);
   slots = NULL;
   n_slots = n_used = 0;
@@ -119,7 +122,7 @@ static int build(const kir_kernel *k, int path, cache_entry *e, char *err, size_
 /* A miss compiles without holding the lock, so kernels compile in
  * parallel; when two threads compile the same kernel, the first to
  * finish is cached and both use it (a device build that loses the race
- * stays loaded, unused). */
+ * is unloaded). */
 static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, char *err, size_t errlen) {
   size_t len = 0;
   unsigned char *key = kernel_key(k, path, &len);
@@ -148,7 +151,8 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
   pthread_mutex_lock(&cache_lock);
   e = lookup(h, key, len);
   if (e && e->key) {
-    mine = *e; /* another thread finished first */
+    rt_device_kernel_free(mine.dev); /* another thread finished first */
+    mine = *e;
   } else if (e) {
     mine.key = key;
     *e = mine;
