@@ -56,8 +56,10 @@ kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn);
  *  (KILN_CUDA when any input is) is KILN_ERR_DEVICE, unless it reads one
  *  element (a 0-d CPU scalar, copied over when the op runs). */
 kiln_tensor *api_tensor_from_node(graph_node *n, const char *fn);
-/** "KILN_CPU" or "KILN_CUDA", for messages. */
-const char *api_device_name(kiln_device d);
+/** Torch's error for operands on devices a and b (KILN_ERR_DEVICE, "<fn>:
+ *  expected all tensors to be on the same device, but found KILN_CPU and
+ *  KILN_CUDA"); returns the status. */
+int api_device_mismatch(const char *fn, kiln_device a, kiln_device b);
 
 /* ---- ops (record.c) ---- */
 

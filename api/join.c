@@ -44,8 +44,7 @@ static bool check_cat(kiln_tensor *const *ts, int n, int dim, int *ref, int *d, 
     *dtype = graph_promote(*dtype, ts[i]->storage->dtype);
     if (v->ndim == 1 && v->sizes[0] == 0) continue;
     if (ts[i]->storage->device != ts[*ref]->storage->device) { /* as api_tensor_from_node checks other ops */
-      api_error(KILN_ERR_DEVICE, fn, "expected all tensors to be on the same device, but found %s and %s",
-                api_device_name(ts[*ref]->storage->device), api_device_name(ts[i]->storage->device));
+      api_device_mismatch(fn, ts[*ref]->storage->device, ts[i]->storage->device);
       return false;
     }
     bool ok = v->ndim == r->ndim;

@@ -115,7 +115,12 @@ kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn) {
   return api_track(t);
 }
 
-const char *api_device_name(kiln_device d) { return d == KILN_CUDA ? "KILN_CUDA" : "KILN_CPU"; }
+static const char *device_name(kiln_device d) { return d == KILN_CUDA ? "KILN_CUDA" : "KILN_CPU"; }
+
+int api_device_mismatch(const char *fn, kiln_device a, kiln_device b) {
+  return api_error(KILN_ERR_DEVICE, fn, "expected all tensors to be on the same device, but found %s and %s",
+                   device_name(a), device_name(b));
+}
 
 /* True when the view reads a single element (a 0-d tensor, broadcast or
  * not): such an input may come from another device. */
@@ -133,8 +138,7 @@ static bool check_devices(const graph_node *n, const char *fn) {
     if (reads_one(&in->view) || in->node->numel == 1) continue;
     if (!first) first = in;
     else if (in->node->device != first->node->device) {
-      api_error(KILN_ERR_DEVICE, fn, "expected all tensors to be on the same device, but found %s and %s",
-                api_device_name(first->node->device), api_device_name(in->node->device));
+      api_device_mismatch(fn, first->node->device, in->node->device);
       return false;
     }
   }

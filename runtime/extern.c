@@ -8,8 +8,9 @@
  *
  * They run on the host whatever the node's device: inputs on KILN_CUDA
  * are read through host copies (swapped into the input nodes for the
- * call), and a KILN_CUDA node's result is uploaded (docs/cuda.md: matmul
- * of CUDA tensors is BLAS on the host, with a round trip).
+ * call), and a KILN_CUDA node's result is uploaded (docs/cuda.md: today
+ * only index_add_'s SCATTER gets there; matmul of CUDA tensors is a
+ * generated kernel, api/linalg.c).
  */
 #include <cblas.h>
 #include <stdio.h>

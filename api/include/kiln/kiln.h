@@ -476,6 +476,9 @@ KILN_API kiln_tensor *kiln_cumprod(kiln_tensor *t, int dim);
  * integers wrap like Torch's). Operand dtypes promote as for kiln_add;
  * BOOL operands are KILN_ERR_DTYPE. The product is one graph node: its
  * elementwise readers (bias, activation, scale) fuse into one kernel.
+ * Products of KILN_CUDA operands run in the generated kernel on the device
+ * for every dtype (F64 accumulates in F64); operands on different
+ * devices are KILN_ERR_DEVICE.
  * All return a new reference (lazy) or NULL: KILN_ERR_SHAPE for mismatched
  * sizes (the message gives both), KILN_ERR_ARG for NULL operands. */
 
