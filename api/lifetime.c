@@ -130,8 +130,11 @@ static bool reads_one(const graph_view *v) {
   return true;
 }
 
-/* Torch's rule: every tensor an op reads is on one device (scalars aside). */
-static bool check_devices(const graph_node *n, const char *fn) {
+/* Torch's rule: every tensor an op reads is on one device, scalars (one
+ * element) aside; the op runs there. Only when every input is a scalar
+ * does a CUDA one put the op on the device (graph_node_add_input's
+ * default). */
+static bool check_devices(graph_node *n, const char *fn) {
   const graph_input *first = NULL;
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_input *in = &n->inputs[i];
@@ -142,6 +145,7 @@ static bool check_devices(const graph_node *n, const char *fn) {
       return false;
     }
   }
+  if (first) n->device = first->node->device;
   return true;
 }
 

@@ -111,6 +111,15 @@ static void elementwise_chain(void **state) {
   assert_non_null(z);
   assert_int_equal(kiln_device_of(z), KILN_CUDA);
   assert_float_equal(kiln_get(z, (int64_t[]){5}), 15, 0);
+  /* and a 0-d CUDA tensor may join a CPU op, which stays on the CPU */
+  kiln_tensor *s = kiln_sum(d, 0, NULL, false); /* 28, on the device */
+  kiln_tensor *w = kiln_sub(x, s);
+  assert_non_null(w);
+  assert_int_equal(kiln_device_of(w), KILN_CPU);
+  double want_w[8];
+  for (int i = 0; i < 8; i++) want_w[i] = i - 28.0;
+  expect_values_tol(w, want_w, 8, 0);
+  assert_int_equal(kiln_device_of(kiln_mul_scalar(s, 2)), KILN_CUDA); /* scalars only: stays there */
   kiln_scope_end();
   expect_no_error();
 }
