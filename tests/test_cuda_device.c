@@ -8,6 +8,10 @@
  * the mixed-device error, and reuse by the device's caching allocator.
  * Skipped with a message when cuda-emu is unavailable (no NVRTC or host
  * compiler), unless $CI is set and /usr/local/cuda exists.
+ *
+ * On a machine with a GPU, KILN_TEST_DEVICE=cuda runs the same tests on
+ * the real device (backend "cuda": NVRTC builds launched by the driver);
+ * it fails rather than skips when the device cannot be selected.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -27,8 +31,22 @@
 #include "runtime.h"
 #include "test_util.h"
 
-/* Selects cuda-emu, or skips the test when it cannot run here. */
+/* True when KILN_TEST_DEVICE=cuda asks for the real device. */
+static bool real_device(void) {
+  const char *e = getenv("KILN_TEST_DEVICE");
+  return e && strcmp(e, "cuda") == 0;
+}
+
+/* The backend name of kernel and copy records on KILN_CUDA tensors. */
+static const char *device_backend(void) { return real_device() ? "cuda" : "cuda-emu"; }
+
+/* Selects cuda-emu (or the real device), or skips the test when it cannot
+ * run here. */
 static void use_emu(void) {
+  if (real_device()) {
+    if (kiln_set_backend("cuda") != KILN_OK) fail_msg("KILN_TEST_DEVICE=cuda: %s", kiln_last_error());
+    return;
+  }
   char why[1024] = "";
   if (cuda_emu_available(why, sizeof why) && kiln_set_backend("cuda-emu") == KILN_OK) return;
   const char *ci = getenv("CI");
@@ -212,7 +230,7 @@ static void matmul(void **state) {
   assert_true(kiln_profile_count() >= 1);
   for (int i = 0; i < kiln_profile_count(); i++) {
     assert_int_equal(kiln_profile_get(i, &rec), KILN_OK);
-    assert_string_equal(rec.backend, "cuda-emu"); /* no "blas" record */
+    assert_string_equal(rec.backend, device_backend()); /* no "blas" record */
   }
   kiln_scope_end();
   expect_no_error();
@@ -349,7 +367,7 @@ static void allocator_reuses_blocks(void **state) {
 }
 
 /* The copies and kernels are profiled; the copy is one transfer. */
-static void profiled_as_cuda_emu(void **state) {
+static void profiled_on_the_device(void **state) {
   (void)state;
   use_emu();
   kiln_scope_begin();
@@ -364,9 +382,9 @@ static void profiled_as_cuda_emu(void **state) {
   kiln_kernel_record r;
   assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
   assert_string_equal(r.name, "copy_h2d_16");
-  assert_string_equal(r.backend, "cuda-emu");
+  assert_string_equal(r.backend, device_backend());
   assert_int_equal(kiln_profile_get(n - 1, &r), KILN_OK);
-  assert_string_equal(r.backend, "cuda-emu");
+  assert_string_equal(r.backend, device_backend());
   kiln_scope_end();
   expect_no_error();
 }
@@ -384,7 +402,7 @@ int main(void) {
       cmocka_unit_test_teardown(index_masked_and_join_ops, back_to_llvm),
       cmocka_unit_test_teardown(mixed_devices_fail, back_to_llvm),
       cmocka_unit_test_teardown(allocator_reuses_blocks, back_to_llvm),
-      cmocka_unit_test_teardown(profiled_as_cuda_emu, back_to_llvm),
+      cmocka_unit_test_teardown(profiled_on_the_device, back_to_llvm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

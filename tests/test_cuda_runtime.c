@@ -312,6 +312,45 @@ static void device_tensors_copy_and_reuse(void **state) {
   expect_no_error();
 }
 
+/* Needs a device and NVRTC: an op on a CUDA tensor is compiled by NVRTC
+ * for the device's sm_XX, loaded, and launched with the runtime's
+ * argument layout (output, args, fargs, inputs; the host arrays
+ * uploaded). A GPU computes it; the fake driver, which runs only its one
+ * known kernel, rejects the launch: the error comes back as
+ * KILN_ERR_DEVICE with the driver's message, nothing aborts, and the
+ * tensors stay usable. */
+static void device_kernel_on_cuda_tensor(void **state) {
+  (void)state;
+  require_device();
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  cuda_device_info info;
+  assert_non_null(cuda_driver(&info));
+  bool fake = strcmp(info.name, "Fake GPU") == 0;
+  assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_from_data(KILN_F32, 1, (int64_t[]){5}, (float[]){1, 2, 3, 4, 5});
+  kiln_tensor *d = kiln_to_device(x, KILN_CUDA);
+  kiln_tensor *y = kiln_add_scalar(kiln_mul_scalar(d, 2), 0.5);
+  assert_int_equal(kiln_device_of(y), KILN_CUDA);
+  float got[5];
+  int st = kiln_read(y, got, sizeof got);
+  if (fake) {
+    assert_int_equal(st, KILN_ERR_DEVICE);
+    expect_error(KILN_ERR_DEVICE, "kiln_read: cuLaunchKernel: CUDA_ERROR_INVALID_VALUE", NULL);
+  } else {
+    assert_int_equal(st, KILN_OK);
+    for (int i = 0; i < 5; i++) assert_float_equal(got[i], (i + 1) * 2 + 0.5, 0);
+  }
+  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK); /* a transfer: no kernel */
+  assert_float_equal(got[4], 5, 0);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 /* Needs a GPU (and NVRTC): upload, launch and download one elementwise
  * kernel; the grid-stride loop covers n > one block, and CUDA events time
  * it. */
@@ -363,6 +402,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
       cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
       cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
+      cmocka_unit_test_setup_teardown(device_kernel_on_cuda_tensor, reset, reset),
       /* last: once loaded, the stub answers to its soname libcuda.so.1 */
       cmocka_unit_test_setup_teardown(stub_libcuda_cuinit_fails, reset, reset),
   };
