@@ -5,10 +5,9 @@
  * device's sm_XX and loaded with cuModuleLoadData, and a launch timed with
  * CUDA events.
  *
- * This is the device half of the backend, exercised by the device-gated
- * tests of tests/test_cuda_runtime.c only: the runtime does not route
- * kernels or tensors here yet (docs/cuda.md). Buffers are plain
- * cuMemAlloc/cuMemFree — no caching allocator yet.
+ * This is the device half of the backend: runtime/device.c routes
+ * KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
+ * caching allocator; these buffers are plain cuMemAlloc/cuMemFree.
  *
  * Launch geometry follows the printer's contract (cuda_backend.h): a
  * splittable kernel runs its parallel range [start, end) as a grid-stride

@@ -1,8 +1,8 @@
 /*
  * cuda_launch.h — running printed kernels on CUDA device 0 (cuda_launch.c):
- * buffers, copies, NVRTC compile + cuModuleLoadData, a timed launch. Only
- * the device-gated tests use it so far; the runtime does not route work to
- * the GPU yet. Every call without a device returns KILN_ERR_DEVICE
+ * buffers, copies, NVRTC compile + cuModuleLoadData, a timed launch. The
+ * runtime reaches it through runtime/device.c (KILN_CUDA tensors), which
+ * adds the caching allocator. Every call without a device returns KILN_ERR_DEVICE
  * "no CUDA device: <why>". Internal.
  */
 #ifndef KILN_CUDA_LAUNCH_H
