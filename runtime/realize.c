@@ -374,8 +374,19 @@ static void share_same_code(compile_job *jobs, int n) {
   }
 }
 
+/* A copy that only moves a buffer to the other device: a CAST to the same
+ * dtype reading all of its (realized, or materialized earlier in the
+ * schedule) input in order. Runs as one transfer, never a kernel. */
+static bool is_transfer(const graph_node *n) {
+  if (n->op != GRAPH_OP_CAST) return false;
+  const graph_node *in = n->inputs[0].node;
+  const graph_view *v = &n->inputs[0].view;
+  return in->device != n->device && !pass_is_inlined(in) && in->dtype == n->dtype && in->numel == n->numel &&
+         v->offset == 0 && graph_view_is_contiguous(v);
+}
+
 static bool needs_kernel(const graph_node *x) {
-  return !x->buffer && !x->fused && graph_ops[x->op].kind != GRAPH_EXTERN;
+  return !x->buffer && !x->fused && graph_ops[x->op].kind != GRAPH_EXTERN && !is_transfer(x);
 }
 
 /* Lowers every kernel of a schedule whose structure is new and compiles
@@ -483,16 +494,6 @@ static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
   return KILN_OK;
 }
 
-/* A copy that only moves a realized buffer to the other device: a CAST to
- * the same dtype reading all of it, in order. */
-static bool is_transfer(const graph_node *n) {
-  if (n->op != GRAPH_OP_CAST) return false;
-  const graph_node *in = n->inputs[0].node;
-  const graph_view *v = &n->inputs[0].view;
-  return in->buffer && in->buffer->device != n->device && in->dtype == n->dtype && in->numel == n->numel &&
-         v->offset == 0 && graph_view_is_contiguous(v);
-}
-
 /* Runs a transfer: one host <-> device copy, reported as a kernel named
  * copy_h2d_<bytes> or copy_d2h_<bytes>. */
 static int run_transfer(graph_node *n, char *err, size_t errlen) {
@@ -521,7 +522,7 @@ static int run_transfer(graph_node *n, char *err, size_t errlen) {
 
 static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
   if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
-  if (is_transfer(n)) return run_transfer(n, err, errlen);
+  if (is_transfer(n) && n->inputs[0].node->buffer) return run_transfer(n, err, errlen);
   ready_kernel rk;
   if (!from_cache(n, pos, run, &rk) && !from_prefetch(n, pos, run, &rk)) {
     int st = prepare(n, pos, run, &rk, err, errlen);
