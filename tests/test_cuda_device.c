@@ -4,8 +4,10 @@
  * every kernel is the emulator's build of its CUDA C (runtime/device.h).
  * Values are checked against known results and against the same program
  * on KILN_CPU: moves both ways, an elementwise chain, reductions, softmax,
- * a write through a view seen by its base, matmul, casts, index_select,
- * the mixed-device error, and reuse by the device's caching allocator.
+ * a write through a view seen by its base, matmul, casts, index, masked
+ * and join ops, printing and saving, the mixed-device error (and the
+ * calls that need host memory), and reuse by the device's caching
+ * allocator.
  * Skipped with a message when cuda-emu is unavailable (no NVRTC or host
  * compiler), unless $CI is set and /usr/local/cuda exists.
  *
@@ -266,6 +268,17 @@ static void index_select_and_print(void **state) {
   assert_non_null(s);
   assert_non_null(strstr(s, "[kiln.FloatTensor of size 3]"));
   free(s);
+  /* saving copies back from the device; the file loads on the CPU */
+  char path[] = "/tmp/kiln_cuda_device_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(kiln_save_npy(kiln_narrow(d, 0, 2, 3), path), KILN_OK);
+  kiln_tensor *loaded = kiln_load_npy(path);
+  unlink(path);
+  assert_non_null(loaded);
+  assert_int_equal(kiln_device_of(loaded), KILN_CPU);
+  expect_values_tol(loaded, (double[]){2, 3, 4}, 3, 0);
   kiln_scope_end();
   expect_no_error();
 }
@@ -310,6 +323,11 @@ static void index_masked_and_join_ops(void **state) {
   expect_no_error();
 }
 
+static double twice(double x, void *ctx) {
+  (void)ctx;
+  return 2 * x;
+}
+
 /* CPU and CUDA tensors in one op: KILN_ERR_DEVICE with Torch's message;
  * the chain then returns NULL and keeps the first error. */
 static void mixed_devices_fail(void **state) {
@@ -331,6 +349,8 @@ static void mixed_devices_fail(void **state) {
   expect_error(KILN_ERR_DEVICE, "kiln_where", "same device", NULL);
   assert_null(kiln_data(d));
   expect_error(KILN_ERR_DEVICE, "kiln_data", "KILN_CUDA", "kiln_to_device(t, KILN_CPU)", NULL);
+  assert_int_equal(kiln_apply_(d, twice, NULL), KILN_ERR_DEVICE);
+  expect_error(KILN_ERR_DEVICE, "kiln_apply_", "KILN_CUDA", NULL);
   /* the tensors are unharmed */
   expect_values_tol(kiln_add(d, d), (double[]){2, 2, 2, 2}, 4, 0);
   kiln_scope_end();
