@@ -108,6 +108,14 @@ int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size
   return st == KILN_OK ? check(api->memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH", err, errlen) : st;
 }
 
+int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  int st = check(api->stream_synchronize(dev.stream), "cuStreamSynchronize", err, errlen);
+  return st == KILN_OK ? check(api->memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD", err, errlen) : st;
+}
+
 int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   cuda_device_info info;

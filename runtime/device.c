@@ -187,13 +187,22 @@ static int host_alloc(int64_t bytes, graph_buffer **out, char *err, size_t errle
   return KILN_ERR_OOM;
 }
 
-/* Device to device goes through the host (the driver table has no
- * cuMemcpyDtoD yet): used by copy-on-write of in-place writes only. */
+/* Device to device (copy-on-write of in-place writes): cuMemcpyDtoD on
+ * the real device, memcpy on the emulated one; through the host only
+ * between the two (a buffer left from before a backend switch). */
 int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **out, char *err, size_t errlen) {
   int st = device == KILN_CUDA ? rt_device_alloc(b->bytes, out, err, errlen) : host_alloc(b->bytes, out, err, errlen);
   if (st != KILN_OK) return st;
   if (b->device == KILN_CPU) return rt_device_upload(*out, b->data, b->bytes, err, errlen);
   if (device == KILN_CPU) return rt_device_download((*out)->data, b, 0, b->bytes, err, errlen);
+  if (b->bytes <= 0) return KILN_OK;
+  bool real = rt_device_is_real(b);
+  if (real && rt_device_is_real(*out))
+    return cuda_copy_on_device(dptr((*out)->data), dptr(b->data), (size_t)b->bytes, err, errlen);
+  if (!real && !rt_device_is_real(*out)) {
+    memcpy((*out)->data, b->data, (size_t)b->bytes);
+    return KILN_OK;
+  }
   graph_buffer *host = NULL;
   st = host_alloc(b->bytes, &host, err, errlen);
   if (st == KILN_OK) st = rt_device_download(host->data, b, 0, b->bytes, err, errlen);

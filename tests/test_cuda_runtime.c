@@ -304,6 +304,20 @@ static void device_tensors_copy_and_reuse(void **state) {
   }
   rt_device_get_stats(&s1);
   assert_int_equal(s1.allocs, s0.allocs); /* the second round reused the first one's block */
+  /* device to device (copy-on-write of an in-place write): cuMemcpyDtoD */
+  graph_buffer *a = NULL, *b = NULL;
+  char err[1024];
+  assert_int_equal(rt_device_alloc(sizeof data, &a, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_device_upload(a, data, sizeof data, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_buffer_copy_to(a, KILN_CUDA, &b, err, sizeof err), KILN_OK);
+  assert_ptr_not_equal(a->data, b->data);
+  float back[6] = {0};
+  assert_int_equal(rt_device_download(back, b, 0, sizeof back, err, sizeof err), KILN_OK);
+  assert_memory_equal(back, data, sizeof data);
+  assert_int_equal(rt_device_download(back, b, 4 * sizeof(float), sizeof(float), err, sizeof err), KILN_OK);
+  assert_float_equal(back[0], data[4], 0);
+  graph_buffer_release(a);
+  graph_buffer_release(b);
   assert_true(s1.reuses > s0.reuses);
   rt_device_trim();
   rt_device_get_stats(&s1);
