@@ -50,8 +50,16 @@ void api_untracked_end(void);
  *  OOM. */
 kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn);
 /** New tensor over a fresh storage whose contents are the pending node
- *  (takes the node reference): view = contiguous node sizes. */
+ *  (takes the node reference): view = contiguous node sizes. Every op
+ *  that computes a new tensor passes here, so this is where the devices
+ *  of its inputs are checked: an input on another device than the node
+ *  (KILN_CUDA when any input is) is KILN_ERR_DEVICE, unless it reads one
+ *  element (a 0-d CPU scalar, copied over when the op runs). */
 kiln_tensor *api_tensor_from_node(graph_node *n, const char *fn);
+/** Torch's error for operands on devices a and b (KILN_ERR_DEVICE, "<fn>:
+ *  expected all tensors to be on the same device, but found KILN_CPU and
+ *  KILN_CUDA"); returns the status. */
+int api_device_mismatch(const char *fn, kiln_device a, kiln_device b);
 
 /* ---- ops (record.c) ---- */
 
@@ -69,8 +77,17 @@ void api_maybe_realize(graph_node *n, const char *fn);
 /** Sets that limit (0 disables; default 10,000 or env KILN_AUTO_REALIZE). */
 void api_set_auto_realize_limit(int64_t limit);
 /** Forces the storage of t (runtime) and returns its realized buffer node;
- *  NULL with the error set on failure. */
+ *  NULL with the error set on failure. The buffer may be on the device:
+ *  host code reads it through api_host_data. */
 graph_node *api_force(kiln_tensor *t, const char *fn);
+/** Forces t and returns its storage's elements in host memory: the
+ *  buffer itself on KILN_CPU; on KILN_CUDA a copy made after the device
+ *  finished, in *tmp (the caller frees it; NULL otherwise). NULL with the
+ *  error set on failure. */
+const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp);
+/** False (KILN_ERR_DEVICE, naming fn) when t is on KILN_CUDA: for the
+ *  calls that need its memory on the host (kiln_data, callbacks, ...). */
+bool api_check_host(const kiln_tensor *t, const char *fn);
 
 /* ---- reduce.c ---- */
 
@@ -87,6 +104,12 @@ bool api_reduce_mask(const kiln_tensor *t, int ndims, const int *dims, uint32_t 
  *  reference, or NULL with the error set. Used by reshape/flatten and by
  *  kiln_clone/kiln_contiguous/kiln_to_dtype. */
 kiln_tensor *api_copy_contiguous(kiln_tensor *t, kiln_dtype dtype, const char *fn);
+/** The same copy with its storage on `device` (kiln_to_device). */
+kiln_tensor *api_copy_to(kiln_tensor *t, kiln_dtype dtype, kiln_device device, const char *fn);
+/** x on like's device: x itself, or its copy there (x is released). For
+ *  the masks and index lists a function builds on the host to combine
+ *  with its arguments; untracked callers only. NULL-safe. */
+kiln_tensor *api_move_like(kiln_tensor *x, const kiln_tensor *like, const char *fn);
 /** Checks a view against a storage of storage_numel elements: sizes,
  *  strides and offset non-negative and (when not empty) the last element
  *  touched, overflow-checked, inside the storage. False with the error set. */

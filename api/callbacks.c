@@ -83,6 +83,9 @@ static int check_args(kiln_tensor *t, kiln_tensor *const *in, const char *const 
   for (int k = 0; k < n_in; k++)
     if (!api_check(in[k], fn, names[k])) return kiln_last_status();
   if (!have_fn) return api_error(KILN_ERR_ARG, fn, "the callback fn is NULL");
+  if (!api_check_host(t, fn)) return KILN_ERR_DEVICE;
+  for (int k = 0; k < n_in; k++)
+    if (!api_check_host(in[k], fn)) return KILN_ERR_DEVICE;
   int64_t numel = graph_view_numel(&t->view);
   for (int k = 0; k < n_in; k++) {
     int64_t m = graph_view_numel(&in[k]->view);

@@ -1,12 +1,15 @@
 /*
  * copy.c — copies, conversions and in-place writes (clone, contiguous,
- * to_dtype, to_device, copy_, fill_, zero_).
+ * to_dtype, to_device, copy_, fill_, zero_). kiln_to_device is a copy
+ * whose node (and so storage) is on the other device: the runtime moves
+ * the bytes (runtime/device.h).
  *
  * In-place writes record an ASSIGN version on the destination's storage
  * (api_assign): lazy, seen by every tensor over that storage, invisible to
  * ops recorded before them.
  */
 #include "api_internal.h"
+#include "device.h"
 #include "runtime.h"
 
 KILN_API kiln_tensor *kiln_clone(kiln_tensor *t) {
@@ -28,15 +31,25 @@ KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype) {
 
 KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device) {
   if (!api_check(t, "kiln_to_device", "t")) return NULL;
-  if (device == KILN_CPU) return api_track(kiln_retain(t));
-  if (device != KILN_CUDA) {
+  if (device != KILN_CPU && device != KILN_CUDA) {
     api_error(KILN_ERR_ARG, "kiln_to_device", "unknown device %d (expected KILN_CPU or KILN_CUDA)", (int)device);
     return NULL;
   }
+  if (device == t->storage->device) return api_track(kiln_retain(t));
   char err[1200];
-  int st = rt_cuda_require("KILN_CUDA tensors", err, sizeof err);
-  api_error((kiln_status)st, "kiln_to_device", "%s", err);
-  return NULL;
+  int st = device == KILN_CUDA ? rt_device_ready(err, sizeof err) : KILN_OK;
+  if (st != KILN_OK) {
+    api_error((kiln_status)st, "kiln_to_device", "%s", err);
+    return NULL;
+  }
+  return api_copy_to(t, t->storage->dtype, device, "kiln_to_device");
+}
+
+kiln_tensor *api_move_like(kiln_tensor *x, const kiln_tensor *like, const char *fn) {
+  if (!x || !like || x->storage->device == like->storage->device) return x;
+  kiln_tensor *y = api_copy_to(x, x->storage->dtype, like->storage->device, fn);
+  kiln_release(x);
+  return y;
 }
 
 /* src's view as seen through dst's sizes: broadcast when src broadcasts to

@@ -428,6 +428,7 @@ KILN_API int kiln_set_(kiln_tensor *dst, kiln_tensor *src) {
 static int grow_storage(kiln_tensor *t, int64_t numel, const char *fn) {
   kiln_storage *s = t->storage;
   int64_t size = graph_dtypes[s->dtype].size;
+  if (!api_check_host(t, fn)) return KILN_ERR_DEVICE;
   graph_node *old = api_force(t, fn);
   if (!old) return failed(fn);
   graph_buffer *buf = graph_buffer_alloc(numel * size);

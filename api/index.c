@@ -42,21 +42,22 @@ bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, 
   }
   int64_t n = graph_view_numel(&index->view);
   if (n == 0) return true;
-  graph_node *v = api_force(index, fn);
-  if (!v) return false;
-  const char *base = v->buffer->data;
+  void *tmp;
+  const char *base = api_host_data(index, fn, &tmp);
+  if (!base) return false;
   graph_walk w;
   graph_walk_init(&w, &index->view, 0);
-  for (int64_t e = 0; e < n; e++, graph_walk_next(&w)) {
+  bool ok = true;
+  for (int64_t e = 0; e < n && ok; e++, graph_walk_next(&w)) {
     int64_t i = graph_load_index(dt, base, w.off);
     if (wrap && i < 0 && i >= -size) i += size;
-    if (i < 0 || i >= size) {
+    ok = i >= 0 && i < size;
+    if (!ok)
       api_error(KILN_ERR_INDEX, fn, "index %lld is out of range for dim %d of size %lld", (long long)i, dim,
                 (long long)size);
-      return false;
-    }
   }
-  return true;
+  free(tmp);
+  return ok;
 }
 
 kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tensor *index, const graph_view *iv,
@@ -190,13 +191,19 @@ static int64_t *last_writer(kiln_tensor *index, int64_t size, const char *fn) {
   for (int64_t j = 0; j < size; j++) inv[j] = -1;
   int64_t n = graph_view_numel(&index->view);
   if (n == 0) return inv;
-  const char *base = index->storage->version->buffer->data;
+  void *tmp;
+  const char *base = api_host_data(index, fn, &tmp);
+  if (!base) {
+    free(inv);
+    return NULL;
+  }
   graph_walk w;
   graph_walk_init(&w, &index->view, 0);
   for (int64_t e = 0; e < n; e++, graph_walk_next(&w)) {
     int64_t i = graph_load_index(index->storage->dtype, base, w.off);
     inv[i < 0 ? i + size : i] = e;
   }
+  free(tmp);
   return inv;
 }
 
@@ -209,7 +216,7 @@ static int write_selected(kiln_tensor *t, int d, const int64_t *inv, kiln_tensor
   if (!sel) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int64_t j = 0; j < size; j++) sel[j] = inv[j] >= 0;
   api_untracked_begin();
-  kiln_tensor *ms = kiln_from_data(KILN_BOOL, 1, &size, sel);
+  kiln_tensor *ms = api_move_like(kiln_from_data(KILN_BOOL, 1, &size, sel), t, fn);
   graph_view mv = {.ndim = t->view.ndim}; /* sel spread over t's sizes */
   for (int k = 0; k < mv.ndim; k++) mv.sizes[k] = t->view.sizes[k];
   mv.strides[d] = 1;
@@ -238,7 +245,7 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
   api_untracked_begin();
   kiln_tensor *conv =
       src->storage->dtype == t->storage->dtype ? kiln_retain(src) : api_copy_contiguous(src, t->storage->dtype, fn);
-  kiln_tensor *ft = kiln_from_data(KILN_I64, 1, &size, from), *g = NULL;
+  kiln_tensor *ft = api_move_like(kiln_from_data(KILN_I64, 1, &size, from), conv, fn), *g = NULL;
   if (conv && ft) {
     graph_view iv = spread_index(ft, t->view.ndim, t->view.sizes, d);
     g = api_gather(conv, &conv->view, d, ft, &iv, fn);
@@ -333,7 +340,12 @@ static int64_t *last_writer_elems(kiln_tensor *t, int d, kiln_tensor *index, con
   }
   for (int64_t p = 0; p < n; p++) inv[p] = -1;
   graph_contiguous_strides(t->view.ndim, t->view.sizes, cs);
-  const char *base = index->storage->version->buffer->data;
+  void *tmp;
+  const char *base = api_host_data(index, fn, &tmp);
+  if (!base) {
+    free(inv);
+    return NULL;
+  }
   int64_t count = graph_view_numel(&index->view);
   graph_walk w;
   graph_walk_init(&w, &index->view, 0);
@@ -342,6 +354,7 @@ static int64_t *last_writer_elems(kiln_tensor *t, int d, kiln_tensor *index, con
     for (int k = 0; k < t->view.ndim; k++) p += (k == d ? i : w.idx[k]) * cs[k];
     inv[p] = e;
   }
+  free(tmp);
   return inv;
 }
 
@@ -363,7 +376,8 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
     if (inv[p] < 0) inv[p] = 0; /* any valid element: not selected */
   }
   api_untracked_begin();
-  kiln_tensor *m = kiln_from_data(KILN_BOOL, t->view.ndim, t->view.sizes, sel), *part = NULL, *conv = NULL;
+  kiln_tensor *m = api_move_like(kiln_from_data(KILN_BOOL, t->view.ndim, t->view.sizes, sel), t, fn);
+  kiln_tensor *part = NULL, *conv = NULL;
   kiln_tensor *flat = NULL, *ft = NULL, *g = NULL, *value_t = NULL;
   if (src) {
     graph_view sv = src->view; /* the part of src the index covers */
@@ -375,7 +389,7 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
     else if (part)
       conv = api_copy_contiguous(part, t->storage->dtype, fn);
     flat = conv ? kiln_reshape(conv, 1, &all) : NULL;
-    ft = kiln_from_data(KILN_I64, 1, &n, inv);
+    ft = api_move_like(kiln_from_data(KILN_I64, 1, &n, inv), flat, fn);
     g = flat && ft ? api_gather(flat, &flat->view, 0, ft, &ft->view, fn) : NULL;
     value_t = g ? kiln_view(g, t->view.ndim, t->view.sizes) : NULL;
   } else {

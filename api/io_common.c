@@ -135,12 +135,9 @@ int io_write(io_writer *w, const void *p, size_t n) {
 
 /* Row-major gather in chunks of up to 1 MiB, so a strided or expanded view
  * is written without a full-size copy. */
-int io_write_view(io_writer *w, const kiln_tensor *t) {
-  const graph_view *v = &t->view;
-  size_t esize = (size_t)graph_dtypes[t->storage->dtype].size;
+/* Writes the view's elements from the host bytes of its storage. */
+static int write_elems(io_writer *w, const graph_view *v, size_t esize, const char *base) {
   int64_t numel = graph_view_numel(v);
-  const char *base = t->storage->version->buffer->data;
-  if (numel == 0) return w->status;
   if (graph_view_is_contiguous(v)) return io_write(w, base + (size_t)v->offset * esize, (size_t)numel * esize);
   int64_t chunk = (int64_t)((1u << 20) / esize);
   char *tmp = malloc((size_t)chunk * esize);
@@ -155,6 +152,16 @@ int io_write_view(io_writer *w, const kiln_tensor *t) {
     done += k;
   }
   free(tmp);
+  return w->status;
+}
+
+int io_write_view(io_writer *w, const kiln_tensor *t) {
+  if (graph_view_numel(&t->view) == 0) return w->status;
+  void *copy; /* a KILN_CUDA tensor's storage, copied to the host */
+  const char *base = api_host_data((kiln_tensor *)t, w->fn, &copy);
+  if (!base) return w->status = kiln_last_status();
+  write_elems(w, &t->view, (size_t)graph_dtypes[t->storage->dtype].size, base);
+  free(copy);
   return w->status;
 }
 

@@ -43,6 +43,10 @@ static bool check_cat(kiln_tensor *const *ts, int n, int dim, int *ref, int *d, 
     const graph_view *v = &ts[i]->view;
     *dtype = graph_promote(*dtype, ts[i]->storage->dtype);
     if (v->ndim == 1 && v->sizes[0] == 0) continue;
+    if (ts[i]->storage->device != ts[*ref]->storage->device) { /* as api_tensor_from_node checks other ops */
+      api_device_mismatch(fn, ts[*ref]->storage->device, ts[i]->storage->device);
+      return false;
+    }
     bool ok = v->ndim == r->ndim;
     for (int k = 0; ok && k < r->ndim; k++) ok = k == *d || v->sizes[k] == r->sizes[k];
     if (ok) continue;
@@ -64,7 +68,7 @@ KILN_API kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim) {
   for (int i = 0; i < n; i++)
     if (!(ts[i]->view.ndim == 1 && ts[i]->view.sizes[0] == 0)) out.sizes[d] += ts[i]->view.sizes[d];
   api_untracked_begin();
-  kiln_tensor *r = kiln_empty(dtype, out.ndim, out.sizes);
+  kiln_tensor *r = api_move_like(kiln_empty(dtype, out.ndim, out.sizes), ts[ref], fn);
   int64_t at = 0;
   for (int i = 0; r && i < n; i++) {
     const graph_view *v = &ts[i]->view;

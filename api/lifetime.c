@@ -115,9 +115,47 @@ kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn) {
   return api_track(t);
 }
 
+static const char *device_name(kiln_device d) { return d == KILN_CUDA ? "KILN_CUDA" : "KILN_CPU"; }
+
+int api_device_mismatch(const char *fn, kiln_device a, kiln_device b) {
+  return api_error(KILN_ERR_DEVICE, fn, "expected all tensors to be on the same device, but found %s and %s",
+                   device_name(a), device_name(b));
+}
+
+/* True when the view reads a single element (a 0-d tensor, broadcast or
+ * not): such an input may come from another device. */
+static bool reads_one(const graph_view *v) {
+  for (int d = 0; d < v->ndim; d++)
+    if (v->sizes[d] > 1 && v->strides[d] != 0) return false;
+  return true;
+}
+
+/* Torch's rule: every tensor an op reads is on one device, scalars (one
+ * element) aside; the op runs there. Only when every input is a scalar
+ * does a CUDA one put the op on the device (graph_node_add_input's
+ * default). */
+static bool check_devices(graph_node *n, const char *fn) {
+  const graph_input *first = NULL;
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_input *in = &n->inputs[i];
+    if (reads_one(&in->view) || in->node->numel == 1) continue;
+    if (!first) first = in;
+    else if (in->node->device != first->node->device) {
+      api_device_mismatch(fn, first->node->device, in->node->device);
+      return false;
+    }
+  }
+  if (first) n->device = first->node->device;
+  return true;
+}
+
 kiln_tensor *api_tensor_from_node(graph_node *n, const char *fn) {
   if (!n) {
     api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
+  }
+  if (!check_devices(n, fn)) {
+    graph_node_release(n);
     return NULL;
   }
   graph_view v = graph_view_contiguous(n->ndim, n->sizes);

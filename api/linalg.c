@@ -9,7 +9,9 @@
  * generated kernel: a broadcast multiply fused into a sum over K (F16/BF16
  * in F32, integers in I64, then converted back as Torch's result dtype).
  * Elementwise readers of the product (bias, activation, scale) fuse into
- * one epilogue kernel.
+ * one epilogue kernel. Products of KILN_CUDA tensors take the generated
+ * kernel path for every dtype, so they run on the device (F64 accumulates
+ * in F64 there); operands on different devices are KILN_ERR_DEVICE.
  */
 #include "api_internal.h"
 
@@ -128,7 +130,7 @@ static kiln_tensor *kernel_product(kiln_tensor *a, kiln_tensor *b, const mm_shap
   vb.sizes[nd] = s->b.sizes[nd - 2], vb.strides[nd] = s->b.strides[nd - 2];
   vb.sizes[nd - 2] = s->sizes[nd - 2], vb.strides[nd - 2] = 0;
   vb.sizes[nd - 1] = s->b.sizes[nd - 1], vb.strides[nd - 1] = s->b.strides[nd - 1];
-  kiln_dtype acc = graph_is_float(dtype) ? KILN_F32 : dtype;
+  kiln_dtype acc = dtype == KILN_F64 ? KILN_F64 : graph_is_float(dtype) ? KILN_F32 : dtype;
   kiln_tensor *ta = with_view(a, &va, fn), *tb = with_view(b, &vb, fn);
   kiln_tensor *ca = kiln_to_dtype(ta, acc), *cb = kiln_to_dtype(tb, acc);
   kiln_tensor *prod = kiln_mul(ca, cb);
@@ -164,8 +166,13 @@ static kiln_tensor *product(kiln_tensor *a, kiln_tensor *b, const char *fn) {
     api_error(KILN_ERR_DTYPE, fn, "not supported for bool tensors");
     return NULL;
   }
+  kiln_device da = a->storage->device, db = b->storage->device;
+  if (da != db) {
+    api_device_mismatch(fn, da, db);
+    return NULL;
+  }
   api_untracked_begin();
-  bool blas = dtype == KILN_F32 || dtype == KILN_F64;
+  bool blas = (dtype == KILN_F32 || dtype == KILN_F64) && da == KILN_CPU;
   kiln_tensor *r = blas ? blas_product(a, b, &s, dtype, fn) : kernel_product(a, b, &s, dtype, fn);
   r = drop_dims(r, &s, fn);
   api_untracked_end();

@@ -71,10 +71,10 @@ static uint8_t *read_bools(kiln_tensor *x, int64_t *n, const char *fn) {
   return b;
 }
 
-/* An untracked I64 tensor [n] over host values. */
-static kiln_tensor *long_tensor(const int64_t *v, int64_t n) {
+/* An untracked I64 tensor [n] over host values, on like's device. */
+static kiln_tensor *long_tensor(const int64_t *v, int64_t n, const kiln_tensor *like, const char *fn) {
   api_untracked_begin();
-  kiln_tensor *r = kiln_from_data(KILN_I64, 1, &n, v);
+  kiln_tensor *r = api_move_like(kiln_from_data(KILN_I64, 1, &n, v), like, fn);
   api_untracked_end();
   return r;
 }
@@ -121,7 +121,7 @@ static int copy_selected(kiln_tensor *t, kiln_tensor *m, const uint8_t *sel, int
     int64_t all = -1;
     api_untracked_begin();
     /* src in t's dtype, so that where() keeps t's other elements exact */
-    kiln_tensor *idx = long_tensor(rank, n), *flat = kiln_reshape(src, 1, &all);
+    kiln_tensor *idx = long_tensor(rank, n, src, fn), *flat = kiln_reshape(src, 1, &all);
     kiln_tensor *conv = flat ? kiln_to_dtype(flat, t->storage->dtype) : NULL;
     kiln_tensor *g = idx && conv ? api_gather(conv, &conv->view, 0, idx, &idx->view, fn) : NULL;
     kiln_tensor *gv = g ? kiln_view(g, t->view.ndim, t->view.sizes) : NULL;
@@ -191,10 +191,10 @@ KILN_API kiln_tensor *kiln_masked_select(kiln_tensor *t, kiln_tensor *mask) {
   kiln_tensor *out = NULL;
   api_untracked_begin();
   int64_t all = -1;
-  kiln_tensor *idx = long_tensor(pos, k), *tb = api_tensor(t->storage, &tv, fn);
+  kiln_tensor *idx = long_tensor(pos, k, t, fn), *tb = api_tensor(t->storage, &tv, fn);
   kiln_tensor *flat = tb ? kiln_reshape(tb, 1, &all) : NULL;
   if (idx && flat)
-    out = k > 0 ? api_gather(flat, &flat->view, 0, idx, &idx->view, fn) : kiln_empty(t->storage->dtype, 1, &k);
+    out = k > 0 ? api_gather(flat, &flat->view, 0, idx, &idx->view, fn) : api_move_like(kiln_empty(t->storage->dtype, 1, &k), t, fn);
   kiln_release(idx), kiln_release(tb), kiln_release(flat);
   api_untracked_end();
   free(pos);
@@ -226,7 +226,7 @@ KILN_API kiln_tensor *kiln_nonzero(kiln_tensor *t) {
   free(sel);
   int64_t sizes[2] = {k, nd};
   api_untracked_begin();
-  kiln_tensor *r = kiln_from_data(KILN_I64, 2, sizes, coords);
+  kiln_tensor *r = api_move_like(kiln_from_data(KILN_I64, 2, sizes, coords), t, fn);
   api_untracked_end();
   free(coords);
   return api_track(r);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "device.h"
 #include "runtime.h"
 
 /* Pending nodes allowed before an op forces its own result (env
@@ -43,6 +44,7 @@ int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view
   graph_node_add_input(n, s->version, &flat);
   graph_node_add_input(n, value, value_view);
   n->attr.region = dst->view;
+  n->device = s->device; /* a write from another device is copied over */
   graph_storage_set_version(s, n);
   api_maybe_realize(n, fn);
   return KILN_OK;
@@ -59,6 +61,43 @@ graph_node *api_force(kiln_tensor *t, const char *fn) {
   graph_node *v = t->storage->version;
   if (force_nodes(&v, 1, fn) != KILN_OK) return NULL;
   return t->storage->version;
+}
+
+/* bytes of b at byte offset into dst, from the host or the device. */
+static bool copy_out(const graph_buffer *b, int64_t offset, int64_t bytes, void *dst, const char *fn) {
+  if (b->device == KILN_CPU) {
+    memcpy(dst, (const char *)b->data + offset, (size_t)bytes);
+    return true;
+  }
+  char err[512];
+  int st = rt_device_download(dst, b, offset, bytes, err, sizeof err);
+  if (st != KILN_OK) api_error((kiln_status)st, fn, "%s", err);
+  return st == KILN_OK;
+}
+
+const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
+  *tmp = NULL;
+  graph_node *v = api_force(t, fn);
+  if (!v) return NULL;
+  const graph_buffer *b = v->buffer;
+  if (b->device == KILN_CPU) return b->data;
+  *tmp = malloc((size_t)(b->bytes > 0 ? b->bytes : 1));
+  if (!*tmp) {
+    api_error(KILN_ERR_OOM, fn, "out of memory copying %lld bytes from the device", (long long)b->bytes);
+    return NULL;
+  }
+  if (copy_out(b, 0, b->bytes, *tmp, fn)) return *tmp;
+  free(*tmp);
+  *tmp = NULL;
+  return NULL;
+}
+
+bool api_check_host(const kiln_tensor *t, const char *fn) {
+  if (t->storage->device == KILN_CPU) return true;
+  api_error(KILN_ERR_DEVICE, fn,
+            "the tensor is on KILN_CUDA and this call needs it in host memory; copy it with "
+            "kiln_to_device(t, KILN_CPU) first");
+  return false;
 }
 
 KILN_API int kiln_realize(kiln_tensor *t) {
@@ -104,9 +143,11 @@ KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes) {
   size_t need = (size_t)graph_view_numel(&t->view) * esize;
   if (dst_bytes < need || (need > 0 && !dst))
     return api_error(KILN_ERR_ARG, "kiln_read", "destination of %zu bytes is too small for %zu bytes", dst_bytes, need);
-  graph_node *v = api_force(t, "kiln_read");
-  if (!v) return kiln_last_status();
-  if (need > 0) gather(&t->view, v->buffer->data, esize, dst);
+  void *tmp;
+  const char *base = api_host_data(t, "kiln_read", &tmp);
+  if (!base) return kiln_last_status();
+  if (need > 0) gather(&t->view, base, esize, dst);
+  free(tmp);
   return KILN_OK;
 }
 
@@ -134,9 +175,10 @@ KILN_API double kiln_get(kiln_tensor *t, const int64_t *index) {
   int64_t off = element_offset(t, index, "kiln_get");
   if (off < 0) return NAN;
   graph_node *v = api_force(t, "kiln_get");
-  if (!v) return NAN;
   kiln_dtype d = t->storage->dtype;
-  return graph_load_scalar(d, (const char *)v->buffer->data + off * graph_dtypes[d].size);
+  unsigned char elem[8]; /* only this element leaves the device */
+  if (!v || !copy_out(v->buffer, off * graph_dtypes[d].size, graph_dtypes[d].size, elem, "kiln_get")) return NAN;
+  return graph_load_scalar(d, elem);
 }
 
 KILN_API double kiln_item(kiln_tensor *t) {
@@ -165,7 +207,7 @@ KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value) {
 }
 
 KILN_API const void *kiln_data(kiln_tensor *t) {
-  if (!api_check(t, "kiln_data", "t")) return NULL;
+  if (!api_check(t, "kiln_data", "t") || !api_check_host(t, "kiln_data")) return NULL;
   graph_node *v = api_force(t, "kiln_data");
   if (!v) return NULL;
   return (const char *)v->buffer->data + t->view.offset * graph_dtypes[t->storage->dtype].size;

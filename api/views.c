@@ -416,18 +416,20 @@ KILN_API kiln_tensor *kiln_view_as(kiln_tensor *t, const kiln_tensor *other) {
 }
 
 /* A CAST node reading t's current version through t's view: the lazy
- * contiguous copy of t, converted to dtype, with sizes t's sizes. */
-static graph_node *copy_node(kiln_tensor *t, kiln_dtype dtype) {
+ * contiguous copy of t, converted to dtype, with sizes t's sizes, on
+ * `device`. */
+static graph_node *copy_node(kiln_tensor *t, kiln_dtype dtype, kiln_device device) {
   graph_node *n = graph_node_new(GRAPH_OP_CAST, dtype, t->view.ndim, t->view.sizes);
   if (n) graph_node_add_input(n, api_version(t), &t->view);
+  if (n) n->device = device;
   return n;
 }
 
 /* The lazy copy of t viewed (contiguously) with sizes [ndim], whose
  * product is t's numel. */
-static kiln_tensor *copy_with_sizes(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *sizes,
-                                    const char *fn) {
-  graph_node *n = copy_node(t, dtype);
+static kiln_tensor *copy_with_sizes(kiln_tensor *t, kiln_dtype dtype, kiln_device device, int ndim,
+                                    const int64_t *sizes, const char *fn) {
+  graph_node *n = copy_node(t, dtype, device);
   kiln_storage *s = n ? graph_storage_new(dtype, n->numel, n) : NULL;
   if (!s) {
     api_error(KILN_ERR_OOM, fn, "out of memory");
@@ -439,9 +441,13 @@ static kiln_tensor *copy_with_sizes(kiln_tensor *t, kiln_dtype dtype, int ndim, 
   return r;
 }
 
-kiln_tensor *api_copy_contiguous(kiln_tensor *t, kiln_dtype dtype, const char *fn) {
+kiln_tensor *api_copy_to(kiln_tensor *t, kiln_dtype dtype, kiln_device device, const char *fn) {
   if (!api_check(t, fn, "t") || !api_check_dtype(dtype, fn)) return NULL;
-  return copy_with_sizes(t, dtype, t->view.ndim, t->view.sizes, fn);
+  return copy_with_sizes(t, dtype, device, t->view.ndim, t->view.sizes, fn);
+}
+
+kiln_tensor *api_copy_contiguous(kiln_tensor *t, kiln_dtype dtype, const char *fn) {
+  return api_copy_to(t, dtype, t ? t->storage->device : KILN_CPU, fn);
 }
 
 /* A view of t with sizes [ndim] (already inferred) when the strides allow,
@@ -449,7 +455,7 @@ kiln_tensor *api_copy_contiguous(kiln_tensor *t, kiln_dtype dtype, const char *f
 static kiln_tensor *reshape_impl(kiln_tensor *t, int ndim, const int64_t *shape, const char *fn) {
   graph_view v;
   if (reshape_view(&t->view, ndim, shape, &v)) return new_view(t, &v, fn);
-  return copy_with_sizes(t, t->storage->dtype, ndim, shape, fn);
+  return copy_with_sizes(t, t->storage->dtype, t->storage->device, ndim, shape, fn);
 }
 
 KILN_API kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *sizes) {

@@ -7,8 +7,8 @@
  * KILN_ERR_DEVICE ("NVRTC not available: ..."). Internal.
  *
  * The driver API (libcuda, also loaded with dlopen) and the device probe
- * are in cuda_driver.h. Not yet here: launching, device buffers,
- * execution.
+ * are in cuda_driver.h; buffers, copies and launches on device 0 in
+ * cuda_launch.h, which runtime/device.c uses for KILN_CUDA tensors.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H

@@ -66,6 +66,7 @@ static bool resolve(void *h, const char *lib) {
       {"cuMemFree_v2", offsetof(cuda_driver_api, mem_free)},
       {"cuMemcpyHtoD_v2", offsetof(cuda_driver_api, memcpy_htod)},
       {"cuMemcpyDtoH_v2", offsetof(cuda_driver_api, memcpy_dtoh)},
+      {"cuMemcpyDtoD_v2", offsetof(cuda_driver_api, memcpy_dtod)},
       {"cuStreamCreate", offsetof(cuda_driver_api, stream_create)},
       {"cuStreamSynchronize", offsetof(cuda_driver_api, stream_synchronize)},
       {"cuEventCreate", offsetof(cuda_driver_api, event_create)},

@@ -47,6 +47,7 @@ typedef struct cuda_driver_api {
   cu_result (*mem_free)(cu_deviceptr);
   cu_result (*memcpy_htod)(cu_deviceptr dst, const void *src, size_t bytes);
   cu_result (*memcpy_dtoh)(void *dst, cu_deviceptr src, size_t bytes);
+  cu_result (*memcpy_dtod)(cu_deviceptr dst, cu_deviceptr src, size_t bytes);
   cu_result (*stream_create)(cu_stream *, unsigned flags);
   cu_result (*stream_synchronize)(cu_stream);
   cu_result (*event_create)(cu_event *, unsigned flags);

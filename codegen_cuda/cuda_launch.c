@@ -5,10 +5,9 @@
  * device's sm_XX and loaded with cuModuleLoadData, and a launch timed with
  * CUDA events.
  *
- * This is the device half of the backend, exercised by the device-gated
- * tests of tests/test_cuda_runtime.c only: the runtime does not route
- * kernels or tensors here yet (docs/cuda.md). Buffers are plain
- * cuMemAlloc/cuMemFree — no caching allocator yet.
+ * This is the device half of the backend: runtime/device.c routes
+ * KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
+ * caching allocator; these buffers are plain cuMemAlloc/cuMemFree.
  *
  * Launch geometry follows the printer's contract (cuda_backend.h): a
  * splittable kernel runs its parallel range [start, end) as a grid-stride
@@ -107,6 +106,14 @@ int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size
   if (!api) return KILN_ERR_DEVICE;
   int st = check(api->stream_synchronize(dev.stream), "cuStreamSynchronize", err, errlen); /* kernels first */
   return st == KILN_OK ? check(api->memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH", err, errlen) : st;
+}
+
+int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
+  cuda_device_info info;
+  const cuda_driver_api *api = ready(&info, err, errlen);
+  if (!api) return KILN_ERR_DEVICE;
+  int st = check(api->stream_synchronize(dev.stream), "cuStreamSynchronize", err, errlen);
+  return st == KILN_OK ? check(api->memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD", err, errlen) : st;
 }
 
 int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen) {

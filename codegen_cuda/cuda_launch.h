@@ -1,8 +1,8 @@
 /*
  * cuda_launch.h — running printed kernels on CUDA device 0 (cuda_launch.c):
- * buffers, copies, NVRTC compile + cuModuleLoadData, a timed launch. Only
- * the device-gated tests use it so far; the runtime does not route work to
- * the GPU yet. Every call without a device returns KILN_ERR_DEVICE
+ * buffers, copies, NVRTC compile + cuModuleLoadData, a timed launch. The
+ * runtime reaches it through runtime/device.c (KILN_CUDA tensors), which
+ * adds the caching allocator. Every call without a device returns KILN_ERR_DEVICE
  * "no CUDA device: <why>". Internal.
  */
 #ifndef KILN_CUDA_LAUNCH_H
@@ -33,6 +33,9 @@ void cuda_buffer_free(cu_deviceptr p);
 int cuda_copy_to_device(cu_deviceptr dst, const void *src, size_t bytes, char *err, size_t errlen);
 /** Device → host copy after every launch on the stream has finished. */
 int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen);
+/** Device → device copy (cuMemcpyDtoD) after every launch on the stream
+ *  has finished; later launches and copies see it. */
+int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen);
 
 /** Prints k, compiles it with NVRTC for the device's sm_XX and loads it.
  *  Release with cuda_kernel_unload. */

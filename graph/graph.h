@@ -127,9 +127,12 @@ typedef struct graph_allocator {
 
 void graph_set_allocator(const graph_allocator *a);
 
-/** A realized, reference-counted buffer (host memory). */
+/** A realized, reference-counted buffer. On KILN_CPU `data` is host
+ *  memory; on KILN_CUDA it is a device address (runtime/device.h) that
+ *  host code must not dereference. */
 typedef struct graph_buffer {
   int refcount;
+  kiln_device device;
   void *data;
   int64_t bytes;
   void (*deleter)(void *data, void *ctx); /* from_blob: the caller's */
@@ -144,6 +147,8 @@ typedef struct graph_node {
   graph_op op;
   kiln_dtype dtype;     /* dtype of the produced buffer */
   kiln_dtype cdtype;    /* elementwise: dtype operands are promoted to */
+  kiln_device device;   /* where its buffer lives: KILN_CUDA when any input
+                           is there (graph_node_add_input), unless set */
   int64_t numel;        /* elements of the produced (flat, contiguous) buffer */
   /* Logical shape of the result: elementwise and cast nodes produce
    * contiguous [sizes]; reductions produce the keepdim shape; ASSIGN and
@@ -181,7 +186,7 @@ typedef struct graph_node {
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes);
 /** A realized node over a buffer (takes the caller's buffer reference). */
 graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel);
-/** Appends an input (retains node). */
+/** Appends an input (retains node); a KILN_CUDA input makes n KILN_CUDA. */
 void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view);
 graph_node *graph_node_retain(graph_node *n);
 /** Drops a reference; frees the node (and, iteratively, inputs it held the
@@ -196,6 +201,9 @@ int64_t graph_pending_count(void);
 /** Uninitialised buffer of bytes (64-byte aligned). NULL on OOM. */
 graph_buffer *graph_buffer_alloc(int64_t bytes);
 graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void *, void *), void *ctx);
+/** A buffer over memory `data` of `device` that the last release hands to
+ *  free_fn(data, bytes). NULL on OOM (data is then not freed). */
+graph_buffer *graph_buffer_own(void *data, int64_t bytes, kiln_device device, void (*free_fn)(void *, int64_t));
 graph_buffer *graph_buffer_retain(graph_buffer *b);
 void graph_buffer_release(graph_buffer *b);
 
@@ -215,7 +223,8 @@ struct kiln_tensor {
   graph_view view;
 };
 
-/** New storage whose contents are `version` (takes the reference). */
+/** New storage whose contents are `version` (takes the reference), on
+ *  version's device. */
 kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *version);
 /** Replaces the storage's version (takes the reference to v). */
 void graph_storage_set_version(kiln_storage *s, graph_node *v);

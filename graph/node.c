@@ -61,6 +61,17 @@ graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void 
   return b;
 }
 
+graph_buffer *graph_buffer_own(void *data, int64_t bytes, kiln_device device, void (*free_fn)(void *, int64_t)) {
+  graph_buffer *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->refcount = 1;
+  b->device = device;
+  b->data = data;
+  b->bytes = bytes;
+  b->free_fn = free_fn;
+  return b;
+}
+
 graph_buffer *graph_buffer_retain(graph_buffer *b) {
   if (b) b->refcount++;
   return b;
@@ -100,6 +111,7 @@ graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t 
     return NULL;
   }
   n->buffer = buf;
+  n->device = buf->device;
   pending_nodes--;
   return n;
 }
@@ -108,6 +120,7 @@ void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view
   graph_input *in = &n->inputs[n->n_inputs++];
   in->node = graph_node_retain(src);
   in->view = *view;
+  if (src->device == KILN_CUDA) n->device = KILN_CUDA;
 }
 
 graph_node *graph_node_retain(graph_node *n) {
@@ -157,7 +170,7 @@ kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *ver
   }
   s->refcount = 1;
   s->dtype = dtype;
-  s->device = KILN_CPU;
+  s->device = version ? version->device : KILN_CPU;
   s->numel = numel;
   s->version = version;
   return s;

@@ -11,8 +11,9 @@
  *    -0.0 + 0 is +0.0, so x + 0 is not an identity); a CAST to the same
  *    dtype. The reader then reads x directly — only when x's view is the
  *    identity layout (contiguous, offset 0, same sizes and dtype), so the
- *    reader's view of the node is the same view of x.
- *  - CSE: two nodes with the same op, dtypes, sizes, attributes and the
+ *    reader's view of the node is the same view of x (and x is on the
+ *    same device: a CAST to another device is a copy, never an identity).
+ *  - CSE: two nodes with the same op, device, dtypes, sizes, attributes and the
  *    same inputs through the same views compute the same values; readers
  *    of the second read the first. A requested node keeps its identity.
  *  - constant folding: an elementwise node of F32/F64/I32/I64 whose inputs
@@ -77,7 +78,7 @@ static int identity_input(const graph_node *n) {
     break;
   default: return -1;
   }
-  return x >= 0 && identity_layout(n, x) ? x : -1;
+  return x >= 0 && identity_layout(n, x) && n->inputs[x].node->device == n->device ? x : -1;
 }
 
 /* ------------------------------------------------------ constant folding */
@@ -164,7 +165,7 @@ static uint64_t node_hash(const graph_node *n) {
 }
 
 static bool same_node(const graph_node *a, const graph_node *b) {
-  if (a->op != b->op || a->dtype != b->dtype || a->cdtype != b->cdtype || a->ndim != b->ndim ||
+  if (a->op != b->op || a->device != b->device || a->dtype != b->dtype || a->cdtype != b->cdtype || a->ndim != b->ndim ||
       a->numel != b->numel || a->n_inputs != b->n_inputs || a->attr.reduce_mask != b->attr.reduce_mask)
     return false;
   if (memcmp(&a->attr.scalar, &b->attr.scalar, sizeof(double)) || memcmp(&a->attr.scalar2, &b->attr.scalar2, sizeof(double)))

@@ -48,7 +48,8 @@
  *     exp(x)` forced with `z = y*2` writes y and z from one kernel. Only
  *     when nothing between p and r in the schedule reads p (r's kernel
  *     runs at r's position, so p's buffer exists only from there on),
- *     neither is row-fused, r is stored by no other kernel, and r stores
+ *     both are on one device, neither is row-fused, r is stored by no
+ *     other kernel, and r stores
  *     at most PASS_MAX_OUTPUTS nodes. The host is the last such kernel
  *     before p's first reader, at most HOST_WINDOW positions ahead, so
  *     siblings gather in one kernel (a+b, a-b, a*b: one kernel).
@@ -173,9 +174,12 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
 
 #define HOST_WINDOW 64
 
+/* An elementwise kernel root whose inputs are all on its device (not a
+ * transfer between devices). */
 static bool plain_kernel(const graph_node *n) {
   graph_kind k = graph_ops[n->op].kind;
   bool pointwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+  for (int i = 0; pointwise && i < n->n_inputs; i++) pointwise = n->inputs[i].node->device == n->device;
   return pointwise && !n->buffer && !n->fused && !depends_on_rows(n);
 }
 
@@ -245,7 +249,8 @@ static graph_node *find_host(graph_node *const *order, int n, int i, const int *
   int needed = n, latest = -1, seen = 0; /* the first and last positions whose kernels read p */
   for (int j = i + 1; j < n && j <= i + HOST_WINDOW; j++) {
     graph_node *r = order[j];
-    bool same = r->ndim == p->ndim && !memcmp(r->sizes, p->sizes, sizeof *p->sizes * (size_t)p->ndim);
+    bool same = r->device == p->device && r->ndim == p->ndim &&
+                !memcmp(r->sizes, p->sizes, sizeof *p->sizes * (size_t)p->ndim);
     if (j <= needed && same && plain_kernel(r) && !r->store_host && n_stores(r) < PASS_MAX_OUTPUTS &&
         shares_loop(p, r))
       host = r;
@@ -308,9 +313,17 @@ void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_
       if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
     }
   }
-  /* rule 5: extern ops read buffers; so does a gather's source; scans read no row values */
+  /* rule 5: extern ops read buffers; so does a gather's source; scans read no row values;
+   * a producer on another device than its reader is materialized there, and so is the
+   * copy that reads it (kiln_to_device: one transfer, runtime/realize.c) */
   for (int i = 0; i < n; i++) {
     graph_kind k = graph_ops[order[i]->op].kind;
+    for (int j = 0; j < order[i]->n_inputs; j++) {
+      graph_node *in = order[i]->inputs[j].node;
+      if (in->device == order[i]->device) continue;
+      in->fused = in->row_dep = false;
+      if (k == GRAPH_CAST) order[i]->fused = order[i]->row_dep = false;
+    }
     if (k == GRAPH_GATHER) order[i]->inputs[0].node->fused = false;
     if (k == GRAPH_EXTERN)
       for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;

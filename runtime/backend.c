@@ -13,8 +13,9 @@
  * fall-back to the CPU: with KILN_BACKEND=cuda and no device, every force
  * fails with that message until the program selects "llvm" itself.
  *
- * The CUDA backend cannot run kernels yet (docs/cuda.md): with a device
- * present, "cuda" gives KILN_ERR_UNSUPPORTED naming the device.
+ * Under "cuda", tensors on KILN_CUDA run on device 0 (runtime/device.h)
+ * and CPU tensors keep running on LLVM; under "cuda-emu" both run through
+ * the emulator, KILN_CUDA tensors in emulated device memory.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -25,21 +26,16 @@
 #include "cuda_driver.h"
 #include "runtime.h"
 
-enum { BACKEND_UNSET = -1, BACKEND_LLVM = 0, BACKEND_CUDA_EMU = 1 };
+enum { BACKEND_UNSET = -1, BACKEND_LLVM = 0, BACKEND_CUDA_EMU = 1, BACKEND_CUDA = 2 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int backend = BACKEND_UNSET; /* guarded by lock; read relaxed on the fast path */
 
-int rt_cuda_require(const char *what, char *err, size_t errlen) {
+int rt_cuda_require(char *err, size_t errlen) {
   char why[1024];
-  cuda_device_info info;
-  if (!cuda_device_available(why, sizeof why) || !cuda_driver(&info)) {
-    snprintf(err, errlen, "no CUDA device: %s", why);
-    return KILN_ERR_DEVICE;
-  }
-  snprintf(err, errlen, "%s: the CUDA backend cannot run kernels yet (device 0: %s, sm_%d%d)", what, info.name,
-           info.cc_major, info.cc_minor);
-  return KILN_ERR_UNSUPPORTED;
+  if (cuda_device_available(why, sizeof why) && cuda_driver(NULL)) return KILN_OK;
+  snprintf(err, errlen, "no CUDA device: %s", why);
+  return KILN_ERR_DEVICE;
 }
 
 /* Under lock: KILN_OK and the backend set, or an error in err. */
@@ -48,7 +44,11 @@ static int select_locked(const char *name, const char *source, char *err, size_t
     __atomic_store_n(&backend, BACKEND_LLVM, __ATOMIC_RELAXED);
     return KILN_OK;
   }
-  if (strcmp(name, "cuda") == 0) return rt_cuda_require("backend \"cuda\"", err, errlen);
+  if (strcmp(name, "cuda") == 0) {
+    int st = rt_cuda_require(err, errlen);
+    if (st == KILN_OK) __atomic_store_n(&backend, BACKEND_CUDA, __ATOMIC_RELAXED);
+    return st;
+  }
   if (strcmp(name, "cuda-emu") == 0) {
     if (!cuda_emu_available(err, errlen)) return KILN_ERR_UNSUPPORTED;
     __atomic_store_n(&backend, BACKEND_CUDA_EMU, __ATOMIC_RELAXED);

@@ -5,10 +5,17 @@
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
+ *
+ * They run on the host whatever the node's device: inputs on KILN_CUDA
+ * are read through host copies (swapped into the input nodes for the
+ * call), and a KILN_CUDA node's result is uploaded (docs/cuda.md: today
+ * only index_add_'s SCATTER gets there; matmul of CUDA tensors is a
+ * generated kernel, api/linalg.c).
  */
 #include <cblas.h>
 #include <stdio.h>
 
+#include "device.h"
 #include "pool.h"
 #include "runtime.h"
 
@@ -66,22 +73,67 @@ static int dispatch(graph_node *n, graph_buffer *out, char *err, size_t errlen) 
   }
 }
 
+/* Gives each input on the device a host copy for the call: its device
+ * buffer moves to saved[i] (NULL when it was already on the host). */
+static int inputs_to_host(graph_node *n, graph_buffer **saved, char *err, size_t errlen) {
+  int st = KILN_OK;
+  for (int i = 0; i < n->n_inputs && st == KILN_OK; i++) {
+    graph_node *in = n->inputs[i].node;
+    saved[i] = NULL;
+    if (in->buffer->device == KILN_CPU) continue;
+    graph_buffer *host = NULL;
+    st = rt_buffer_copy_to(in->buffer, KILN_CPU, &host, err, errlen);
+    if (st != KILN_OK) {
+      graph_buffer_release(host);
+      break;
+    }
+    saved[i] = in->buffer;
+    in->buffer = host;
+  }
+  return st;
+}
+
+static void inputs_back(graph_node *n, graph_buffer **saved) {
+  for (int i = n->n_inputs - 1; i >= 0; i--)
+    if (saved[i]) {
+      graph_buffer_release(n->inputs[i].node->buffer);
+      n->inputs[i].node->buffer = saved[i];
+    }
+}
+
+/* Computes n on the host into *out (a new host buffer). */
+static int run_on_host(graph_node *n, graph_buffer **out, int64_t *t0, int64_t *t1, char *err, size_t errlen) {
+  int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
+  *out = graph_buffer_alloc(bytes);
+  if (!*out) {
+    snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
+    return KILN_ERR_OOM;
+  }
+  graph_buffer *saved[GRAPH_MAX_INPUTS] = {0};
+  int st = inputs_to_host(n, saved, err, errlen);
+  if (n->op == GRAPH_OP_MATMUL) match_blas_threads();
+  *t0 = rt_now_ns();
+  if (st == KILN_OK) st = dispatch(n, *out, err, errlen);
+  *t1 = rt_now_ns();
+  inputs_back(n, saved);
+  return st;
+}
+
 int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   for (int i = 0; i < n->n_inputs; i++) {
     graph_node *in = n->inputs[i].node;
     int st = in->buffer ? KILN_OK : rt_realize(&in, 1, err, errlen);
     if (st != KILN_OK) return st;
   }
-  int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
-  graph_buffer *out = graph_buffer_alloc(bytes);
-  if (!out) {
-    snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
-    return KILN_ERR_OOM;
+  graph_buffer *out = NULL;
+  int64_t t0 = 0, t1 = 0;
+  int st = run_on_host(n, &out, &t0, &t1, err, errlen);
+  if (st == KILN_OK && n->device == KILN_CUDA) {
+    graph_buffer *dev = NULL;
+    st = rt_buffer_copy_to(out, KILN_CUDA, &dev, err, errlen);
+    graph_buffer_release(out);
+    out = dev;
   }
-  if (n->op == GRAPH_OP_MATMUL) match_blas_threads();
-  int64_t t0 = rt_now_ns();
-  int st = dispatch(n, out, err, errlen);
-  int64_t t1 = rt_now_ns();
   if (st != KILN_OK) {
     graph_buffer_release(out);
     return st;

@@ -11,7 +11,9 @@
  * with the same calling convention; the key's last byte says which path
  * built the entry, so switching backends never reuses the other's code.
  * F16/BF16 kernels, which the emulator does not build, are checked and
- * then compiled by LLVM.
+ * then compiled by LLVM. Kernels for tensors on the real CUDA device
+ * (rt_kernel_get_device) are NVRTC builds loaded on the device, cached
+ * under the same key with a third path byte; they stay loaded until exit.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,13 +21,18 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "device.h"
 #include "runtime.h"
+
+/* Which path built an entry: the key's last byte. */
+enum { PATH_LLVM = 0, PATH_EMU = 1, PATH_DEVICE = 2 };
 
 typedef struct cache_entry {
   uint64_t hash;
   unsigned char *key; /* NULL = empty slot */
   size_t len;
-  llvm_kernel_fn fn;
+  llvm_kernel_fn fn; /* PATH_LLVM, PATH_EMU */
+  void *dev;         /* PATH_DEVICE: rt_device_kernel_load's handle */
 } cache_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -36,13 +43,13 @@ static int64_t compiles;
 int64_t rt_compile_count(void) { return compiles; }
 
 /* The key bytes of k (malloc'ed), or NULL on OOM. */
-static unsigned char *kernel_key(const kir_kernel *k, size_t *len) {
+static unsigned char *kernel_key(const kir_kernel *k, int path, size_t *len) {
   size_t uops = (size_t)k->n_uops * sizeof *k->uops, flags = (size_t)k->n_params;
   unsigned char *key = malloc(uops + flags + 1);
   if (!key) return NULL;
   memcpy(key, k->uops, uops);
   for (int p = 0; p < k->n_params; p++) key[uops + (size_t)p] = k->param_written[p];
-  key[uops + flags] = rt_backend_is_emu(); /* which path compiled it */
+  key[uops + flags] = (unsigned char)path;
   *len = uops + flags + 1;
   return key;
 }
@@ -92,7 +99,10 @@ static bool grow(void) {
 }
 
 static void cache_free_all(void) {
-  for (size_t i = 0; i < n_slots; i++) free(slots[i].key);
+  for (size_t i = 0; i < n_slots; i++) {
+    free(slots[i].key);
+    rt_device_kernel_free(slots[i].dev);
+  }
   free(slots);
   slots = NULL;
   n_slots = n_used = 0;
@@ -108,18 +118,33 @@ static cache_entry *lookup(uint64_t h, const unsigned char *key, size_t len) {
   return find_slot(slots, n_slots, h, key, len);
 }
 
+/* Builds k by `path` into *e (fn or dev). */
+static int build(const kir_kernel *k, int path, cache_entry *e, char *err, size_t errlen) {
+  if (path == PATH_DEVICE) return rt_device_kernel_load(k, &e->dev, err, errlen);
+  int st = path == PATH_EMU ? cuda_emu_compile(k, &e->fn, err, errlen) : KILN_OK;
+  if (st == KILN_OK && !e->fn) {
+    char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
+    st = llvm_compile(k, &e->fn, rt_debug_level() >= 4 ? &ir : NULL, err, errlen);
+    if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
+    free(ir);
+  }
+  if (st == KILN_OK && path == PATH_LLVM) rt_cuda_check(k); /* KILN_CUDA_CHECK: the GPU backend's code, checked */
+  return st;
+}
+
 /* A miss compiles without holding the lock, so kernels compile in
  * parallel; when two threads compile the same kernel, the first to
- * finish is cached and both use it. */
-int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen) {
+ * finish is cached and both use it (a device build that loses the race
+ * is unloaded). */
+static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, char *err, size_t errlen) {
   size_t len = 0;
-  unsigned char *key = kernel_key(k, &len);
+  unsigned char *key = kernel_key(k, path, &len);
   if (!key) return KILN_ERR_OOM;
   uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
   cache_entry *e = lookup(h, key, len);
   bool hit = e && e->key;
-  if (hit) *fn = e->fn;
+  if (hit) *out = *e;
   pthread_mutex_unlock(&cache_lock);
   if (!e) {
     free(key);
@@ -130,34 +155,40 @@ int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char
     free(key);
     return KILN_OK;
   }
-  llvm_kernel_fn mine = NULL;
-  bool emu = key[len - 1];
-  int st = emu ? cuda_emu_compile(k, &mine, err, errlen) : KILN_OK;
-  if (st == KILN_OK && !mine) {
-    char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
-    st = llvm_compile(k, &mine, rt_debug_level() >= 4 ? &ir : NULL, err, errlen);
-    if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
-    free(ir);
-  }
+  cache_entry mine = {h, NULL, len, NULL, NULL};
+  int st = build(k, path, &mine, err, errlen);
   if (st != KILN_OK) {
     free(key);
     return st;
   }
-  if (!emu) rt_cuda_check(k); /* KILN_CUDA_CHECK: the GPU backend's code for it, checked */
   pthread_mutex_lock(&cache_lock);
   e = lookup(h, key, len);
   if (e && e->key) {
-    *fn = e->fn; /* another thread finished first; ours stays unused */
+    rt_device_kernel_free(mine.dev); /* another thread finished first */
+    mine = *e;
   } else if (e) {
-    *e = (cache_entry){h, key, len, mine};
+    mine.key = key;
+    *e = mine;
     n_used++;
     compiles++;
     key = NULL;
-    *fn = mine;
-  } else {
-    *fn = mine; /* no room to cache it: still usable */
-  }
+  } /* else no room to cache it: still usable */
   pthread_mutex_unlock(&cache_lock);
+  *out = mine;
   free(key);
   return KILN_OK;
+}
+
+int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen) {
+  cache_entry e;
+  int st = get(k, rt_backend_is_emu() ? PATH_EMU : PATH_LLVM, &e, cache_hit, err, errlen);
+  if (st == KILN_OK) *fn = e.fn;
+  return st;
+}
+
+int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, char *err, size_t errlen) {
+  cache_entry e;
+  int st = get(k, PATH_DEVICE, &e, cache_hit, err, errlen);
+  if (st == KILN_OK) *handle = e.dev;
+  return st;
 }

@@ -9,12 +9,22 @@
  * into the old buffer; otherwise it copies the old contents first.
  * Inlined sources (pending FULL/ARANGE) are computed inside their readers'
  * kernels and never get a buffer of their own unless requested.
+ *
+ * Devices (runtime/device.h): a node on KILN_CUDA gets a device buffer
+ * and its kernel runs on the real device (rt_device_launch) or, under
+ * cuda-emu, on the host over the emulated device memory. An input whose
+ * buffer is on the other device is copied over for the run (a CPU 0-d
+ * scalar read by a CUDA op; the copy of kiln_to_device when it must
+ * gather a strided view). A copy that only moves a whole buffer between
+ * devices (kiln_to_device of a contiguous tensor) is one transfer, no
+ * kernel.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "lower.h"
 #include "pool.h"
 #include "runtime.h"
@@ -128,12 +138,12 @@ static bool can_write_in_place(const graph_node *n) {
 
 static int detach_old_readers(graph_node *old, char *err, size_t errlen) {
   if (old->refcount == 1) return KILN_OK;
-  graph_buffer *copy = graph_buffer_alloc(old->buffer->bytes);
-  if (!copy) {
-    snprintf(err, errlen, "out of memory copying %lld bytes", (long long)old->buffer->bytes);
-    return KILN_ERR_OOM;
+  graph_buffer *copy = NULL;
+  int st = rt_buffer_copy_to(old->buffer, old->buffer->device, &copy, err, errlen);
+  if (st != KILN_OK) {
+    graph_buffer_release(copy);
+    return st;
   }
-  memcpy(copy->data, old->buffer->data, (size_t)old->buffer->bytes);
   graph_buffer *mine = old->buffer;
   old->buffer = copy;
   graph_buffer_release(mine); /* still held by the ASSIGN's output */
@@ -156,23 +166,41 @@ static int output_buffer(graph_node *n, bool in_place, graph_buffer **out, char 
     *out = graph_buffer_retain(old->buffer);
     return detach_old_readers(old, err, errlen);
   }
+  if (n->device == KILN_CUDA) return rt_device_alloc(bytes, out, err, errlen);
   *out = graph_buffer_alloc(bytes);
   if (*out) return KILN_OK;
   snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
   return KILN_ERR_OOM;
 }
 
-/* Kernel arguments: bufs[] as lower.h lays them out. */
+/* Kernel arguments: bufs[] as lower.h lays them out, with the input
+ * buffers on the kernel's device (staged: copies to release). */
 typedef struct kernel_args {
   void *bufs[3 + PASS_MAX_INPUTS];
+  const graph_buffer *in[PASS_MAX_INPUTS];
+  graph_buffer *staged[PASS_MAX_INPUTS];
 } kernel_args;
 
-static void bind_args(pass_binding *b, graph_buffer *out, graph_buffer *const *outs, kernel_args *a) {
+static void release_args(kernel_args *a, int n_inputs) {
+  for (int i = 0; i < n_inputs; i++) graph_buffer_release(a->staged[i]);
+}
+
+/* Inputs on another device than the kernel's are staged there first. */
+static int bind_args(const graph_node *n, pass_binding *b, graph_buffer *out, graph_buffer *const *outs, kernel_args *a,
+                     char *err, size_t errlen) {
   a->bufs[0] = out->data;
   a->bufs[1] = b->args;
   a->bufs[2] = b->fargs;
   for (int j = 0; j < b->n_outputs; j++) a->bufs[3 + j] = outs[j]->data;
-  for (int i = 0; i < b->n_inputs; i++) a->bufs[3 + b->n_outputs + i] = b->inputs[i]->buffer->data;
+  memset(a->staged, 0, sizeof a->staged);
+  int st = KILN_OK;
+  for (int i = 0; i < b->n_inputs && st == KILN_OK; i++) {
+    graph_buffer *buf = b->inputs[i]->buffer;
+    if (buf->device != n->device) st = rt_buffer_copy_to(buf, n->device, &a->staged[i], err, errlen);
+    a->in[i] = a->staged[i] ? a->staged[i] : buf;
+    a->bufs[3 + b->n_outputs + i] = a->in[i]->data;
+  }
+  return st;
 }
 
 /* A kernel ready to run: lowered and compiled now, or from a cached
@@ -183,11 +211,16 @@ typedef struct ready_kernel {
   int64_t compile_ns;
 } ready_kernel;
 
+/* The backend a record names: the real device, the emulator or LLVM. */
+static const char *backend_name(bool on_device) {
+  return on_device ? "cuda" : rt_backend_is_emu() ? "cuda-emu" : "llvm";
+}
+
 /* The profiler record and KILN_DEBUG line of one run that started at t0. */
 static void report(const graph_node *n, const ready_kernel *rk, int threads, int64_t t0, int64_t t1,
                    const rt_pool_span *spans, int n_spans) {
   const pass_binding *b = &rk->k.binding;
-  kiln_kernel_record r = {.name = rk->k.name, .backend = rt_backend_is_emu() ? "cuda-emu" : "llvm", .n_ops = b->n_ops,
+  kiln_kernel_record r = {.name = rk->k.name, .backend = backend_name(rk->k.on_device), .n_ops = b->n_ops,
                           .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns,
                           .run_ns = t1 - t0, .bytes_read = b->bytes_read};
   bool assign = n->op == GRAPH_OP_ASSIGN;
@@ -283,8 +316,10 @@ static void remember(sched_run *run, const rt_sched_kernel *k) {
 }
 
 /* What the kernel IR of a lowered kernel tells the runtime. */
-static void describe(const kir_kernel *k, int pos, bool in_place, ready_kernel *rk) {
+static void describe(const graph_node *n, const kir_kernel *k, int pos, bool in_place, ready_kernel *rk) {
   rk->k.pos = pos;
+  rk->k.on_device = n->device == KILN_CUDA && rt_device_next_is_real();
+  rk->k.dev = NULL;
   rk->k.in_place = in_place;
   rk->k.extent = pass_parallel_extent(k);
   rk->k.split = kir_splittable(k);
@@ -294,7 +329,8 @@ static void describe(const kir_kernel *k, int pos, bool in_place, ready_kernel *
 /* Compiles k (or finds it in the kernel cache) into rk. */
 static int compile(const kir_kernel *k, ready_kernel *rk, char *err, size_t errlen) {
   int64_t t0 = rt_now_ns();
-  int st = rt_kernel_get(k, &rk->k.fn, &rk->hit, err, errlen);
+  int st = rk->k.on_device ? rt_kernel_get_device(k, &rk->k.dev, &rk->hit, err, errlen)
+                           : rt_kernel_get(k, &rk->k.fn, &rk->hit, err, errlen);
   int64_t t1 = rt_now_ns();
   rk->compile_ns = t1 - t0;
   if (st == KILN_OK && !rk->hit && rt_profiling()) rt_profile_compile(rk->k.name, t0, t1);
@@ -308,7 +344,7 @@ static int prepare(graph_node *n, int pos, sched_run *run, ready_kernel *rk, cha
   int st = lower(n, in_place, &k, &rk->k.binding, run, err, errlen);
   if (st != KILN_OK) return st;
   if (in_place && !can_write_in_place(n)) run->cacheable = false;
-  describe(&k, pos, in_place && can_write_in_place(n), rk);
+  describe(n, &k, pos, in_place && can_write_in_place(n), rk);
   st = compile(&k, rk, err, errlen);
   if (st == KILN_OK && rt_debug_level() >= 3) debug_ir(&k);
   kir_free(&k);
@@ -340,7 +376,9 @@ static void find_same_code(compile_job *jobs, int n) {
   for (int j = 0; j < n; j++) {
     jobs[j].same_as = -1;
     for (int i = 0; i < j && jobs[j].same_as < 0; i++)
-      if (jobs[i].same_as < 0 && kir_same_code(&jobs[i].k, &jobs[j].k)) jobs[j].same_as = i;
+      if (jobs[i].same_as < 0 && jobs[i].rk.k.on_device == jobs[j].rk.k.on_device &&
+          kir_same_code(&jobs[i].k, &jobs[j].k))
+        jobs[j].same_as = i;
   }
 }
 
@@ -350,13 +388,25 @@ static void share_same_code(compile_job *jobs, int n) {
     if (!src) continue;
     jobs[j].status = src->status;
     jobs[j].rk.k.fn = src->rk.k.fn;
+    jobs[j].rk.k.dev = src->rk.k.dev;
     jobs[j].rk.hit = true;
     jobs[j].rk.compile_ns = 0;
   }
 }
 
+/* A copy that only moves a buffer to the other device: a CAST to the same
+ * dtype reading all of its (realized, or materialized earlier in the
+ * schedule) input in order. Runs as one transfer, never a kernel. */
+static bool is_transfer(const graph_node *n) {
+  if (n->op != GRAPH_OP_CAST) return false;
+  const graph_node *in = n->inputs[0].node;
+  const graph_view *v = &n->inputs[0].view;
+  return in->device != n->device && !pass_is_inlined(in) && in->dtype == n->dtype && in->numel == n->numel &&
+         v->offset == 0 && graph_view_is_contiguous(v);
+}
+
 static bool needs_kernel(const graph_node *x) {
-  return !x->buffer && !x->fused && !x->store_host && graph_ops[x->op].kind != GRAPH_EXTERN;
+  return !x->buffer && !x->fused && !x->store_host && graph_ops[x->op].kind != GRAPH_EXTERN && !is_transfer(x);
 }
 
 /* Lowers every kernel of a schedule whose structure is new and compiles
@@ -380,7 +430,7 @@ static void prefetch(sched_run *run, int n) {
     compile_job *j = &run->jobs[n_jobs];
     bool in_place = can_write_in_place(x);
     if (pass_lower_node(x, in_place, &j->k, &j->rk.k.binding, err, sizeof err) != KILN_OK) continue;
-    describe(&j->k, i, in_place, &j->rk);
+    describe(x, &j->k, i, in_place, &j->rk);
     j->status = KILN_ERR_UNSUPPORTED;
     run->job_at[i] = n_jobs++;
   }
@@ -436,29 +486,93 @@ static void set_extra_outputs(const pass_binding *b, graph_buffer *const *outs) 
   }
 }
 
+/* A device buffer holding `bytes` of host data (a kernel's args or
+ * fargs array). */
+static int upload_array(const void *src, int64_t bytes, graph_buffer **out, char *err, size_t errlen) {
+  int st = rt_device_alloc(bytes, out, err, errlen);
+  return st == KILN_OK ? rt_device_upload(*out, src, bytes, err, errlen) : st;
+}
+
+/* Runs k on the real device over its whole parallel range: the host
+ * argument arrays go up first; *ns is the CUDA-event time. */
+static int launch_on_device(const rt_sched_kernel *k, graph_buffer *out, graph_buffer *const *outs,
+                            const kernel_args *a, int64_t *ns, char *err, size_t errlen) {
+  const pass_binding *b = &k->binding;
+  graph_buffer *args = NULL, *fargs = NULL;
+  int st = upload_array(b->args, (int64_t)sizeof b->args[0] * (b->n_args > 0 ? b->n_args : 1), &args, err, errlen);
+  if (st == KILN_OK)
+    st = upload_array(b->fargs, (int64_t)sizeof b->fargs[0] * (b->n_fargs > 0 ? b->n_fargs : 1), &fargs, err, errlen);
+  const graph_buffer *bufs[3 + PASS_MAX_INPUTS] = {out, args, fargs};
+  for (int j = 0; j < b->n_outputs; j++) bufs[3 + j] = outs[j];
+  for (int i = 0; i < b->n_inputs; i++) bufs[3 + b->n_outputs + i] = a->in[i];
+  if (st == KILN_OK)
+    st = rt_device_launch(k->dev, bufs, 3 + b->n_outputs + b->n_inputs, 0, k->extent, ns, err, errlen);
+  graph_buffer_release(args);
+  graph_buffer_release(fargs);
+  return st;
+}
+
 static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
   graph_buffer *out = NULL, *outs[PASS_MAX_OUTPUTS];
   int st = output_buffer(n, rk->k.in_place, &out, err, errlen);
+  int n_outs = 0; /* extra outputs held */
   if (st == KILN_OK) st = extra_outputs(&rk->k.binding, outs, err, errlen);
+  if (st == KILN_OK) n_outs = rk->k.binding.n_outputs;
+  kernel_args a;
+  memset(a.staged, 0, sizeof a.staged);
+  if (st == KILN_OK) st = bind_args(n, &rk->k.binding, out, outs, &a, err, errlen);
+  static _Thread_local rt_pool_span spans[RT_POOL_MAX_THREADS];
+  int n_spans = 0, threads = 1;
+  int64_t t0 = rt_now_ns(), t1 = t0;
+  if (st == KILN_OK && rk->k.on_device) {
+    int64_t ns = 0;
+    st = launch_on_device(&rk->k, out, outs, &a, &ns, err, errlen);
+    t1 = t0 + ns;
+  } else if (st == KILN_OK) {
+    threads = run_kernel(n, &rk->k, a.bufs, rt_profiling() ? spans : NULL, &n_spans);
+    t1 = rt_now_ns();
+  }
+  release_args(&a, rk->k.binding.n_inputs);
   if (st != KILN_OK) {
     graph_buffer_release(out);
+    for (int j = 0; j < n_outs; j++) graph_buffer_release(outs[j]);
     return st;
   }
-  kernel_args a;
-  bind_args(&rk->k.binding, out, outs, &a);
-  static _Thread_local rt_pool_span spans[RT_POOL_MAX_THREADS];
-  int n_spans = 0;
-  int64_t t0 = rt_now_ns();
-  int threads = run_kernel(n, &rk->k, a.bufs, rt_profiling() ? spans : NULL, &n_spans);
-  int64_t t1 = rt_now_ns();
   if (rt_debug_level() >= 1 || rt_profiling()) report(n, rk, threads, t0, t1, spans, n_spans);
   set_extra_outputs(&rk->k.binding, outs);
   graph_node_set_buffer(n, out);
   return KILN_OK;
 }
 
+/* Runs a transfer: one host <-> device copy, reported as a kernel named
+ * copy_h2d_<bytes> or copy_d2h_<bytes>. */
+static int run_transfer(graph_node *n, char *err, size_t errlen) {
+  const graph_buffer *src = n->inputs[0].node->buffer;
+  graph_buffer *out = NULL;
+  int64_t t0 = rt_now_ns();
+  int st = rt_buffer_copy_to(src, n->device, &out, err, errlen);
+  int64_t t1 = rt_now_ns();
+  if (st != KILN_OK) {
+    graph_buffer_release(out);
+    return st;
+  }
+  if (rt_debug_level() >= 1 || rt_profiling()) {
+    const graph_buffer *dev = n->device == KILN_CUDA ? out : src;
+    char name[64];
+    snprintf(name, sizeof name, "copy_%s_%lld", n->device == KILN_CUDA ? "h2d" : "d2h", (long long)src->bytes);
+    kiln_kernel_record r = {.name = name, .backend = backend_name(rt_device_is_real(dev)), .n_ops = 1,
+                            .numel = n->numel, .bytes_read = src->bytes, .bytes_written = src->bytes,
+                            .run_ns = t1 - t0, .cache_hit = true, .threads = 1};
+    if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
+    if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
+  }
+  graph_node_set_buffer(n, out);
+  return KILN_OK;
+}
+
 static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
   if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
+  if (is_transfer(n) && n->inputs[0].node->buffer) return run_transfer(n, err, errlen);
   ready_kernel rk;
   if (!from_cache(n, pos, run, &rk) && !from_prefetch(n, pos, run, &rk)) {
     int st = prepare(n, pos, run, &rk, err, errlen);

@@ -18,16 +18,15 @@
 
 /** kiln_set_backend: "llvm", "cuda-emu" (KILN_ERR_UNSUPPORTED without
  *  NVRTC or a host C++ compiler), or "cuda" (KILN_ERR_DEVICE "no CUDA device:
- *  <why>" without a device; KILN_ERR_UNSUPPORTED with one, as kernels
- *  cannot run on it yet); else KILN_ERR_ARG. Message in err. */
+ *  <why>" without a device); else KILN_ERR_ARG. Message in err. */
 int rt_backend_select(const char *name, char *err, size_t errlen);
 /** Called by rt_realize: KILN_OK once a backend is selected; when none
  *  was, selects $KILN_BACKEND (unset or empty: "llvm") with the same
  *  errors as rt_backend_select, repeated at every call until it succeeds. */
 int rt_backend_ready(char *err, size_t errlen);
-/** The error for work asked of the CUDA device (`what` names it):
- *  KILN_ERR_DEVICE "no CUDA device: <why>", or KILN_ERR_UNSUPPORTED. */
-int rt_cuda_require(const char *what, char *err, size_t errlen);
+/** KILN_OK when CUDA device 0 is usable, else KILN_ERR_DEVICE
+ *  "no CUDA device: <why>" in err. */
+int rt_cuda_require(char *err, size_t errlen);
 /** True when "cuda-emu" is selected: kernels run through the CUDA C
  *  printer, NVRTC/ptxas and the host C++ compiler (rt_kernel_get). */
 bool rt_backend_is_emu(void);
@@ -54,6 +53,9 @@ int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, ch
 /** Compiled entry point for k, from the cache or compiled now (then cached
  *  by kir_to_string(k)). *cache_hit tells which. */
 int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen);
+/** The real CUDA device's build of k (device.h), from the same cache
+ *  (keyed by kir_to_string(k) and the path) or built and loaded now. */
+int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, char *err, size_t errlen);
 /** A 64-bit hash of len bytes (the caches' keys). */
 uint64_t rt_hash_bytes(const unsigned char *p, size_t len);
 /** Number of kernels compiled so far (cache misses), for tests. */
@@ -80,6 +82,8 @@ typedef struct rt_sched_kernel {
   bool in_place, split;
   int64_t extent;
   llvm_kernel_fn fn;
+  bool on_device; /* runs on the real CUDA device: dev, not fn */
+  void *dev;      /* rt_kernel_get_device's handle */
   char name[96];
   pass_binding binding;
 } rt_sched_kernel;

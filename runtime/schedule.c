@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "runtime.h"
 
 #define RT_SCHED_MAX_BYTES (256ll << 20)
@@ -87,7 +88,7 @@ static int64_t external_ref(keybuf *k, graph_node *in, int ext_epoch, int *n_ext
   if (in->sched_mark == ext_epoch) return -1 - (int64_t)in->sched_pos;
   in->sched_mark = ext_epoch;
   in->sched_pos = (*n_ext)++;
-  int64_t desc[4] = {in->buffer ? -1 : (int64_t)in->op, in->dtype, in->numel, 0};
+  int64_t desc[4] = {in->buffer ? -1 : (int64_t)in->op, in->dtype, in->numel, in->device};
   put(k, desc, sizeof desc);
   if (!in->buffer && in->op == GRAPH_OP_ARANGE) { /* compiled into the kernel */
     put(k, &in->attr.scalar, sizeof(double));
@@ -97,7 +98,8 @@ static int64_t external_ref(keybuf *k, graph_node *in, int ext_epoch, int *n_ext
 }
 
 static void put_node(keybuf *k, graph_node *n, int order_epoch, int ext_epoch, int *n_ext) {
-  int64_t head[6] = {n->op, n->dtype, n->cdtype, n->ndim, n->n_inputs, n->numel};
+  int64_t where = n->device == KILN_CUDA ? 1 + rt_device_next_is_real() : 0; /* CPU, emulated or real device */
+  int64_t head[7] = {n->op, n->dtype, n->cdtype, n->ndim, n->n_inputs, n->numel, where};
   put(k, head, sizeof head);
   put(k, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
   put(k, &n->attr.scalar, sizeof(double)); /* compiled in for CLAMP and materialized sources */

@@ -93,6 +93,9 @@ EXPORT CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t 
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n) {
   return memcpy(dst, (const void *)(uintptr_t)src, n), OK;
 }
+EXPORT CUresult cuMemcpyDtoD_v2(unsigned long long dst, unsigned long long src, size_t n) {
+  return memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n), OK;
+}
 EXPORT CUresult cuStreamCreate(void **s, unsigned flags) {
   if (flags != 0) return INVALID_VALUE;
   *s = &stream_token;

@@ -8,7 +8,8 @@
  * only when cuda_device_available() is true and skip with the reason
  * otherwise: the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
- * (codegen_cuda/cuda_launch.c).
+ * (codegen_cuda/cuda_launch.c); CUDA tensors moved there and back through
+ * the runtime (runtime/device.c) with the caching allocator's reuse.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 #include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "cuda_launch.h"
+#include "device.h"
 #include "kir.h"
 #include "runtime.h"
 #include "test_util.h"
@@ -120,8 +122,10 @@ static void set_backend_errors(void **state) {
   bool have = cuda_device_available(why, sizeof why);
   int st = kiln_set_backend("cuda");
   if (have) {
-    assert_int_equal(st, KILN_ERR_UNSUPPORTED); /* kernels cannot run on the GPU yet */
-    expect_error(KILN_ERR_UNSUPPORTED, "kiln_set_backend", "cannot run kernels yet", NULL);
+    assert_int_equal(st, KILN_OK); /* CUDA tensors run on the device, CPU tensors still on LLVM */
+    kiln_tensor *x = affine_ones(4, 2.0, 1.0);
+    expect_values_tol(x, (double[]){3, 3, 3, 3}, 4, 0);
+    kiln_release(x);
   } else {
     assert_true(why[0] != 0);
     assert_int_equal(st, KILN_ERR_DEVICE);
@@ -255,6 +259,112 @@ static void launch_layer_without_device(void **state) {
   cuda_buffer_free(0);
 }
 
+/* Needs a device (the fake driver will do: no kernel runs): CUDA tensors
+ * through the runtime's real-device path — kiln_to_device is one
+ * cuMemcpyHtoD into a cuMemAlloc'ed buffer, reads copy back after the
+ * stream, freed buffers are reused by the caching allocator, and the
+ * copies are profiled with backend "cuda". */
+static void device_tensors_copy_and_reuse(void **state) {
+  (void)state;
+  require_device();
+  assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
+  float data[6] = {1.5f, -2, 3, 4.25f, -5, 6};
+  kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){2, 3}, data);
+  rt_device_stats s0, s1;
+  rt_device_get_stats(&s0);
+  for (int round = 0; round < 2; round++) {
+    kiln_scope_begin();
+    if (round == 1) kiln_profile_begin();
+    kiln_tensor *d = kiln_to_device(x, KILN_CUDA);
+    assert_non_null(d);
+    assert_int_equal(kiln_device_of(d), KILN_CUDA);
+    float got[6] = {0};
+    assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK);
+    assert_memory_equal(got, data, sizeof data);
+    assert_float_equal(kiln_get(d, (int64_t[]){1, 1}), -5, 0);
+    kiln_tensor *back = kiln_to_device(d, KILN_CPU);
+    assert_int_equal(kiln_device_of(back), KILN_CPU);
+    memset(got, 0, sizeof got);
+    assert_int_equal(kiln_read(back, got, sizeof got), KILN_OK);
+    assert_memory_equal(got, data, sizeof data);
+    assert_null(kiln_add(x, d));
+    expect_error(KILN_ERR_DEVICE, "kiln_add: expected all tensors to be on the same device", NULL);
+    if (round == 1) {
+      kiln_profile_end();
+      kiln_kernel_record r;
+      assert_int_equal(kiln_profile_count(), 2);
+      assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
+      assert_string_equal(r.name, "copy_h2d_24");
+      assert_string_equal(r.backend, "cuda");
+      assert_int_equal(kiln_profile_get(1, &r), KILN_OK);
+      assert_string_equal(r.name, "copy_d2h_24");
+    }
+    kiln_scope_end();
+    if (round == 0) rt_device_get_stats(&s0);
+  }
+  rt_device_get_stats(&s1);
+  assert_int_equal(s1.allocs, s0.allocs); /* the second round reused the first one's block */
+  /* device to device (copy-on-write of an in-place write): cuMemcpyDtoD */
+  graph_buffer *a = NULL, *b = NULL;
+  char err[1024];
+  assert_int_equal(rt_device_alloc(sizeof data, &a, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_device_upload(a, data, sizeof data, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_buffer_copy_to(a, KILN_CUDA, &b, err, sizeof err), KILN_OK);
+  assert_ptr_not_equal(a->data, b->data);
+  float back[6] = {0};
+  assert_int_equal(rt_device_download(back, b, 0, sizeof back, err, sizeof err), KILN_OK);
+  assert_memory_equal(back, data, sizeof data);
+  assert_int_equal(rt_device_download(back, b, 4 * sizeof(float), sizeof(float), err, sizeof err), KILN_OK);
+  assert_float_equal(back[0], data[4], 0);
+  graph_buffer_release(a);
+  graph_buffer_release(b);
+  assert_true(s1.reuses > s0.reuses);
+  rt_device_trim();
+  rt_device_get_stats(&s1);
+  assert_int_equal(s1.cached_bytes, 0);
+  kiln_release(x);
+  expect_no_error();
+}
+
+/* Needs a device and NVRTC: an op on a CUDA tensor is compiled by NVRTC
+ * for the device's sm_XX, loaded, and launched with the runtime's
+ * argument layout (output, args, fargs, inputs; the host arrays
+ * uploaded). A GPU computes it; the fake driver, which runs only its one
+ * known kernel, rejects the launch: the error comes back as
+ * KILN_ERR_DEVICE with the driver's message, nothing aborts, and the
+ * tensors stay usable. */
+static void device_kernel_on_cuda_tensor(void **state) {
+  (void)state;
+  require_device();
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  cuda_device_info info;
+  assert_non_null(cuda_driver(&info));
+  bool fake = strcmp(info.name, "Fake GPU") == 0;
+  assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_from_data(KILN_F32, 1, (int64_t[]){5}, (float[]){1, 2, 3, 4, 5});
+  kiln_tensor *d = kiln_to_device(x, KILN_CUDA);
+  kiln_tensor *y = kiln_add_scalar(kiln_mul_scalar(d, 2), 0.5);
+  assert_int_equal(kiln_device_of(y), KILN_CUDA);
+  float got[5];
+  int st = kiln_read(y, got, sizeof got);
+  if (fake) {
+    assert_int_equal(st, KILN_ERR_DEVICE);
+    expect_error(KILN_ERR_DEVICE, "kiln_read: cuLaunchKernel: CUDA_ERROR_INVALID_VALUE", NULL);
+  } else {
+    assert_int_equal(st, KILN_OK);
+    for (int i = 0; i < 5; i++) assert_float_equal(got[i], (i + 1) * 2 + 0.5, 0);
+  }
+  assert_int_equal(kiln_read(d, got, sizeof got), KILN_OK); /* a transfer: no kernel */
+  assert_float_equal(got[4], 5, 0);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 /* Needs a GPU (and NVRTC): upload, launch and download one elementwise
  * kernel; the grid-stride loop covers n > one block, and CUDA events time
  * it. */
@@ -305,6 +415,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(device_round_trip, reset, reset),
       cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
       cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
+      cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
+      cmocka_unit_test_setup_teardown(device_kernel_on_cuda_tensor, reset, reset),
       /* last: once loaded, the stub answers to its soname libcuda.so.1 */
       cmocka_unit_test_setup_teardown(stub_libcuda_cuinit_fails, reset, reset),
   };

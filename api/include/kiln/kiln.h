@@ -294,11 +294,21 @@ KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
 /** Lazy conversion (new storage; a new reference to `t` if already that
  *  dtype). Float→int truncates toward zero, →BOOL is x != 0. Torch: to. */
 KILN_API kiln_tensor *kiln_to_dtype(kiln_tensor *t, kiln_dtype dtype);
-/** Moves to a device. KILN_CPU returns `t` (new reference). KILN_CUDA:
- *  without a usable CUDA device (libcuda missing, cuInit failing, no GPU)
- *  NULL with KILN_ERR_DEVICE "no CUDA device: <reason>"; with one, NULL
- *  with KILN_ERR_UNSUPPORTED (device tensors are not implemented yet).
- *  Another value: KILN_ERR_ARG. Torch: to(device). */
+/** A tensor on `device` with t's values: `t` itself (new reference) when
+ *  it is already there, else a lazy contiguous copy (new storage, t's
+ *  sizes and dtype) on that device — like kiln_to_dtype. KILN_CUDA tensors
+ *  live on CUDA device 0 (or, under the "cuda-emu" backend, in emulated
+ *  device memory on the host); ops on them produce KILN_CUDA tensors and
+ *  run there; reading their values (kiln_read, kiln_get, kiln_item,
+ *  printing, saving) copies them to the host after the device finished.
+ *  An op mixing a KILN_CPU and a KILN_CUDA tensor fails with
+ *  KILN_ERR_DEVICE ("expected all tensors to be on the same device"),
+ *  except a CPU tensor of one element (a 0-d scalar), which is copied
+ *  over; kiln_copy_ copies across devices. kiln_data of a KILN_CUDA tensor
+ *  is KILN_ERR_DEVICE. Errors: KILN_CUDA without a usable device and not
+ *  under "cuda-emu" (libcuda missing, cuInit failing, no GPU): NULL with
+ *  KILN_ERR_DEVICE "no CUDA device: <reason>"; another device value:
+ *  KILN_ERR_ARG. Torch: to(device). */
 KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device device);
 /** Copies src's elements into dst (row-major order of each), converting the
  *  dtype. Element counts must match; sizes may differ. If src broadcasts to
@@ -466,6 +476,9 @@ KILN_API kiln_tensor *kiln_cumprod(kiln_tensor *t, int dim);
  * integers wrap like Torch's). Operand dtypes promote as for kiln_add;
  * BOOL operands are KILN_ERR_DTYPE. The product is one graph node: its
  * elementwise readers (bias, activation, scale) fuse into one kernel.
+ * Products of KILN_CUDA operands run in the generated kernel on the device
+ * for every dtype (F64 accumulates in F64); operands on different
+ * devices are KILN_ERR_DEVICE.
  * All return a new reference (lazy) or NULL: KILN_ERR_SHAPE for mismatched
  * sizes (the message gives both), KILN_ERR_ARG for NULL operands. */
 
@@ -630,7 +643,8 @@ KILN_API double kiln_get(kiln_tensor *t, const int64_t *index);
 KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value);
 /** Forces t and returns a pointer to element 0 of its view in host memory
  *  (borrowed: valid until the next in-place write to the storage or its
- *  release). Strided: index it with kiln_strides. NULL on error. */
+ *  release). Strided: index it with kiln_strides. NULL on error; a
+ *  KILN_CUDA tensor is KILN_ERR_DEVICE (kiln_to_device(t, KILN_CPU) first). */
 KILN_API const void *kiln_data(kiln_tensor *t);
 
 /* ------------------------------------------------------------- printing */
@@ -727,7 +741,8 @@ typedef double (*kiln_fn1)(double x, void *ctx);
 typedef double (*kiln_fn2)(double x, double y, void *ctx);
 typedef double (*kiln_fn3)(double x, double y, double z, void *ctx);
 
-/** t[i] = fn(t[i], ctx) for every element i. Torch7: apply. */
+/** t[i] = fn(t[i], ctx) for every element i. Torch7: apply. The callbacks
+ *  run on the host: a KILN_CUDA t or input is KILN_ERR_DEVICE. */
 KILN_API int kiln_apply_(kiln_tensor *t, kiln_fn1 fn, void *ctx);
 /** t[i] = fn(t[i], src[i], ctx); src has t's element count. Torch7: map. */
 KILN_API int kiln_map_(kiln_tensor *t, kiln_tensor *src, kiln_fn2 fn, void *ctx);
@@ -746,8 +761,9 @@ KILN_API int kiln_map2_(kiln_tensor *t, kiln_tensor *a, kiln_tensor *b, kiln_fn3
  *  missing. For testing the GPU backend's code; slow to compile.
  *  "cuda": KILN_ERR_DEVICE "no CUDA device: <reason>" when libcuda cannot
  *  be loaded (env KILN_CUDA_LIB picks it), cuInit fails or there is no
- *  GPU; KILN_ERR_UNSUPPORTED with a GPU (kernels cannot run on it yet).
- *  Other names: KILN_ERR_ARG. On error the selection is unchanged. When
+ *  GPU; with one, KILN_CUDA tensors (kiln_to_device) run on device 0
+ *  and CPU tensors keep running on LLVM. Under "cuda-emu", KILN_CUDA
+ *  tensors live in emulated device memory. Other names: KILN_ERR_ARG. On error the selection is unchanged. When
  *  never called, the first force reads env KILN_BACKEND (unset: "llvm");
  *  if that selection fails, every force fails with its error (no silent
  *  CPU fall-back) until the program calls kiln_set_backend("llvm"). */
