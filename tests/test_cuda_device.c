@@ -388,6 +388,30 @@ static void allocator_reuses_blocks(void **state) {
 }
 
 /* The copies and kernels are profiled; the copy is one transfer. */
+/* Forced together, a+b, a-b and exp(a)*b on the device are one
+ * multi-output kernel (after the two uploads), with the CPU's values. */
+static void multi_output_on_the_device(void **state) {
+  (void)state;
+  use_emu();
+  kiln_scope_begin();
+  kiln_tensor *a = kiln_sub_scalar(kiln_arange(KILN_F32, 0, 40, 1), 20), *b = kiln_arange(KILN_F32, 1, 41, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, b}, 2), KILN_OK);
+  kiln_tensor *da = cuda(a), *db = cuda(b);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){da, db}, 2), KILN_OK);
+  rt_set_fusion(1);
+  kiln_profile_begin();
+  kiln_tensor *r[3] = {kiln_add(da, db), kiln_sub(da, db), kiln_mul(kiln_exp(kiln_mul_scalar(da, 0.1)), db)};
+  assert_int_equal(kiln_realize_many(r, 3), KILN_OK);
+  kiln_profile_end();
+  rt_set_fusion(-1);
+  assert_int_equal(kiln_profile_count(), 1);
+  expect_same(r[0], kiln_add(a, b), 0);
+  expect_same(r[1], kiln_sub(a, b), 0);
+  expect_same(r[2], kiln_mul(kiln_exp(kiln_mul_scalar(a, 0.1)), b), 1e-5);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 static void profiled_on_the_device(void **state) {
   (void)state;
   use_emu();
@@ -424,6 +448,7 @@ int main(void) {
       cmocka_unit_test_teardown(mixed_devices_fail, back_to_llvm),
       cmocka_unit_test_teardown(allocator_reuses_blocks, back_to_llvm),
       cmocka_unit_test_teardown(profiled_on_the_device, back_to_llvm),
+      cmocka_unit_test_teardown(multi_output_on_the_device, back_to_llvm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
