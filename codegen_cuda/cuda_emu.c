@@ -35,43 +35,84 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
+#include "cuda_emu_run.h"
 
 extern char **environ;
 
 /* Prepended to every printed kernel for the host compiler. */
-static const char emu_header[] = "/* cuda_emu.h: the CUDA C that Kiln's printer emits, on the host */\n"
-                                 "#include <cmath>\n"
-                                 "#include <cstring>\n"
-                                 "#include <cstdint>\n"
-                                 "using namespace std;\n"
-                                 "#define __global__\n"
-                                 "#define __device__\n"
-                                 "#define __host__\n"
-                                 "#define __forceinline__ inline\n"
-                                 "#define __restrict__ __restrict\n"
-                                 "struct dim3 { unsigned x, y, z; };\n"
-                                 "static thread_local dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};\n"
-                                 "static thread_local dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
-                                 "static inline void __syncthreads() {} /* one thread per block */\n"
-                                 "template <class To, class From> static inline To kiln_emu_bits(From f) {\n"
-                                 "  To t;\n"
-                                 "  memcpy(&t, &f, sizeof t);\n"
-                                 "  return t;\n"
-                                 "}\n"
-                                 "static inline float __int_as_float(int x) { return "
-                                 "kiln_emu_bits<float>(x); }\n"
-                                 "static inline int __float_as_int(float x) { return kiln_emu_bits<int>(x); "
-                                 "}\n"
-                                 "static inline double __longlong_as_double(long long x) { return "
-                                 "kiln_emu_bits<double>(x); }\n"
-                                 "static inline long long __double_as_longlong(double x) { return "
-                                 "kiln_emu_bits<long long>(x); }\n"
-                                 "/* a kernel argument from the runtime's untyped buffer array */\n"
-                                 "struct kiln_emu_ptr {\n"
-                                 "  void *p;\n"
-                                 "  template <class T> operator T *() const { return (T *)p; }\n"
-                                 "};\n"
-                                 "#line 1 \"kernel.cu\"\n";
+static const char emu_header[] =
+    "/* cuda_emu.h: the CUDA C that Kiln's printer emits, on the host */\n"
+    "#include <cmath>\n"
+    "#include <cstring>\n"
+    "#include <cstdint>\n"
+    "using namespace std;\n"
+    "#define __global__\n"
+    "#define __device__\n"
+    "#define __host__\n"
+    "#define __forceinline__ inline\n"
+    "#define __restrict__ __restrict\n"
+    "#define __shared__ static thread_local /* a block runs alone on its OS thread */\n"
+    "struct dim3 { unsigned x, y, z; };\n"
+    "/* this CUDA thread's coordinates: set when it starts, restored after a switch */\n"
+    "struct kiln_emu_ids { dim3 b, t, bd, gd; };\n"
+    "static thread_local kiln_emu_ids kiln_emu_id = {{0, 0, 0}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}};\n"
+    "#define blockIdx (kiln_emu_id.b)\n"
+    "#define threadIdx (kiln_emu_id.t)\n"
+    "#define blockDim (kiln_emu_id.bd)\n"
+    "#define gridDim (kiln_emu_id.gd)\n"
+    "/* the launcher in libkiln (codegen_cuda/cuda_emu_run.h), set after dlopen */\n"
+    "typedef void (*kiln_emu_thread_fn)(void *, unsigned, unsigned, unsigned, unsigned);\n"
+    "struct kiln_emu_api_t {\n"
+    "  void (*launch)(int, long long, unsigned, long long, long long, kiln_emu_thread_fn, void *);\n"
+    "  void (*sync)(void);\n"
+    "  unsigned long long (*shfl)(unsigned, unsigned long long, unsigned);\n"
+    "};\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const kiln_emu_api_t *kiln_emu_api;\n"
+    "const kiln_emu_api_t *kiln_emu_api = 0;\n"
+    "static inline void __syncthreads() {\n"
+    "  const kiln_emu_ids me = kiln_emu_id;\n"
+    "  kiln_emu_api->sync();\n"
+    "  kiln_emu_id = me;\n"
+    "}\n"
+    "template <class T> static inline T kiln_emu_shfl(unsigned mask, T v, unsigned src) {\n"
+    "  unsigned long long bits = 0;\n"
+    "  memcpy(&bits, &v, sizeof v);\n"
+    "  const kiln_emu_ids me = kiln_emu_id;\n"
+    "  bits = kiln_emu_api->shfl(mask, bits, src);\n"
+    "  kiln_emu_id = me;\n"
+    "  memcpy(&v, &bits, sizeof v);\n"
+    "  return v;\n"
+    "}\n"
+    "template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d) {\n"
+    "  const unsigned lane = threadIdx.x & 31u;\n"
+    "  return kiln_emu_shfl(mask, v, lane + d < 32u ? lane + d : lane);\n"
+    "}\n"
+    "template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int m) {\n"
+    "  return kiln_emu_shfl(mask, v, (threadIdx.x ^ (unsigned)m) & 31u);\n"
+    "}\n"
+    "template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {\n"
+    "  return kiln_emu_shfl(mask, v, (unsigned)src & 31u);\n"
+    "}\n"
+    "template <class To, class From> static inline To kiln_emu_bits(From f) {\n"
+    "  To t;\n"
+    "  memcpy(&t, &f, sizeof t);\n"
+    "  return t;\n"
+    "}\n"
+    "static inline float __int_as_float(int x) { return kiln_emu_bits<float>(x); }\n"
+    "static inline int __float_as_int(float x) { return kiln_emu_bits<int>(x); }\n"
+    "static inline double __longlong_as_double(long long x) { return kiln_emu_bits<double>(x); }\n"
+    "static inline long long __double_as_longlong(double x) { return kiln_emu_bits<long long>(x); }\n"
+    "/* a kernel argument from the runtime's untyped buffer array */\n"
+    "struct kiln_emu_ptr {\n"
+    "  void *p;\n"
+    "  template <class T> operator T *() const { return (T *)p; }\n"
+    "};\n"
+    "/* the launch's arguments, shared by its threads */\n"
+    "struct kiln_emu_args {\n"
+    "  void *const *bufs;\n"
+    "  long long start, end;\n"
+    "};\n"
+    "#line 1 \"kernel.cu\"\n";
 
 static pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
 static char tmp_dir[512]; /* "" until created */
@@ -180,7 +221,8 @@ static void read_log(const char *path, char *buf, size_t len) {
 
 /* Compiles the printed source src (kernel kiln_emu_kernel with n_params
  * pointers) for the host and loads it. */
-static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, char *err, size_t errlen) {
+static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const char *src, cuda_emu_fn *fn, char *err,
+                        size_t errlen) {
   const char *cxx = host_cxx();
   if (!cxx) {
     snprintf(err, errlen, "cuda-emu: %s: no host C++ compiler (c++ or g++ on PATH, or KILN_CXX)", k->name);
@@ -205,12 +247,19 @@ static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, c
   }
   fputs(emu_header, f);
   fputs(src, f);
-  fputs("\nextern \"C\" void kiln_emu_entry(void *const *bufs, long long "
-        "start, long long end) {\n"
+  /* one CUDA thread, then the launch: the rule's shape over [start, end) */
+  fputs("\nstatic void kiln_emu_thread(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block) {\n"
+        "  kiln_emu_id = {{b, 0, 0}, {t, 0, 0}, {block, 1, 1}, {grid, 1, 1}};\n"
+        "  const kiln_emu_args *a = (const kiln_emu_args *)ctx;\n"
         "  kiln_emu_kernel(",
         f);
-  for (int p = 0; p < k->n_params; p++) fprintf(f, "kiln_emu_ptr{bufs[%d]}, ", p);
-  fputs("start, end);\n}\n", f);
+  for (int p = 0; p < k->n_params; p++) fprintf(f, "kiln_emu_ptr{a->bufs[%d]}, ", p);
+  fprintf(f,
+          "a->start, a->end);\n}\n"
+          "extern \"C\" void kiln_emu_entry(void *const *bufs, long long start, long long end) {\n"
+          "  kiln_emu_args a = {bufs, start, end};\n"
+          "  kiln_emu_api->launch(%d, %lldLL, %uu, start, end, kiln_emu_thread, &a);\n}\n",
+          (int)rule->kind, (long long)rule->extent, rule->block);
   bool ok = fclose(f) == 0;
   char *argv[] = {(char *)cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-w", "-o", so, cu, NULL};
   int rc = ok ? run(argv, log) : -1;
@@ -223,10 +272,12 @@ static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, c
   } else {
     void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     void *sym = h ? dlsym(h, "kiln_emu_entry") : NULL;
-    if (!sym) {
+    const cuda_emu_api **api = h ? (const cuda_emu_api **)dlsym(h, "kiln_emu_api") : NULL;
+    if (!sym || !api) {
       snprintf(err, errlen, "cuda-emu: cannot load the host build of %s: %s", k->name, dlerror());
       st = KILN_ERR_COMPILE;
     } else {
+      *api = &cuda_emu_launcher;
       *fn = (cuda_emu_fn)sym; /* the object stays mapped for the process's life */
     }
   }
@@ -267,8 +318,13 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
   int st = KILN_OK;
   if (!half) {
     char *src = NULL;
+    cuda_launch_rule rule;
     st = cuda_print_kernel(k, "kiln_emu_kernel", &src, err, errlen);
-    if (st == KILN_OK) st = host_compile(k, src, fn, err, errlen);
+    if (st == KILN_OK && cuda_kernel_launch_rule(k, &rule) != KILN_OK) {
+      snprintf(err, errlen, "cuda-emu: out of memory planning the launch of %s", k->name);
+      st = KILN_ERR_OOM;
+    }
+    if (st == KILN_OK) st = host_compile(k, &rule, src, fn, err, errlen);
     free(src);
   }
   pthread_mutex_lock(&emu_lock);
