@@ -133,6 +133,8 @@ typedef struct cuda_emu_stats {
   int64_t failures;       /* checks that failed */
   int64_t host_compiles;  /* kernels built by the host C++ compiler */
   int64_t half_fallbacks; /* F16/BF16 kernels left to the LLVM path */
+  int64_t cooperative;    /* host-compiled kernels whose blocks share reductions
+                             (launch rule BLOCK_PER_INDEX or ONE_BLOCK) */
 } cuda_emu_stats;
 
 /** True when cuda-emu can run: NVRTC loads and a host C++ compiler is

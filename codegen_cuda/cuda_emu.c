@@ -131,9 +131,9 @@ static void print_summary(void) {
             "kiln: cuda-emu: %lld kernels, %lld toolchain checks (NVRTC sm_80, "
             "NVRTC compute_90 + ptxas sm_90), "
             "%lld failed; %lld compiled for the host, %lld F16/BF16 kernels "
-            "run on LLVM\n",
+            "run on LLVM; %lld cooperative\n",
             (long long)s.kernels, (long long)s.checks, (long long)s.failures, (long long)s.host_compiles,
-            (long long)s.half_fallbacks);
+            (long long)s.half_fallbacks, (long long)s.cooperative);
 }
 
 void cuda_emu_get_stats(cuda_emu_stats *out) {
@@ -314,7 +314,7 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
     pthread_mutex_unlock(&emu_lock);
     if (st != KILN_OK) return st == KILN_ERR_DEVICE || st == KILN_ERR_IO ? st : KILN_ERR_COMPILE;
   }
-  bool half = uses_half(k);
+  bool half = uses_half(k), coop = false;
   int st = KILN_OK;
   if (!half) {
     char *src = NULL;
@@ -325,6 +325,7 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
       st = KILN_ERR_OOM;
     }
     if (st == KILN_OK) st = host_compile(k, &rule, src, fn, err, errlen);
+    coop = st == KILN_OK && (rule.kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule.kind == CUDA_LAUNCH_ONE_BLOCK);
     free(src);
   }
   pthread_mutex_lock(&emu_lock);
@@ -333,6 +334,7 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
     stats.half_fallbacks++;
   else if (st == KILN_OK)
     stats.host_compiles++;
+  stats.cooperative += coop;
   if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
   pthread_mutex_unlock(&emu_lock);
   return st;
