@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cuda_backend.h"
+#include "cuda_emu_run.h"
 #include "kir.h"
 #include "kiln/kiln.h"
 #include "runtime.h"
@@ -442,6 +445,74 @@ static void chunk_of_rows(void **state) {
   assert_true(cooperative() - coop0 >= 1);
 }
 
+/* ------------------------------------------------ the emulator's threads */
+
+/* What the threads of one emulated block saw. */
+typedef struct emu_probe {
+  int shared[64];
+  bool order_ok;
+  unsigned long long down[64], xor5[64];
+} emu_probe;
+
+/* Writes its slot, waits at the barrier, reads its neighbour's (written
+ * before the barrier by a thread that runs after it), then two shuffles. */
+static void probe_thread(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block) {
+  emu_probe *p = ctx;
+  p->shared[t] = (int)t * 10;
+  cuda_emu_launcher.sync();
+  unsigned next = (t + 1) % block, lane = t & 31u;
+  if (p->shared[next] != (int)next * 10) p->order_ok = false;
+  p->down[t] = cuda_emu_launcher.shfl(0xffffffffu, t, lane + 1 < 32 ? lane + 1 : lane); /* __shfl_down_sync(.., 1) */
+  p->xor5[t] = cuda_emu_launcher.shfl(0xffffffffu, 1000 + t, lane ^ 5u);                /* __shfl_xor_sync(.., 5) */
+}
+
+/* Threads 0..31 wait at a barrier that 32..63 never reach. */
+static void divergent_barrier(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block) {
+  if (t < 32) cuda_emu_launcher.sync();
+}
+
+/* Runs fn as a 64-thread block (kind) in a child process; returns what it
+ * printed to stderr and whether it was stopped by SIGABRT. */
+static bool child_aborts(cuda_emu_thread_fn fn, int kind, char *msg, size_t len) {
+  int fd[2];
+  assert_int_equal(pipe(fd), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(fd[1], 2);
+    cuda_emu_launcher.launch(kind, 0, 64, 0, 0, fn, NULL);
+    _exit(0);
+  }
+  close(fd[1]);
+  ssize_t n = read(fd[0], msg, len - 1);
+  msg[n > 0 ? n : 0] = 0;
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+/* Barriers and warp shuffles of an emulated block behave as on a GPU, and
+ * a barrier not every thread reaches stops the process with a message
+ * instead of hanging (also one in a launch without cooperation). */
+static void emulated_block_semantics(void **state) {
+  use_emu();
+  emu_probe p = {.order_ok = true};
+  cuda_emu_launcher.launch(CUDA_LAUNCH_ONE_BLOCK, 0, 64, 0, 0, probe_thread, &p);
+  assert_true(p.order_ok);
+  for (unsigned t = 0; t < 64; t++) {
+    unsigned lane = t & 31u, base = t - lane;
+    assert_int_equal(p.down[t], lane + 1 < 32 ? t + 1 : t);
+    assert_int_equal(p.xor5[t], 1000 + base + (lane ^ 5u));
+  }
+  char msg[1024];
+  assert_true(child_aborts(divergent_barrier, CUDA_LAUNCH_ONE_BLOCK, msg, sizeof msg));
+  assert_non_null(strstr(msg, "32 at __syncthreads, 0 at a warp shuffle, 32 finished"));
+  assert_non_null(strstr(msg, "a deadlock on a GPU"));
+  assert_true(child_aborts(divergent_barrier, CUDA_LAUNCH_GRID_STRIDE, msg, sizeof msg));
+  assert_non_null(strstr(msg, "__syncthreads() in a kernel launched without block cooperation"));
+}
+
 /* Kernels went through the toolchain check and the host build, and the
  * profiler names the backend. */
 static void checked_and_recorded(void **state) {
@@ -493,6 +564,7 @@ int main(void) {
       cmocka_unit_test_teardown(fused_rows, back_to_llvm),
       cmocka_unit_test_teardown(columns_and_total, back_to_llvm),
       cmocka_unit_test_teardown(chunk_of_rows, back_to_llvm),
+      cmocka_unit_test_teardown(emulated_block_semantics, back_to_llvm),
       cmocka_unit_test_teardown(checked_and_recorded, back_to_llvm),
       cmocka_unit_test_teardown(missing_host_compiler, back_to_llvm),
   };
