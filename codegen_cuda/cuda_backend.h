@@ -6,9 +6,11 @@
  * toolkit the printer still works and the compile calls return
  * KILN_ERR_DEVICE ("NVRTC not available: ..."). Internal.
  *
- * The driver API (libcuda, also loaded with dlopen) and the device probe
- * are in cuda_driver.h. Not yet here: launching, device buffers,
- * execution.
+ * The launch rule here (cuda_kernel_launch_rule) is the one every
+ * launcher uses: cuda_launch.c on a device, cuda_emu_run.c under
+ * cuda-emu. The driver API (libcuda, also loaded with dlopen) and the
+ * device probe are in cuda_driver.h; device buffers and launches in
+ * cuda_launch.h.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H
@@ -25,7 +27,9 @@
  *    extern "C" __global__ void fname(T0 *p0, const T1 *p1, ...,
  *                                     long long start, long long end)
  *  one typed pointer per PARAM (const unless written), then the bounds of
- *  the parallel range. fname NULL uses k->name; either is sanitised into
+ *  the parallel range. Launch it in the shape of cuda_kernel_launch_rule
+ *  (a cooperative kernel needs blockDim.x a multiple of 32, at most 1024).
+ *  fname NULL uses k->name; either is sanitised into
  *  an identifier. Returns KILN_OK and a malloc'ed string in *out (the
  *  caller frees), or KILN_ERR_OOM / KILN_ERR_UNSUPPORTED with a message. */
 int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *err, size_t errlen);

@@ -48,10 +48,6 @@ typedef struct cuda_coop {
 int cuda_coop_plan(const kir_kernel *k, cuda_coop *p);
 void cuda_coop_free(cuda_coop *p);
 
-/* For uop i (an ACC_SET inside REDUCE loop r on an accumulator defined
- * before r): the uop computing the new value (its combine). */
-static inline int cuda_coop_update(const kir_kernel *k, int i) { return k->uops[i].src[1]; }
-
 /* True when combining x with itself gives x (MAX, MIN, AND, OR): every
  * thread may start from the accumulator's initial value. Otherwise (ADD,
  * MUL, XOR) only thread 0 does and the others start from the identity. */

@@ -6,17 +6,22 @@
  * error), and then the SAME source is compiled for the host by the system
  * C++ compiler ($KILN_CXX, else `c++` or `g++` on PATH) after a small
  * emulation header (emu_header below): __global__/__device__ are empty,
- * blockIdx/threadIdx/blockDim/gridDim are thread-local values of one
- * block of one thread, __syncthreads() is a no-op, the bit-cast
- * intrinsics are memcpy, math comes from <cmath>.
+ * blockIdx/threadIdx/blockDim/gridDim are the current CUDA thread's
+ * coordinates (thread-local, restored after every switch), __shared__ is
+ * static thread_local (a block runs alone on its OS thread),
+ * __syncthreads() and the warp shuffles call the launcher
+ * (cuda_emu_run.c), the bit-cast intrinsics are memcpy, math comes from
+ * <cmath>.
  *
- * The shared object (-O2 -fPIC -shared) is dlopen'ed and its entry point
+ * The shared object (-O2 -fPIC -shared) is dlopen'ed; its `kiln_emu_api`
+ * is pointed at the launcher, and its entry point
  *    extern "C" void kiln_emu_entry(void *const *bufs, long long start, long
  * long end) has the CPU backend's calling convention, so the runtime runs it on
- * its thread pool like an LLVM kernel: every chunk [start, end) runs as block
- * 0, thread 0 of a 1×1 grid, and the printer's grid-stride loop covers
- * the chunk. Kernels using F16/BF16 are checked by NVRTC/ptxas but run on
- * the LLVM path (the header has no half types): *fn is NULL for them.
+ * its thread pool like an LLVM kernel: every chunk [start, end) is one
+ * launch in the kernel's launch shape (cuda_kernel_launch_rule, whose
+ * fields are printed into the entry), cooperative blocks as fibers.
+ * Kernels using F16/BF16 are checked by NVRTC/ptxas but run on the LLVM
+ * path (the header has no half types): *fn is NULL for them.
  *
  * Temporary files live in one private mkdtemp directory, removed at exit;
  * each source and object is unlinked as soon as it is loaded. Compiles run

@@ -80,6 +80,7 @@ typedef struct fiber_pool {
 } fiber_pool;
 
 static _Thread_local fiber_pool *pool;
+static _Atomic int64_t coop_launches;
 static _Thread_local block_run *running;
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
@@ -259,6 +260,7 @@ static void emu_launch(int kind, long long extent, unsigned block, long long sta
       for (unsigned t = 0; t < s.block; t++) fn(ctx, b, t, s.grid, s.block);
     return;
   }
+  coop_launches++;
   if (s.block > MAX_BLOCK || s.block % 32 != 0) misuse("a cooperative block must be a multiple of 32 threads, at most 1024");
   if (running) misuse("a launch inside a running block");
   if (!pool_for(s.block)) misuse("cannot map the fibers' stacks");
@@ -308,3 +310,5 @@ static unsigned long long emu_shfl(unsigned mask, unsigned long long bits, unsig
 }
 
 const cuda_emu_api cuda_emu_launcher = {emu_launch, emu_sync, emu_shfl};
+
+int64_t cuda_emu_cooperative_launches(void) { return coop_launches; }

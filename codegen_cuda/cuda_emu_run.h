@@ -35,4 +35,8 @@ typedef struct cuda_emu_api {
 
 extern const cuda_emu_api cuda_emu_launcher;
 
+/* Launches of cooperative kernels (BLOCK_PER_INDEX, ONE_BLOCK) run so far
+ * by this process (for tests). */
+int64_t cuda_emu_cooperative_launches(void);
+
 #endif /* KILN_CUDA_EMU_RUN_H */

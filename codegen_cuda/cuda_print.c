@@ -11,8 +11,14 @@
  *    In a splittable kernel (cuda_kernel_splittable) it is a grid-stride
  *    loop (each thread takes indices blockIdx.x*blockDim.x+threadIdx.x,
  *    then steps by gridDim.x*blockDim.x); otherwise the kernel runs on
- *    thread 0 of block 0 only. Reductions are therefore sequential per
- *    output (one thread per index of the parallel range).
+ *    thread 0 of block 0 only;
+ *  - a kernel with reductions that cuda_coop.c can share between threads
+ *    (cuda_coop.h) takes the cooperative form instead: one block per index
+ *    of the parallel range (or block 0 for a kernel without one),
+ *    reduction and epilogue loops strided over threadIdx.x, partials
+ *    combined by kiln_block_reduce (warp shuffles, then shared memory),
+ *    stores outside those loops by thread 0. Other reductions stay
+ *    sequential per output (one thread per index of the parallel range).
  * Register types: BOOL bool (a byte in memory), U8 unsigned char, I8
  * signed char, I16 short, I32 int, I64/INDEX long long, F16 __half, BF16
  * __nv_bfloat16 (cuda_fp16.h / cuda_bf16.h are included only when the
