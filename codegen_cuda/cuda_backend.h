@@ -49,10 +49,12 @@ bool cuda_kernel_splittable(const kir_kernel *k);
  *   GRID_STRIDE     splittable, no reduction to share: 256 threads a
  *                   block, one block per 256 indices of [start, end), at
  *                   most 65,535 blocks (the grid-stride loop covers more);
- *   BLOCK_PER_INDEX splittable with a reduction: one block per index of
+ *   BLOCK_PER_INDEX splittable with a reduction of at least 16 elements
+ *                   per output (cuda_coop.c): one block per index of
  *                   [start, end) (at most 65,535, blocks step by gridDim.x)
  *                   of `block` threads that share each reduction;
- *   ONE_BLOCK       no parallel range (a whole-tensor reduction): block 0
+ *   ONE_BLOCK       no parallel range, a reduction of at least 16
+ *                   elements (a whole-tensor reduction): block 0
  *                   of `block` threads shares the work; grid 1.
  *  `block` is 32 (one warp) when the longest reduction has at most 64
  *  elements, 128 up to 512, else 256. Cooperative kernels use a static

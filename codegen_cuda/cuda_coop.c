@@ -28,7 +28,9 @@
  * over several dims), is flattened into one index over the product of
  * the extents, so all threads share the work whatever the dims' sizes.
  * The form applies to splittable kernels and to kernels without a
- * parallel range, when they contain at least one REDUCE loop.
+ * parallel range, when they contain at least one REDUCE loop of
+ * CUDA_COOP_MIN_EXTENT elements or more (shorter rows: a thread per output
+ * does better than a warp of mostly idle lanes).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,16 @@ static bool combine_form(const kir_kernel *k, int s, int r, int e) {
   if (!is_combine(x->op) || (x->src[0] == acc) == (x->src[1] == acc)) return false;
   bool fp = x->type == KILN_F32 || x->type == KILN_F64;
   return !fp || x->reassoc || cuda_coop_idempotent(x->op);
+}
+
+/* True when every earlier ACC_SET in loop r of the accumulator that
+ * ACC_SET i sets uses the same combine op (the block combines with one). */
+static bool same_op_as_before(const kir_kernel *k, int r, int i) {
+  int acc = k->uops[i].src[0];
+  kir_op op = k->uops[k->uops[i].src[1]].op;
+  for (int j = r + 1; j < i; j++)
+    if (k->uops[j].op == KIR_ACC_SET && k->uops[j].src[0] == acc && k->uops[k->uops[j].src[1]].op != op) return false;
+  return true;
 }
 
 /* True when loop r sets an accumulator defined before it. */
@@ -93,7 +105,7 @@ static int classify(const kir_kernel *k, const cuda_coop *p, scratch *sc, int r)
     const kir_uop *u = &k->uops[i];
     if (u->op == KIR_STORE) store = true;
     if (u->op == KIR_ACC_SET && u->src[0] < r) {
-      if (!combine_form(k, i, r, e)) return -1;
+      if (!combine_form(k, i, r, e) || !same_op_as_before(k, r, i)) return -1;
       sets = true;
       sc->acc_in[u->src[0]] = r;
       sc->upd_in[u->src[1]] = u->src[0];
@@ -187,7 +199,7 @@ int cuda_coop_plan(const kir_kernel *k, cuda_coop *p) {
   }
   if (p->parallel >= 0 && !kir_splittable(k)) goto done;
   int lo = p->parallel >= 0 ? p->parallel + 1 : 0, hi = p->parallel >= 0 ? p->end[p->parallel] : k->n_uops;
-  if (plan_level(k, p, &sc, lo, hi) > 0) {
+  if (plan_level(k, p, &sc, lo, hi) > 0 && p->reduce_extent >= CUDA_COOP_MIN_EXTENT) {
     p->on = true;
     p->block = block_for(p->reduce_extent);
   } else {

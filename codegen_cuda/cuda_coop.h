@@ -30,6 +30,9 @@ typedef enum cuda_loop_role {
                          flattened index */
 } cuda_loop_role;
 
+/* The shortest reduction (elements per output) worth a cooperative block. */
+enum { CUDA_COOP_MIN_EXTENT = 16 };
+
 typedef struct cuda_coop {
   bool on;          /* the kernel takes the cooperative form */
   int parallel;     /* uop index of the parallel RANGE, -1 if none */

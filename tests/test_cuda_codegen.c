@@ -186,6 +186,12 @@ static void cooperative_form_and_launch_shape(void **state) {
   build_row_sum(&k, 10, 300);
   expect_shape(&k, 0, 10, CUDA_LAUNCH_BLOCK_PER_INDEX, 10, 128);
   kir_free(&k);
+  build_row_sum(&k, 1000, 15); /* rows under 16 elements: a thread per output */
+  expect_shape(&k, 0, 1000, CUDA_LAUNCH_GRID_STRIDE, 4, 256);
+  kir_free(&k);
+  build_row_sum(&k, 1000, 16);
+  expect_shape(&k, 0, 1000, CUDA_LAUNCH_BLOCK_PER_INDEX, 1000, 32);
+  kir_free(&k);
 
   build_row_sum(&k, 0, 100); /* whole tensor: the [3, 100] loops flattened, one block */
   assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
