@@ -9,7 +9,8 @@
  * cooperative kernel (BLOCK_PER_INDEX, ONE_BLOCK) runs block after block;
  * each thread of the block is a fiber with its own stack, and a scheduler
  * on the OS thread's own stack resumes, in thread order, every fiber that
- * can run, until each has reached a barrier, a shuffle or its end:
+ * can run, until each has reached a barrier, a shuffle or its end (a
+ * fiber that stops switches straight to the next runnable one):
  *  - __syncthreads(): released when every thread of the block is there;
  *  - a warp shuffle: each lane writes its value into the warp's exchange
  *    slot and waits; when all lanes of the warp are there they resume and
@@ -168,6 +169,7 @@ static void fiber_prepare(fiber *f, char *stack_lo) {
 
 static void to_fiber(block_run *r, fiber *f) { cuda_emu_switch(&r->sched_sp, f->sp); }
 static void to_scheduler(block_run *r, fiber *f) { cuda_emu_switch(&f->sp, r->sched_sp); }
+static void fiber_to_fiber(fiber *from, fiber *to) { cuda_emu_switch(&from->sp, to->sp); }
 #else
 void cuda_emu_fiber_main(fiber *f) __attribute__((noreturn));
 static void fiber_entry(unsigned hi, unsigned lo) {
@@ -183,14 +185,28 @@ static void fiber_prepare(fiber *f, char *stack_lo) {
 }
 static void to_fiber(block_run *r, fiber *f) { swapcontext(&r->sched, &f->uc); }
 static void to_scheduler(block_run *r, fiber *f) { swapcontext(&f->uc, &r->sched); }
+static void fiber_to_fiber(fiber *from, fiber *to) { swapcontext(&from->uc, &to->uc); }
 #endif
 
-/* A fiber's life: its thread of the kernel, then back for good. */
+/* Fiber f has stopped (waiting or done): the next runnable fiber of this
+ * pass in thread order runs, directly (one switch instead of two through
+ * the scheduler), else the scheduler does. */
+static void yield(block_run *r, fiber *f) {
+  for (unsigned t = f->tid + 1; t < r->n; t++)
+    if (r->f[t].state == F_READY) {
+      r->cur = &r->f[t];
+      fiber_to_fiber(f, r->cur);
+      return;
+    }
+  to_scheduler(r, f);
+}
+
+/* A fiber's life: its thread of the kernel, then away for good. */
 void cuda_emu_fiber_main(fiber *f) {
   block_run *r = running;
   r->fn(r->ctx, r->b, f->tid, r->grid, r->n);
   f->state = F_DONE;
-  to_scheduler(r, f);
+  yield(r, f);
   misuse("a finished fiber was resumed");
 }
 
@@ -292,7 +308,7 @@ static fiber *current(const char *what) {
 static void emu_sync(void) {
   fiber *f = current("__syncthreads()");
   f->state = F_SYNC;
-  to_scheduler(running, f);
+  yield(running, f);
 }
 
 static unsigned long long emu_shfl(unsigned mask, unsigned long long bits, unsigned src_lane) {
@@ -304,7 +320,7 @@ static unsigned long long emu_shfl(unsigned mask, unsigned long long bits, unsig
   unsigned g = f->shuffles++ & 1;
   r->slot[g][f->tid] = bits;
   f->state = F_SHFL;
-  to_scheduler(r, f);
+  yield(r, f);
   unsigned src = base + (src_lane & 31u);
   return r->slot[g][src < r->n ? src : f->tid];
 }
