@@ -21,9 +21,11 @@
  *  - STRIDED: it sets no accumulator defined before it and holds no
  *    reduction: its iterations are independent (an epilogue over the
  *    row), split over the threads;
- *  - anything else (argmax's compare-and-select update, a scan storing its
- *    running values) keeps the whole kernel in the one-thread-per-output
- *    form.
+ *    An arg reduction (argmax/argmin: a value and an index accumulator
+ *    updated by compare-and-select, arg_form) is a REDUCE loop too, its
+ *    pair combined by value, NaN first, ties to the smaller index;
+ *  - anything else (a scan storing its running values) keeps the whole
+ *    kernel in the one-thread-per-output form.
  * A REDUCE loop whose body is exactly one RANGE, recursively (a reduction
  * over several dims), is flattened into one index over the product of
  * the extents, so all threads share the work whatever the dims' sizes.
@@ -96,16 +98,81 @@ static bool only_updates(const kir_kernel *k, const cuda_coop *p, const scratch 
   return true;
 }
 
+/* ------------------------------------------------- argmax / argmin */
+
+/* True when uop u is op(a, b). */
+static bool is_op(const kir_kernel *k, int u, kir_op op, int a, int b) {
+  return u >= 0 && k->uops[u].op == op && k->uops[u].src[0] == a && k->uops[u].src[1] == b;
+}
+
+/* An arg reduction's update (passes/lower.c, arg_update) in loop r:
+ *    b = CMPLT(A, v) (argmax) or CMPLT(v, A) (argmin), for floats
+ *        OR(b, AND(CMPNE(v, v), CMPEQ(A, A))) (the first NaN wins);
+ *    I = WHERE(b, CAST(r), I);  A = WHERE(b, v, A)
+ * with value accumulator A and index accumulator I defined before r, read
+ * nowhere else in the loop, and nothing else depending on them. Fills *a. */
+static bool arg_form(const kir_kernel *k, const cuda_coop *p, int r, cuda_coop_arg *a) {
+  int e = p->end[r], sets[2], n = 0;
+  for (int i = r + 1; i < e; i++) {
+    const kir_uop *u = &k->uops[i];
+    if (u->op == KIR_STORE) return false;
+    if (u->op == KIR_ACC_SET && u->src[0] < r) {
+      if (n == 2) return false;
+      sets[n++] = i;
+    }
+  }
+  if (n != 2) return false;
+  int s_i = sets[0], s_a = sets[1];
+  const kir_uop *w = &k->uops[k->uops[s_i].src[1]];
+  if (w->op != KIR_WHERE || k->uops[w->src[1]].op != KIR_CAST || k->uops[w->src[1]].src[0] != r) {
+    s_i = sets[1];
+    s_a = sets[0];
+  }
+  int I = k->uops[s_i].src[0], A = k->uops[s_a].src[0], wi = k->uops[s_i].src[1], wa = k->uops[s_a].src[1];
+  const kir_uop *ui = &k->uops[wi], *ua = &k->uops[wa];
+  if (ui->op != KIR_WHERE || ua->op != KIR_WHERE || ui->src[0] != ua->src[0] || ui->src[2] != I || ua->src[2] != A)
+    return false;
+  int c = ui->src[1], v = ua->src[1], b = ui->src[0];
+  if (k->uops[c].op != KIR_CAST || k->uops[c].src[0] != r || k->uops[I].type != KILN_I64 || v == A) return false;
+  bool fp = k->uops[A].type == KILN_F32 || k->uops[A].type == KILN_F64;
+  int cmp = b, eq = -1, fn = -1;
+  if (fp) { /* OR(cmp, AND(CMPNE(v, v), CMPEQ(A, A))) */
+    if (k->uops[b].op != KIR_OR) return false;
+    cmp = k->uops[b].src[0];
+    fn = k->uops[b].src[1];
+    if (k->uops[fn].op != KIR_AND) return false;
+    int ne = k->uops[fn].src[0];
+    eq = k->uops[fn].src[1];
+    if (!is_op(k, ne, KIR_CMPNE, v, v) || !is_op(k, eq, KIR_CMPEQ, A, A)) return false;
+  }
+  if (is_op(k, cmp, KIR_CMPLT, A, v)) a->max = true;
+  else if (is_op(k, cmp, KIR_CMPLT, v, A)) a->max = false;
+  else return false;
+  /* only the update depends on A and I */
+  const int dep[] = {A, I, cmp, eq, fn, b, wi, wa}, ok[] = {cmp, eq, fn, b, wi, wa, s_i, s_a};
+  for (int j = r + 1; j < e; j++)
+    for (int x = 0; x < 3; x++) {
+      int src = k->uops[j].src[x];
+      bool from_dep = false, allowed = false;
+      for (int d = 0; d < 8; d++) from_dep |= src >= 0 && src == dep[d], allowed |= j == ok[d];
+      if (from_dep && !allowed) return false;
+    }
+  a->val = A;
+  a->idx = I;
+  return true;
+}
+
 /* The role of loop r met at a uniform level, or -1 when the cooperative
  * form cannot take it. */
-static int classify(const kir_kernel *k, const cuda_coop *p, scratch *sc, int r) {
+static int classify(const kir_kernel *k, cuda_coop *p, scratch *sc, int r) {
   int e = p->end[r];
   bool sets = false, store = false, nested = false;
   for (int i = r + 1; i < e; i++) {
     const kir_uop *u = &k->uops[i];
     if (u->op == KIR_STORE) store = true;
     if (u->op == KIR_ACC_SET && u->src[0] < r) {
-      if (!combine_form(k, i, r, e) || !same_op_as_before(k, r, i)) return -1;
+      if (!combine_form(k, i, r, e) || !same_op_as_before(k, r, i))
+        return arg_form(k, p, r, &p->arg[r]) ? CUDA_LOOP_REDUCE : -1;
       sets = true;
       sc->acc_in[u->src[0]] = r;
       sc->upd_in[u->src[1]] = u->src[0];
@@ -155,7 +222,9 @@ static int plan_level(const kir_kernel *k, cuda_coop *p, scratch *sc, int lo, in
       if (m < 0) return -1;
       n += m;
     } else if (role == CUDA_LOOP_REDUCE) {
-      int64_t trip = flatten(k, p, i);
+      int64_t trip = k->uops[i].ival;
+      if (p->arg[i].val >= 0) p->div[i] = 1, p->has_arg = true; /* the index is the loop's own */
+      else trip = flatten(k, p, i);
       if (trip > p->reduce_extent) p->reduce_extent = trip;
       n++;
     }
@@ -169,6 +238,7 @@ void cuda_coop_free(cuda_coop *p) {
   free(p->end);
   free(p->div);
   free(p->root);
+  free(p->arg);
   memset(p, 0, sizeof *p);
   p->parallel = -1;
 }
@@ -186,14 +256,16 @@ int cuda_coop_plan(const kir_kernel *k, cuda_coop *p) {
   p->end = malloc(n * sizeof *p->end);
   p->div = calloc(n, sizeof *p->div);
   p->root = malloc(n * sizeof *p->root);
+  p->arg = malloc(n * sizeof *p->arg);
   scratch sc = {malloc(n * sizeof(int)), malloc(n * sizeof(int))};
   int st = KILN_OK;
-  if (!p->role || !p->end || !p->div || !p->root || !sc.acc_in || !sc.upd_in) {
+  if (!p->role || !p->end || !p->div || !p->root || !p->arg || !sc.acc_in || !sc.upd_in) {
     st = KILN_ERR_OOM;
     goto done;
   }
   for (int i = 0; i < k->n_uops; i++) {
     p->end[i] = p->root[i] = sc.acc_in[i] = sc.upd_in[i] = -1;
+    p->arg[i] = (cuda_coop_arg){-1, -1, false};
     if (k->uops[i].op == KIR_END) p->end[k->uops[i].src[0]] = i;
     if (p->parallel < 0 && k->uops[i].op == KIR_RANGE && k->uops[i].parallel) p->parallel = i;
   }

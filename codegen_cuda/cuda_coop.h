@@ -33,6 +33,12 @@ typedef enum cuda_loop_role {
 /* The shortest reduction (elements per output) worth a cooperative block. */
 enum { CUDA_COOP_MIN_EXTENT = 16 };
 
+/* An arg reduction in a REDUCE loop: its value and index accumulators. */
+typedef struct cuda_coop_arg {
+  int val, idx; /* -1: not an arg reduction */
+  bool max;     /* argmax (else argmin) */
+} cuda_coop_arg;
+
 typedef struct cuda_coop {
   bool on;          /* the kernel takes the cooperative form */
   int parallel;     /* uop index of the parallel RANGE, -1 if none */
@@ -40,9 +46,12 @@ typedef struct cuda_coop {
   int64_t reduce_extent; /* largest trip count of a REDUCE loop (flattened) */
   uint8_t *role;    /* per uop: a cuda_loop_role for RANGE uops */
   int *end;         /* per uop: for a RANGE, the index of its END */
-  int64_t *div;     /* per uop: REDUCE: the flattened trip count; FLAT:
-                       the product of the extents nested inside it */
+  int64_t *div;     /* per uop: REDUCE and FLAT: the product of the
+                       extents of the loops flattened inside it (its
+                       index is flat / div % extent) */
   int *root;        /* per uop: FLAT: its REDUCE loop */
+  cuda_coop_arg *arg; /* per uop: REDUCE: an arg reduction (val >= 0) */
+  bool has_arg;     /* some REDUCE loop is an arg reduction */
 } cuda_coop;
 
 /* Plans kernel k (which passed kir_verify). KILN_OK with p->on telling

@@ -329,6 +329,42 @@ static const char coop_prelude[] =
     "  v = s[0];\n"
     "  __syncthreads();\n"
     "  return v;\n"
+    "}\n"
+    "/* argmax (MAX) / argmin: (bv, bi) beats (av, ai) when its value is better, NaN\n"
+    "   first, ties to the smaller index -- the first best element, as sequentially */\n"
+    "template <bool MAX, class T> static __device__ __forceinline__ bool kiln_arg_better(T bv, long long bi, T av,\n"
+    "                                                                                   long long ai) {\n"
+    "  const bool bn = bv != bv, an = av != av;\n"
+    "  if (bn || an) return bn && (!an || bi < ai);\n"
+    "  if (MAX ? av < bv : bv < av) return true;\n"
+    "  return !(av < bv) && !(bv < av) && bi < ai;\n"
+    "}\n"
+    "template <bool MAX, class T> static __device__ __forceinline__ void kiln_warp_arg(T &v, long long &i, unsigned n) {\n"
+    "  const unsigned lane = threadIdx.x & 31u;\n"
+    "  for (unsigned o = 16; o > 0; o >>= 1) {\n"
+    "    const T w = kiln_shfl_down(v, o);\n"
+    "    const long long j = kiln_shfl_down(i, o);\n"
+    "    if (lane + o < n && kiln_arg_better<MAX>(w, j, v, i)) v = w, i = j;\n"
+    "  }\n"
+    "}\n"
+    "/* the block's best (v, i) of every thread's; every thread gets it */\n"
+    "template <bool MAX, class T> static __device__ __forceinline__ void kiln_block_arg(T &v, long long &i, long long *sv,\n"
+    "                                                                                  long long *si) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;\n"
+    "  T *s = (T *)sv;\n"
+    "  kiln_warp_arg<MAX>(v, i, 32u);\n"
+    "  if (lane == 0) s[warp] = v, si[warp] = i;\n"
+    "  __syncthreads();\n"
+    "  if (warp == 0) {\n"
+    "    v = s[lane < warps ? lane : 0];\n"
+    "    i = si[lane < warps ? lane : 0];\n"
+    "    kiln_warp_arg<MAX>(v, i, warps);\n"
+    "    if (lane == 0) s[0] = v, si[0] = i;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  v = s[0];\n"
+    "  i = si[0];\n"
+    "  __syncthreads();\n"
     "}\n";
 
 static bool uses_type(const kir_kernel *k, kiln_dtype t) {
@@ -388,6 +424,7 @@ static bool first_outer_set(const kir_kernel *k, int r, int j) {
  * is combined once. */
 static void print_resets(print_ctx *c, int r) {
   const kir_kernel *k = c->k;
+  if (c->plan->arg[r].val >= 0) return; /* every thread starts from the initial pair */
   for (int j = r + 1; j < c->plan->end[r]; j++) {
     if (!first_outer_set(k, r, j)) continue;
     const kir_uop *upd = &k->uops[k->uops[j].src[1]];
@@ -403,6 +440,13 @@ static void print_resets(print_ctx *c, int r) {
  * its update's op. */
 static void print_combines(print_ctx *c, int r) {
   const kir_kernel *k = c->k;
+  const cuda_coop_arg *a = &c->plan->arg[r];
+  if (a->val >= 0) {
+    indent(c);
+    kir_sb_printf(c->b, "kiln_block_arg<%s>(v%d, v%d, kiln_smem, kiln_smem_i);\n", a->max ? "true" : "false", a->val,
+                  a->idx);
+    return;
+  }
   for (int j = r + 1; j < c->plan->end[r]; j++) {
     if (!first_outer_set(k, r, j)) continue;
     int acc = k->uops[j].src[0];
@@ -534,6 +578,7 @@ static void print_entry_guard(print_ctx *c) {
   kir_strbuf *b = c->b;
   if (c->plan->on) {
     kir_sb_printf(b, "  __shared__ long long kiln_smem[32]; /* a partial per warp */\n");
+    if (c->plan->has_arg) kir_sb_printf(b, "  __shared__ long long kiln_smem_i[32]; /* its index (argmax/argmin) */\n");
     if (c->plan->parallel < 0) kir_sb_printf(b, "  if (blockIdx.x != 0) return; /* one block shares the work */\n");
   } else if (!c->split) {
     kir_sb_printf(b, "  if (blockIdx.x != 0 || threadIdx.x != 0) return; /* not splittable: one thread */\n");

@@ -127,9 +127,11 @@ static void build_row_sum(kir_kernel *k, int64_t rows, int64_t len) {
   if (rows) kir_end(k, r);
 }
 
-/* out[r] = index of the first maximum of row r: a compare-and-select
- * update, which the cooperative form does not take. */
-static void build_argmax(kir_kernel *k, int64_t rows, int64_t len) {
+/* out[r] = index of the first maximum of row r, the compare-and-select
+ * update of passes/lower.c; with nan_first, the first NaN wins (as the
+ * lowering prints it for floats). Without it a float argmax is not a form
+ * the cooperative plan knows. */
+static void build_argmax(kir_kernel *k, int64_t rows, int64_t len, bool nan_first) {
   kir_init(k, "argmax");
   int out = kir_param(k, KILN_I64, true), in = kir_param(k, KILN_F32, false);
   int r = kir_range(k, rows, true);
@@ -139,6 +141,10 @@ static void build_argmax(kir_kernel *k, int64_t rows, int64_t len) {
   int idx = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, r, kir_const_i(k, KIR_INDEX, len), -1), j, -1);
   int x = kir_load(k, in, idx);
   int better = kir_alu(k, KIR_CMPLT, KILN_BOOL, best, x, -1);
+  if (nan_first) {
+    int eq = kir_alu(k, KIR_CMPEQ, KILN_BOOL, best, best, -1), ne = kir_alu(k, KIR_CMPNE, KILN_BOOL, x, x, -1);
+    better = kir_alu(k, KIR_OR, KILN_BOOL, better, kir_alu(k, KIR_AND, KILN_BOOL, ne, eq, -1), -1);
+  }
   kir_acc_set(k, at, kir_alu(k, KIR_WHERE, KILN_I64, better, kir_cast(k, KILN_I64, j), at));
   kir_acc_set(k, best, kir_alu(k, KIR_WHERE, KILN_F32, better, x, best));
   kir_end(k, j);
@@ -202,7 +208,14 @@ static void cooperative_form_and_launch_shape(void **state) {
   expect_shape(&k, 0, 0, CUDA_LAUNCH_ONE_BLOCK, 1, 32 * 4);
   kir_free(&k);
 
-  build_argmax(&k, 8, 500); /* not a combine: one thread per output, grid-stride */
+  build_argmax(&k, 8, 500, true); /* the (value, index) pair combined across the block */
+  assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+  assert_non_null(strstr(src, "__shared__ long long kiln_smem_i[32];"));
+  assert_non_null(strstr(src, "kiln_block_arg<true>(v4, v6, kiln_smem, kiln_smem_i);"));
+  free(src);
+  expect_shape(&k, 0, 8, CUDA_LAUNCH_BLOCK_PER_INDEX, 8, 128);
+  kir_free(&k);
+  build_argmax(&k, 8, 500, false); /* an unknown update: one thread per output, grid-stride */
   assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
   assert_null(strstr(src, "__shfl_down_sync"));
   assert_null(strstr(src, "__shared__"));
@@ -229,10 +242,10 @@ static void nvrtc_compiles_cooperative_kernels(void **state) {
   kir_kernel k;
   char err[4096];
   const char *archs[] = {"sm_80", "compute_90"};
-  for (int v = 0; v < 3; v++) {
+  for (int v = 0; v < 4; v++) {
     if (v == 0) build_row_sum(&k, 5, 1000);
     else if (v == 1) build_row_sum(&k, 0, 100);
-    else build_argmax(&k, 8, 500);
+    else build_argmax(&k, 8, 500, v == 2);
     for (int a = 0; a < 2; a++)
       if (cuda_check_kernel(&k, archs[a], err, sizeof err) != KILN_OK) fail_msg("%s: %s", archs[a], err);
     kir_free(&k);

@@ -341,6 +341,50 @@ static void bool_any_all(void **state) {
   assert_true(cooperative() - coop0 >= 1);
 }
 
+/* Index of the first maximum (minimum) of x[0..len), a NaN counting as
+ * the extreme: the CPU backend's argmax (argmin). */
+static int64_t ref_arg(const double *x, int64_t len, bool max) {
+  int64_t at = 0;
+  double best = max ? -INFINITY : INFINITY;
+  for (int64_t j = 0; j < len && !isnan(best); j++)
+    if (isnan(x[j]) || (max ? x[j] > best : x[j] < best)) best = x[j], at = j;
+  return at;
+}
+
+/* argmax/argmin over rows (the (value, index) pair combined across the
+ * block): ties go to the first index, the first NaN wins, a row of -inf
+ * gives 0. F32 rows of 33 and 1,000, I32 rows of 255. */
+static void arg_rows(void **state) {
+  use_emu();
+  int64_t coop0 = cooperative();
+  const int64_t al[] = {33, 1000, 255};
+  for (int l = 0; l < 3; l++) {
+    int64_t len = al[l], n = ROWS * len;
+    kiln_dtype dt = l == 2 ? KILN_I32 : KILN_F32;
+    double *v = malloc((size_t)n * sizeof *v), want_max[ROWS], want_min[ROWS];
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) v[i] = dt == KILN_I32 ? (double)(int)(pattern(i) * 100) : (float)pattern(i);
+    v[len - 1] = v[3] = 5;            /* row 0: a tied maximum */
+    v[len / 2] = v[len - 2] = -5;     /* and a tied minimum */
+    if (dt == KILN_F32) {
+      v[len + len - 1] = v[len + 7] = NAN; /* row 1: NaNs */
+      for (int64_t j = 0; j < len; j++) v[2 * len + j] = -INFINITY; /* row 2 */
+    }
+    for (int i = 0; i < ROWS; i++) {
+      want_max[i] = (double)ref_arg(v + i * len, len, true);
+      want_min[i] = (double)ref_arg(v + i * len, len, false);
+    }
+    kiln_scope_begin();
+    kiln_tensor *x = from_f64(dt, ROWS, len, v);
+    expect_close(kiln_argmax(x, -1, false), want_max, ROWS, 0, "argmax");
+    expect_close(kiln_argmin(x, -1, false), want_min, ROWS, 0, "argmin");
+    kiln_scope_end();
+    free(v);
+  }
+  expect_no_error();
+  assert_true(cooperative() - coop0 >= 6);
+}
+
 /* Row-fused kernels (several cooperative reductions, then an epilogue
  * over the row split across the threads) against double references. */
 static void fused_rows(void **state) {
@@ -560,6 +604,7 @@ int main(void) {
       cmocka_unit_test_teardown(row_reductions_f64_i32, back_to_llvm),
       cmocka_unit_test_teardown(integer_wrap, back_to_llvm),
       cmocka_unit_test_teardown(bool_any_all, back_to_llvm),
+      cmocka_unit_test_teardown(arg_rows, back_to_llvm),
       cmocka_unit_test_teardown(fused_rows, back_to_llvm),
       cmocka_unit_test_teardown(columns_and_total, back_to_llvm),
       cmocka_unit_test_teardown(chunk_of_rows, back_to_llvm),
