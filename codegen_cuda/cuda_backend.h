@@ -6,9 +6,12 @@
  * toolkit the printer still works and the compile calls return
  * KILN_ERR_DEVICE ("NVRTC not available: ..."). Internal.
  *
- * The driver API (libcuda, also loaded with dlopen) and the device probe
- * are in cuda_driver.h; buffers, copies and launches on device 0 in
- * cuda_launch.h, which runtime/device.c uses for KILN_CUDA tensors.
+ * The launch rule here (cuda_kernel_launch_rule) is the one every
+ * launcher uses: cuda_launch.c on a device, cuda_emu_run.c under
+ * cuda-emu. The driver API (libcuda, also loaded with dlopen) and the
+ * device probe are in cuda_driver.h; buffers, copies and launches on
+ * device 0 in cuda_launch.h, which runtime/device.c uses for KILN_CUDA
+ * tensors.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H
@@ -25,17 +28,64 @@
  *    extern "C" __global__ void fname(T0 *p0, const T1 *p1, ...,
  *                                     long long start, long long end)
  *  one typed pointer per PARAM (const unless written), then the bounds of
- *  the parallel range. fname NULL uses k->name; either is sanitised into
+ *  the parallel range. Launch it in the shape of cuda_kernel_launch_rule
+ *  (a cooperative kernel needs blockDim.x a multiple of 32, at most 1024).
+ *  fname NULL uses k->name; either is sanitised into
  *  an identifier. Returns KILN_OK and a malloc'ed string in *out (the
  *  caller frees), or KILN_ERR_OOM / KILN_ERR_UNSUPPORTED with a message. */
 int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *err, size_t errlen);
 
-/** How a printed kernel must be launched. A splittable kernel (every store
- *  inside its first parallel range, no accumulator carried across it) runs
- *  that range as a grid-stride loop on any grid; any other kernel runs on
- *  thread 0 of block 0 alone (other threads return at once), as the CPU
- *  runtime runs it on one thread. */
+/** True when every store of k lies inside its first parallel range and no
+ *  accumulator is carried across it (kir_splittable): chunks of that range
+ *  may run as separate launches. */
 bool cuda_kernel_splittable(const kir_kernel *k);
+
+/* ------------------------------------------------------- launch shape */
+
+/** How a printed kernel must be launched (cuda_coop.c). The printer and
+ *  every launcher (cuda_launch.c on a device, the emulator) use this rule,
+ *  so they run the same grid:
+ *   ONE_THREAD      not splittable, no cooperative reduction: thread 0 of
+ *                   block 0 runs it all (other threads return at once);
+ *   GRID_STRIDE     splittable, no reduction to share: 256 threads a
+ *                   block, one block per 256 indices of [start, end), at
+ *                   most 65,535 blocks (the grid-stride loop covers more);
+ *   BLOCK_PER_INDEX splittable with a reduction of at least 16 elements
+ *                   per output (cuda_coop.c): one block per index of
+ *                   [start, end) (at most 65,535, blocks step by gridDim.x)
+ *                   of `block` threads that share each reduction;
+ *   ONE_BLOCK       no parallel range, a reduction of at least 16
+ *                   elements (a whole-tensor reduction): block 0
+ *                   of `block` threads shares the work; grid 1.
+ *  `block` is 32 (one warp) when the longest reduction has at most 64
+ *  elements, 128 up to 512, else 256. Cooperative kernels use a static
+ *  __shared__ array of 32 long longs (256 bytes) and need blockDim.x a
+ *  multiple of 32, at most 1024. */
+typedef enum cuda_launch_kind {
+  CUDA_LAUNCH_ONE_THREAD,
+  CUDA_LAUNCH_GRID_STRIDE,
+  CUDA_LAUNCH_BLOCK_PER_INDEX,
+  CUDA_LAUNCH_ONE_BLOCK,
+} cuda_launch_kind;
+
+typedef struct cuda_launch_rule {
+  cuda_launch_kind kind;
+  int64_t extent; /* of the parallel range; 0 when there is none */
+  unsigned block; /* threads per block */
+} cuda_launch_rule;
+
+typedef struct cuda_launch_shape {
+  unsigned grid, block; /* blocks and threads per block (x only) */
+  size_t shared_bytes;  /* dynamic shared memory: always 0 (static only) */
+} cuda_launch_shape;
+
+/** The rule of k (which must pass kir_verify): KILN_OK, or KILN_ERR_OOM
+ *  (the rule is then ONE_THREAD). */
+int cuda_kernel_launch_rule(const kir_kernel *k, cuda_launch_rule *r);
+/** The launch over [start, end) of the parallel range under rule r. */
+void cuda_launch_rule_shape(const cuda_launch_rule *r, int64_t start, int64_t end, cuda_launch_shape *out);
+/** Both at once: cuda_kernel_launch_rule then cuda_launch_rule_shape. */
+int cuda_kernel_launch_shape(const kir_kernel *k, int64_t start, int64_t end, cuda_launch_shape *out);
 
 /* -------------------------------------------------------------- NVRTC */
 
@@ -90,6 +140,8 @@ typedef struct cuda_emu_stats {
   int64_t failures;       /* checks that failed */
   int64_t host_compiles;  /* kernels built by the host C++ compiler */
   int64_t half_fallbacks; /* F16/BF16 kernels left to the LLVM path */
+  int64_t cooperative;    /* host-compiled kernels whose blocks share reductions
+                             (launch rule BLOCK_PER_INDEX or ONE_BLOCK) */
 } cuda_emu_stats;
 
 /** True when cuda-emu can run: NVRTC loads and a host C++ compiler is

@@ -6,17 +6,22 @@
  * error), and then the SAME source is compiled for the host by the system
  * C++ compiler ($KILN_CXX, else `c++` or `g++` on PATH) after a small
  * emulation header (emu_header below): __global__/__device__ are empty,
- * blockIdx/threadIdx/blockDim/gridDim are thread-local values of one
- * block of one thread, __syncthreads() is a no-op, the bit-cast
- * intrinsics are memcpy, math comes from <cmath>.
+ * blockIdx/threadIdx/blockDim/gridDim are the current CUDA thread's
+ * coordinates (thread-local, restored after every switch), __shared__ is
+ * static thread_local (a block runs alone on its OS thread),
+ * __syncthreads() and the warp shuffles call the launcher
+ * (cuda_emu_run.c), the bit-cast intrinsics are memcpy, math comes from
+ * <cmath>.
  *
- * The shared object (-O2 -fPIC -shared) is dlopen'ed and its entry point
+ * The shared object (-O2 -fPIC -shared) is dlopen'ed; its `kiln_emu_api`
+ * is pointed at the launcher, and its entry point
  *    extern "C" void kiln_emu_entry(void *const *bufs, long long start, long
  * long end) has the CPU backend's calling convention, so the runtime runs it on
- * its thread pool like an LLVM kernel: every chunk [start, end) runs as block
- * 0, thread 0 of a 1×1 grid, and the printer's grid-stride loop covers
- * the chunk. Kernels using F16/BF16 are checked by NVRTC/ptxas but run on
- * the LLVM path (the header has no half types): *fn is NULL for them.
+ * its thread pool like an LLVM kernel: every chunk [start, end) is one
+ * launch in the kernel's launch shape (cuda_kernel_launch_rule, whose
+ * fields are printed into the entry), cooperative blocks as fibers.
+ * Kernels using F16/BF16 are checked by NVRTC/ptxas but run on the LLVM
+ * path (the header has no half types): *fn is NULL for them.
  *
  * Temporary files live in one private mkdtemp directory, removed at exit;
  * each source and object is unlinked as soon as it is loaded. Compiles run
@@ -35,43 +40,84 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
+#include "cuda_emu_run.h"
 
 extern char **environ;
 
 /* Prepended to every printed kernel for the host compiler. */
-static const char emu_header[] = "/* cuda_emu.h: the CUDA C that Kiln's printer emits, on the host */\n"
-                                 "#include <cmath>\n"
-                                 "#include <cstring>\n"
-                                 "#include <cstdint>\n"
-                                 "using namespace std;\n"
-                                 "#define __global__\n"
-                                 "#define __device__\n"
-                                 "#define __host__\n"
-                                 "#define __forceinline__ inline\n"
-                                 "#define __restrict__ __restrict\n"
-                                 "struct dim3 { unsigned x, y, z; };\n"
-                                 "static thread_local dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};\n"
-                                 "static thread_local dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
-                                 "static inline void __syncthreads() {} /* one thread per block */\n"
-                                 "template <class To, class From> static inline To kiln_emu_bits(From f) {\n"
-                                 "  To t;\n"
-                                 "  memcpy(&t, &f, sizeof t);\n"
-                                 "  return t;\n"
-                                 "}\n"
-                                 "static inline float __int_as_float(int x) { return "
-                                 "kiln_emu_bits<float>(x); }\n"
-                                 "static inline int __float_as_int(float x) { return kiln_emu_bits<int>(x); "
-                                 "}\n"
-                                 "static inline double __longlong_as_double(long long x) { return "
-                                 "kiln_emu_bits<double>(x); }\n"
-                                 "static inline long long __double_as_longlong(double x) { return "
-                                 "kiln_emu_bits<long long>(x); }\n"
-                                 "/* a kernel argument from the runtime's untyped buffer array */\n"
-                                 "struct kiln_emu_ptr {\n"
-                                 "  void *p;\n"
-                                 "  template <class T> operator T *() const { return (T *)p; }\n"
-                                 "};\n"
-                                 "#line 1 \"kernel.cu\"\n";
+static const char emu_header[] =
+    "/* cuda_emu.h: the CUDA C that Kiln's printer emits, on the host */\n"
+    "#include <cmath>\n"
+    "#include <cstring>\n"
+    "#include <cstdint>\n"
+    "using namespace std;\n"
+    "#define __global__\n"
+    "#define __device__\n"
+    "#define __host__\n"
+    "#define __forceinline__ inline\n"
+    "#define __restrict__ __restrict\n"
+    "#define __shared__ static thread_local /* a block runs alone on its OS thread */\n"
+    "struct dim3 { unsigned x, y, z; };\n"
+    "/* this CUDA thread's coordinates: set when it starts, restored after a switch */\n"
+    "struct kiln_emu_ids { dim3 b, t, bd, gd; };\n"
+    "static thread_local kiln_emu_ids kiln_emu_id = {{0, 0, 0}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}};\n"
+    "#define blockIdx (kiln_emu_id.b)\n"
+    "#define threadIdx (kiln_emu_id.t)\n"
+    "#define blockDim (kiln_emu_id.bd)\n"
+    "#define gridDim (kiln_emu_id.gd)\n"
+    "/* the launcher in libkiln (codegen_cuda/cuda_emu_run.h), set after dlopen */\n"
+    "typedef void (*kiln_emu_thread_fn)(void *, unsigned, unsigned, unsigned, unsigned);\n"
+    "struct kiln_emu_api_t {\n"
+    "  void (*launch)(int, long long, unsigned, long long, long long, kiln_emu_thread_fn, void *);\n"
+    "  void (*sync)(void);\n"
+    "  unsigned long long (*shfl)(unsigned, unsigned long long, unsigned);\n"
+    "};\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const kiln_emu_api_t *kiln_emu_api;\n"
+    "const kiln_emu_api_t *kiln_emu_api = 0;\n"
+    "static inline void __syncthreads() {\n"
+    "  const kiln_emu_ids me = kiln_emu_id;\n"
+    "  kiln_emu_api->sync();\n"
+    "  kiln_emu_id = me;\n"
+    "}\n"
+    "template <class T> static inline T kiln_emu_shfl(unsigned mask, T v, unsigned src) {\n"
+    "  unsigned long long bits = 0;\n"
+    "  memcpy(&bits, &v, sizeof v);\n"
+    "  const kiln_emu_ids me = kiln_emu_id;\n"
+    "  bits = kiln_emu_api->shfl(mask, bits, src);\n"
+    "  kiln_emu_id = me;\n"
+    "  memcpy(&v, &bits, sizeof v);\n"
+    "  return v;\n"
+    "}\n"
+    "template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d) {\n"
+    "  const unsigned lane = threadIdx.x & 31u;\n"
+    "  return kiln_emu_shfl(mask, v, lane + d < 32u ? lane + d : lane);\n"
+    "}\n"
+    "template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int m) {\n"
+    "  return kiln_emu_shfl(mask, v, (threadIdx.x ^ (unsigned)m) & 31u);\n"
+    "}\n"
+    "template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {\n"
+    "  return kiln_emu_shfl(mask, v, (unsigned)src & 31u);\n"
+    "}\n"
+    "template <class To, class From> static inline To kiln_emu_bits(From f) {\n"
+    "  To t;\n"
+    "  memcpy(&t, &f, sizeof t);\n"
+    "  return t;\n"
+    "}\n"
+    "static inline float __int_as_float(int x) { return kiln_emu_bits<float>(x); }\n"
+    "static inline int __float_as_int(float x) { return kiln_emu_bits<int>(x); }\n"
+    "static inline double __longlong_as_double(long long x) { return kiln_emu_bits<double>(x); }\n"
+    "static inline long long __double_as_longlong(double x) { return kiln_emu_bits<long long>(x); }\n"
+    "/* a kernel argument from the runtime's untyped buffer array */\n"
+    "struct kiln_emu_ptr {\n"
+    "  void *p;\n"
+    "  template <class T> operator T *() const { return (T *)p; }\n"
+    "};\n"
+    "/* the launch's arguments, shared by its threads */\n"
+    "struct kiln_emu_args {\n"
+    "  void *const *bufs;\n"
+    "  long long start, end;\n"
+    "};\n"
+    "#line 1 \"kernel.cu\"\n";
 
 static pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
 static char tmp_dir[512]; /* "" until created */
@@ -90,9 +136,9 @@ static void print_summary(void) {
             "kiln: cuda-emu: %lld kernels, %lld toolchain checks (NVRTC sm_80, "
             "NVRTC compute_90 + ptxas sm_90), "
             "%lld failed; %lld compiled for the host, %lld F16/BF16 kernels "
-            "run on LLVM\n",
+            "run on LLVM; %lld cooperative\n",
             (long long)s.kernels, (long long)s.checks, (long long)s.failures, (long long)s.host_compiles,
-            (long long)s.half_fallbacks);
+            (long long)s.half_fallbacks, (long long)s.cooperative);
 }
 
 void cuda_emu_get_stats(cuda_emu_stats *out) {
@@ -180,7 +226,8 @@ static void read_log(const char *path, char *buf, size_t len) {
 
 /* Compiles the printed source src (kernel kiln_emu_kernel with n_params
  * pointers) for the host and loads it. */
-static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, char *err, size_t errlen) {
+static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const char *src, cuda_emu_fn *fn, char *err,
+                        size_t errlen) {
   const char *cxx = host_cxx();
   if (!cxx) {
     snprintf(err, errlen, "cuda-emu: %s: no host C++ compiler (c++ or g++ on PATH, or KILN_CXX)", k->name);
@@ -205,12 +252,19 @@ static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, c
   }
   fputs(emu_header, f);
   fputs(src, f);
-  fputs("\nextern \"C\" void kiln_emu_entry(void *const *bufs, long long "
-        "start, long long end) {\n"
+  /* one CUDA thread, then the launch: the rule's shape over [start, end) */
+  fputs("\nstatic void kiln_emu_thread(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block) {\n"
+        "  kiln_emu_id = {{b, 0, 0}, {t, 0, 0}, {block, 1, 1}, {grid, 1, 1}};\n"
+        "  const kiln_emu_args *a = (const kiln_emu_args *)ctx;\n"
         "  kiln_emu_kernel(",
         f);
-  for (int p = 0; p < k->n_params; p++) fprintf(f, "kiln_emu_ptr{bufs[%d]}, ", p);
-  fputs("start, end);\n}\n", f);
+  for (int p = 0; p < k->n_params; p++) fprintf(f, "kiln_emu_ptr{a->bufs[%d]}, ", p);
+  fprintf(f,
+          "a->start, a->end);\n}\n"
+          "extern \"C\" void kiln_emu_entry(void *const *bufs, long long start, long long end) {\n"
+          "  kiln_emu_args a = {bufs, start, end};\n"
+          "  kiln_emu_api->launch(%d, %lldLL, %uu, start, end, kiln_emu_thread, &a);\n}\n",
+          (int)rule->kind, (long long)rule->extent, rule->block);
   bool ok = fclose(f) == 0;
   char *argv[] = {(char *)cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-w", "-o", so, cu, NULL};
   int rc = ok ? run(argv, log) : -1;
@@ -223,10 +277,12 @@ static int host_compile(const kir_kernel *k, const char *src, cuda_emu_fn *fn, c
   } else {
     void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     void *sym = h ? dlsym(h, "kiln_emu_entry") : NULL;
-    if (!sym) {
+    const cuda_emu_api **api = h ? (const cuda_emu_api **)dlsym(h, "kiln_emu_api") : NULL;
+    if (!sym || !api) {
       snprintf(err, errlen, "cuda-emu: cannot load the host build of %s: %s", k->name, dlerror());
       st = KILN_ERR_COMPILE;
     } else {
+      *api = &cuda_emu_launcher;
       *fn = (cuda_emu_fn)sym; /* the object stays mapped for the process's life */
     }
   }
@@ -263,12 +319,18 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
     pthread_mutex_unlock(&emu_lock);
     if (st != KILN_OK) return st == KILN_ERR_DEVICE || st == KILN_ERR_IO ? st : KILN_ERR_COMPILE;
   }
-  bool half = uses_half(k);
+  bool half = uses_half(k), coop = false;
   int st = KILN_OK;
   if (!half) {
     char *src = NULL;
+    cuda_launch_rule rule;
     st = cuda_print_kernel(k, "kiln_emu_kernel", &src, err, errlen);
-    if (st == KILN_OK) st = host_compile(k, src, fn, err, errlen);
+    if (st == KILN_OK && cuda_kernel_launch_rule(k, &rule) != KILN_OK) {
+      snprintf(err, errlen, "cuda-emu: out of memory planning the launch of %s", k->name);
+      st = KILN_ERR_OOM;
+    }
+    if (st == KILN_OK) st = host_compile(k, &rule, src, fn, err, errlen);
+    coop = st == KILN_OK && (rule.kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule.kind == CUDA_LAUNCH_ONE_BLOCK);
     free(src);
   }
   pthread_mutex_lock(&emu_lock);
@@ -277,6 +339,7 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
     stats.half_fallbacks++;
   else if (st == KILN_OK)
     stats.host_compiles++;
+  stats.cooperative += coop;
   if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
   pthread_mutex_unlock(&emu_lock);
   return st;

@@ -9,10 +9,12 @@
  * KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
  * caching allocator; these buffers are plain cuMemAlloc/cuMemFree.
  *
- * Launch geometry follows the printer's contract (cuda_backend.h): a
- * splittable kernel runs its parallel range [start, end) as a grid-stride
- * loop, so any grid is correct — blocks of 256 threads, one per 256
- * indices up to 65,535 blocks; any other kernel runs on one thread.
+ * Launch geometry is the printer's launch rule (cuda_kernel_launch_rule in
+ * cuda_backend.h, the same the emulator runs): a grid-stride kernel on
+ * blocks of 256 threads, one per 256 indices up to 65,535 blocks; a
+ * cooperative reduction on one block per output index (32 to 256
+ * threads); a whole-tensor reduction on one block; any other kernel on one
+ * thread.
  * Kernel arguments are the buffer pointers, then `long long start, end`.
  * Context, stream and events are created once, under a mutex, and never
  * released (the process owns them until exit); they belong to the driver
@@ -29,7 +31,6 @@
 #include "cuda_launch.h"
 
 #define KERNEL_SYMBOL "kiln_kernel"
-enum { BLOCK = 256, MAX_GRID = 65535 };
 
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -134,6 +135,10 @@ int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t er
                                 err, errlen);
   out->splittable = cuda_kernel_splittable(k);
   out->n_params = k->n_params;
+  if (st == KILN_OK && cuda_kernel_launch_rule(k, &out->rule) != KILN_OK) {
+    snprintf(err, errlen, "cuda_kernel_load: out of memory planning the launch of %s", k->name);
+    st = KILN_ERR_OOM;
+  }
   return st;
 }
 
@@ -152,15 +157,11 @@ int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bu
   for (int i = 0; i < n_bufs; i++) ptrs[i] = bufs[i], args[i] = &ptrs[i];
   args[n_bufs] = &lo;
   args[n_bufs + 1] = &hi;
-  unsigned grid = 1, block = 1;
-  if (ck->splittable && end > start) {
-    int64_t blocks = (end - start + BLOCK - 1) / BLOCK;
-    grid = (unsigned)(blocks < MAX_GRID ? blocks : MAX_GRID);
-    block = BLOCK;
-  }
+  cuda_launch_shape shape;
+  cuda_launch_rule_shape(&ck->rule, start, end, &shape);
   int st = check(api->event_record(dev.start, dev.stream), "cuEventRecord", err, errlen);
   if (st == KILN_OK)
-    st = check(api->launch_kernel(ck->fn, grid, 1, 1, block, 1, 1, 0, dev.stream, args, NULL), "cuLaunchKernel", err,
+    st = check(api->launch_kernel(ck->fn, shape.grid, 1, 1, shape.block, 1, 1, (unsigned)shape.shared_bytes, dev.stream, args, NULL), "cuLaunchKernel", err,
                errlen);
   if (st == KILN_OK) st = check(api->event_record(dev.stop, dev.stream), "cuEventRecord", err, errlen);
   if (st == KILN_OK) st = check(api->event_synchronize(dev.stop), "cuEventSynchronize (the kernel's run)", err, errlen);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "kir.h"
 
@@ -21,8 +22,9 @@ enum { CUDA_MAX_PARAMS = 64 };
 typedef struct cuda_kernel {
   cu_module module;
   cu_function fn;
-  bool splittable; /* cuda_kernel_splittable: grid-stride over [start, end) */
+  bool splittable;        /* cuda_kernel_splittable: [start, end) may be split */
   int n_params;
+  cuda_launch_rule rule;  /* the launch shape (cuda_backend.h) */
 } cuda_kernel;
 
 /** Device memory of `bytes` bytes (cuMemAlloc; KILN_ERR_OOM when the device
@@ -42,7 +44,8 @@ int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *
 int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen);
 void cuda_kernel_unload(cuda_kernel *ck);
 /** Runs ck over its parallel range [start, end) with one device pointer
- *  per kernel parameter (in order) on the stream, waits for it, and
+ *  per kernel parameter (in order) on the stream, in the shape of its
+ *  launch rule (cuda_launch_rule_shape), waits for it, and
  *  stores its run time from CUDA events in *ms (if non-NULL). */
 int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
                        float *ms, char *err, size_t errlen);

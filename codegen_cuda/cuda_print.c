@@ -11,8 +11,14 @@
  *    In a splittable kernel (cuda_kernel_splittable) it is a grid-stride
  *    loop (each thread takes indices blockIdx.x*blockDim.x+threadIdx.x,
  *    then steps by gridDim.x*blockDim.x); otherwise the kernel runs on
- *    thread 0 of block 0 only. Reductions are therefore sequential per
- *    output (one thread per index of the parallel range).
+ *    thread 0 of block 0 only;
+ *  - a kernel with reductions that cuda_coop.c can share between threads
+ *    (cuda_coop.h) takes the cooperative form instead: one block per index
+ *    of the parallel range (or block 0 for a kernel without one),
+ *    reduction and epilogue loops strided over threadIdx.x, partials
+ *    combined by kiln_block_reduce (warp shuffles, then shared memory),
+ *    stores outside those loops by thread 0. Other reductions stay
+ *    sequential per output (one thread per index of the parallel range).
  * Register types: BOOL bool (a byte in memory), U8 unsigned char, I8
  * signed char, I16 short, I32 int, I64/INDEX long long, F16 __half, BF16
  * __nv_bfloat16 (cuda_fp16.h / cuda_bf16.h are included only when the
@@ -33,6 +39,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_coop.h"
 
 /* ---------------------------------------------------------------- types */
 
@@ -183,53 +190,61 @@ static bool divisor_is_safe(const kir_kernel *k, int d) {
   return u->op == KIR_CONST && u->ival > 0 && u->ival <= max;
 }
 
-/* The right-hand side of ALU uop u (operands v<a>, v<b>, v<c>). Integer
- * ADD/SUB/MUL/NEG wrap: computed on unsigned long long and truncated
- * (BOOL as 1-bit integers: + and - are xor, * is and). */
-static void put_alu(kir_strbuf *b, const kir_kernel *k, const kir_uop *u) {
-  int a = u->src[0], c = u->src[1], d = u->src[2];
+/* The right-hand side of ALU uop u on operands named a, c, d (its
+ * src[0..2]). Integer ADD/SUB/MUL/NEG wrap: computed on unsigned long long
+ * and truncated (BOOL as 1-bit integers: + and - are xor, * is and). */
+static void put_alu_on(kir_strbuf *b, const kir_kernel *k, const kir_uop *u, const char *a, const char *c,
+                       const char *d) {
   kiln_dtype t = u->type;
   const char *T = ctype(t);
   bool wrap = !is_fp(t) && t != KIR_INDEX;
   switch (u->op) {
   case KIR_NEG:
-    if (t == KILN_BOOL) kir_sb_printf(b, "v%d", a);
-    else if (wrap) kir_sb_printf(b, "(%s)(0ull - (unsigned long long)v%d)", T, a);
-    else kir_sb_printf(b, "-v%d", a);
+    if (t == KILN_BOOL) kir_sb_printf(b, "%s", a);
+    else if (wrap) kir_sb_printf(b, "(%s)(0ull - (unsigned long long)%s)", T, a);
+    else kir_sb_printf(b, "-%s", a);
     return;
   case KIR_ADD:
   case KIR_SUB:
   case KIR_MUL:
-    if (t == KILN_BOOL) kir_sb_printf(b, u->op == KIR_MUL ? "(v%d && v%d)" : "(v%d != v%d)", a, c);
-    else if (wrap) kir_sb_printf(b, "(%s)((unsigned long long)v%d %s (unsigned long long)v%d)", T, a, infix(u->op), c);
-    else kir_sb_printf(b, "v%d %s v%d", a, infix(u->op), c);
+    if (t == KILN_BOOL) kir_sb_printf(b, u->op == KIR_MUL ? "(%s && %s)" : "(%s != %s)", a, c);
+    else if (wrap) kir_sb_printf(b, "(%s)((unsigned long long)%s %s (unsigned long long)%s)", T, a, infix(u->op), c);
+    else kir_sb_printf(b, "%s %s %s", a, infix(u->op), c);
     return;
   case KIR_DIV:
   case KIR_MOD:
-    if (is_fp(t) && u->op == KIR_DIV) kir_sb_printf(b, "v%d / v%d", a, c);
-    else if (is_fp(t)) kir_sb_printf(b, "%s(v%d, v%d)", t == KILN_F32 ? "fmodf" : "fmod", a, c);
-    else if (divisor_is_safe(k, c)) kir_sb_printf(b, "(%s)(v%d %s v%d)", T, a, u->op == KIR_DIV ? "/" : "%", c);
-    else kir_sb_printf(b, "kiln_%s<%s>(v%d, v%d)", u->op == KIR_DIV ? "idiv" : "imod", T, a, c);
+    if (is_fp(t) && u->op == KIR_DIV) kir_sb_printf(b, "%s / %s", a, c);
+    else if (is_fp(t)) kir_sb_printf(b, "%s(%s, %s)", t == KILN_F32 ? "fmodf" : "fmod", a, c);
+    else if (divisor_is_safe(k, u->src[1])) kir_sb_printf(b, "(%s)(%s %s %s)", T, a, u->op == KIR_DIV ? "/" : "%", c);
+    else kir_sb_printf(b, "kiln_%s<%s>(%s, %s)", u->op == KIR_DIV ? "idiv" : "imod", T, a, c);
     return;
   case KIR_MAX:
   case KIR_MIN:
-    if (is_fp(t)) kir_sb_printf(b, "kiln_f%s(v%d, v%d)", u->op == KIR_MAX ? "max" : "min", a, c);
-    else kir_sb_printf(b, "(v%d %s v%d ? v%d : v%d)", a, u->op == KIR_MAX ? ">" : "<", c, a, c);
+    if (is_fp(t)) kir_sb_printf(b, "kiln_f%s(%s, %s)", u->op == KIR_MAX ? "max" : "min", a, c);
+    else kir_sb_printf(b, "(%s %s %s ? %s : %s)", a, u->op == KIR_MAX ? ">" : "<", c, a, c);
     return;
   case KIR_CMPLT:
   case KIR_CMPLE:
   case KIR_CMPEQ:
-  case KIR_CMPNE: kir_sb_printf(b, "v%d %s v%d", a, infix(u->op), c); return;
+  case KIR_CMPNE: kir_sb_printf(b, "%s %s %s", a, infix(u->op), c); return;
   case KIR_AND:
   case KIR_OR:
-  case KIR_XOR: kir_sb_printf(b, "(%s)(v%d %s v%d)", T, a, infix(u->op), c); return;
-  case KIR_WHERE: kir_sb_printf(b, "v%d ? v%d : v%d", a, c, d); return;
+  case KIR_XOR: kir_sb_printf(b, "(%s)(%s %s %s)", T, a, infix(u->op), c); return;
+  case KIR_WHERE: kir_sb_printf(b, "%s ? %s : %s", a, c, d); return;
   default: break;
   }
   const char *fn = math_name(u->op);
   const char *suffix = t == KILN_F32 ? "f" : "";
-  if (kir_op_arity(u->op) == 2) kir_sb_printf(b, "%s%s(v%d, v%d)", fn, suffix, a, c);
-  else kir_sb_printf(b, "%s%s(v%d)", fn, suffix, a);
+  if (kir_op_arity(u->op) == 2) kir_sb_printf(b, "%s%s(%s, %s)", fn, suffix, a, c);
+  else kir_sb_printf(b, "%s%s(%s)", fn, suffix, a);
+}
+
+/* put_alu_on with the operands v<src[i]>. */
+static void put_alu(kir_strbuf *b, const kir_kernel *k, const kir_uop *u) {
+  char n[3][24] = {"", "", ""};
+  for (int i = 0; i < 3; i++)
+    if (u->src[i] >= 0) snprintf(n[i], sizeof n[i], "v%d", u->src[i]);
+  put_alu_on(b, k, u, n[0], n[1], n[2]);
 }
 
 /* -------------------------------------------------------------- kernel */
@@ -275,6 +290,83 @@ static const char prelude[] =
     "  return a < b ? a : b;\n"
     "}\n";
 
+/* Helpers of cooperative kernels (blockDim.x a multiple of 32, at most
+ * 1024): warp shuffles of any register type, and the block-wide combine. */
+static const char coop_prelude[] =
+    "static __device__ __forceinline__ float kiln_shfl_down(float v, unsigned o) {\n"
+    "  return __shfl_down_sync(0xffffffffu, v, o);\n"
+    "}\n"
+    "static __device__ __forceinline__ double kiln_shfl_down(double v, unsigned o) {\n"
+    "  return __shfl_down_sync(0xffffffffu, v, o);\n"
+    "}\n"
+    "static __device__ __forceinline__ long long kiln_shfl_down(long long v, unsigned o) {\n"
+    "  return __shfl_down_sync(0xffffffffu, v, o);\n"
+    "}\n"
+    "template <class T> static __device__ __forceinline__ T kiln_shfl_down(T v, unsigned o) {\n"
+    "  return (T)__shfl_down_sync(0xffffffffu, (int)v, o);\n"
+    "}\n"
+    "/* v combined by f over the block's threads; every thread gets the result. Lanes\n"
+    "   combine down a tree within each warp, warp 0 combines the warps' results\n"
+    "   through shared memory; the last barrier lets s be reused. */\n"
+    "template <class T, class F> static __device__ __forceinline__ T kiln_block_reduce(T v, F f, long long *smem) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;\n"
+    "  T *s = (T *)smem;\n"
+    "  for (unsigned o = 16; o > 0; o >>= 1) {\n"
+    "    const T w = kiln_shfl_down(v, o);\n"
+    "    if (lane + o < 32u) v = f(v, w);\n"
+    "  }\n"
+    "  if (lane == 0) s[warp] = v;\n"
+    "  __syncthreads();\n"
+    "  if (warp == 0) {\n"
+    "    v = s[lane < warps ? lane : 0];\n"
+    "    for (unsigned o = 16; o > 0; o >>= 1) {\n"
+    "      const T w = kiln_shfl_down(v, o);\n"
+    "      if (lane + o < warps) v = f(v, w);\n"
+    "    }\n"
+    "    if (lane == 0) s[0] = v;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  v = s[0];\n"
+    "  __syncthreads();\n"
+    "  return v;\n"
+    "}\n"
+    "/* argmax (MAX) / argmin: (bv, bi) beats (av, ai) when its value is better, NaN\n"
+    "   first, ties to the smaller index -- the first best element, as sequentially */\n"
+    "template <bool MAX, class T> static __device__ __forceinline__ bool kiln_arg_better(T bv, long long bi, T av,\n"
+    "                                                                                   long long ai) {\n"
+    "  const bool bn = bv != bv, an = av != av;\n"
+    "  if (bn || an) return bn && (!an || bi < ai);\n"
+    "  if (MAX ? av < bv : bv < av) return true;\n"
+    "  return !(av < bv) && !(bv < av) && bi < ai;\n"
+    "}\n"
+    "template <bool MAX, class T> static __device__ __forceinline__ void kiln_warp_arg(T &v, long long &i, unsigned n) {\n"
+    "  const unsigned lane = threadIdx.x & 31u;\n"
+    "  for (unsigned o = 16; o > 0; o >>= 1) {\n"
+    "    const T w = kiln_shfl_down(v, o);\n"
+    "    const long long j = kiln_shfl_down(i, o);\n"
+    "    if (lane + o < n && kiln_arg_better<MAX>(w, j, v, i)) v = w, i = j;\n"
+    "  }\n"
+    "}\n"
+    "/* the block's best (v, i) of every thread's; every thread gets it */\n"
+    "template <bool MAX, class T> static __device__ __forceinline__ void kiln_block_arg(T &v, long long &i, long long *sv,\n"
+    "                                                                                  long long *si) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;\n"
+    "  T *s = (T *)sv;\n"
+    "  kiln_warp_arg<MAX>(v, i, 32u);\n"
+    "  if (lane == 0) s[warp] = v, si[warp] = i;\n"
+    "  __syncthreads();\n"
+    "  if (warp == 0) {\n"
+    "    v = s[lane < warps ? lane : 0];\n"
+    "    i = si[lane < warps ? lane : 0];\n"
+    "    kiln_warp_arg<MAX>(v, i, warps);\n"
+    "    if (lane == 0) s[0] = v, si[0] = i;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  v = s[0];\n"
+    "  i = si[0];\n"
+    "  __syncthreads();\n"
+    "}\n";
+
 static bool uses_type(const kir_kernel *k, kiln_dtype t) {
   for (int p = 0; p < k->n_params; p++)
     if (k->param_dtype[p] == t) return true;
@@ -298,16 +390,115 @@ static void put_name(kir_strbuf *b, const char *name) {
 
 typedef struct print_ctx {
   const kir_kernel *k;
+  const cuda_coop *plan; /* plan->on: the cooperative form */
   kir_strbuf *b;
   int depth;
+  int per_thread; /* depth of STRIDED/REDUCE loops around the current uop */
   bool split, parallel_done;
 } print_ctx;
 
 static void indent(print_ctx *c) { kir_sb_printf(c->b, "%*s", 2 * c->depth, ""); }
 
+/* The identity of combine op `op` on type t, for threads other than 0
+ * (ADD and XOR: 0, -0.0 for floats so that a sum of -0s stays -0; MUL: 1). */
+static void put_identity(kir_strbuf *b, kir_op op, kiln_dtype t) {
+  bool one = op == KIR_MUL;
+  if (t == KILN_BOOL) kir_sb_printf(b, one ? "true" : "false");
+  else if (is_fp(t)) kir_sb_printf(b, "%s%s", one ? "1.0" : "-0.0", t == KILN_F32 ? "f" : "");
+  else kir_sb_printf(b, "(%s)%d", ctype(t), one ? 1 : 0);
+}
+
+/* True when ACC_SET j is the first in REDUCE loop r to set its
+ * accumulator (defined before r): each accumulator is reset and combined
+ * once per loop. */
+static bool first_outer_set(const kir_kernel *k, int r, int j) {
+  const kir_uop *u = &k->uops[j];
+  if (u->op != KIR_ACC_SET || u->src[0] >= r) return false;
+  for (int i = r + 1; i < j; i++)
+    if (k->uops[i].op == KIR_ACC_SET && k->uops[i].src[0] == u->src[0]) return false;
+  return true;
+}
+
+/* Before REDUCE loop r: threads other than 0 start each accumulator whose
+ * combine counts (ADD, MUL, XOR) from the identity, so the initial value
+ * is combined once. */
+static void print_resets(print_ctx *c, int r) {
+  const kir_kernel *k = c->k;
+  if (c->plan->arg[r].val >= 0) return; /* every thread starts from the initial pair */
+  for (int j = r + 1; j < c->plan->end[r]; j++) {
+    if (!first_outer_set(k, r, j)) continue;
+    const kir_uop *upd = &k->uops[k->uops[j].src[1]];
+    if (cuda_coop_idempotent(upd->op)) continue;
+    indent(c);
+    kir_sb_printf(c->b, "if (threadIdx.x != 0) v%d = ", k->uops[j].src[0]);
+    put_identity(c->b, upd->op, upd->type);
+    kir_sb_printf(c->b, ";\n");
+  }
+}
+
+/* After REDUCE loop r: each accumulator combined across the block with
+ * its update's op. */
+static void print_combines(print_ctx *c, int r) {
+  const kir_kernel *k = c->k;
+  const cuda_coop_arg *a = &c->plan->arg[r];
+  if (a->val >= 0) {
+    indent(c);
+    kir_sb_printf(c->b, "kiln_block_arg<%s>(v%d, v%d, kiln_smem, kiln_smem_i);\n", a->max ? "true" : "false", a->val,
+                  a->idx);
+    return;
+  }
+  for (int j = r + 1; j < c->plan->end[r]; j++) {
+    if (!first_outer_set(k, r, j)) continue;
+    int acc = k->uops[j].src[0];
+    const kir_uop *upd = &k->uops[k->uops[j].src[1]];
+    const char *T = ctype(upd->type);
+    indent(c);
+    kir_sb_printf(c->b, "v%d = kiln_block_reduce(v%d, [](%s a, %s b) -> %s { return ", acc, acc, T, T, T);
+    put_alu_on(c->b, k, upd, "a", "b", "");
+    kir_sb_printf(c->b, "; }, kiln_smem);\n");
+  }
+}
+
+/* A RANGE of the cooperative form (by its role in the plan). */
+static void print_coop_range(print_ctx *c, int i, const kir_uop *u) {
+  kir_strbuf *b = c->b;
+  const cuda_coop *p = c->plan;
+  long long ext = (long long)u->ival;
+  switch (p->role[i]) {
+  case CUDA_LOOP_STRIDED:
+    indent(c);
+    kir_sb_printf(b, "for (long long v%d = threadIdx.x; v%d < %lldLL; v%d += blockDim.x) {\n", i, i, ext, i);
+    break;
+  case CUDA_LOOP_REDUCE:
+    print_resets(c, i);
+    indent(c);
+    kir_sb_printf(b, "for (long long v%d_f = threadIdx.x; v%d_f < %lldLL; v%d_f += blockDim.x) {\n", i, i,
+                  (long long)(p->div[i] * u->ival), i);
+    c->depth++;
+    indent(c);
+    kir_sb_printf(b, "const long long v%d = v%d_f / %lldLL;\n", i, i, (long long)p->div[i]);
+    c->depth--;
+    break;
+  case CUDA_LOOP_FLAT:
+    indent(c);
+    kir_sb_printf(b, "const long long v%d = v%d_f / %lldLL %% %lldLL;\n", i, p->root[i], (long long)p->div[i], ext);
+    return; /* no block of its own */
+  default:
+    indent(c);
+    kir_sb_printf(b, "for (long long v%d = 0; v%d < %lldLL; v%d++) {\n", i, i, ext, i);
+    break;
+  }
+  if (p->role[i] == CUDA_LOOP_STRIDED || p->role[i] == CUDA_LOOP_REDUCE) c->per_thread++;
+  c->depth++;
+}
+
 static void print_range(print_ctx *c, int i, const kir_uop *u) {
   kir_strbuf *b = c->b;
   long long ext = (long long)u->ival;
+  if (c->plan->on && i != c->plan->parallel && (c->per_thread == 0 || c->plan->role[i] == CUDA_LOOP_FLAT)) {
+    print_coop_range(c, i, u);
+    return;
+  }
   indent(c);
   if (!u->parallel || c->parallel_done) {
     kir_sb_printf(b, "for (long long v%d = 0; v%d < %lldLL; v%d++) {\n", i, i, ext, i);
@@ -315,7 +506,10 @@ static void print_range(print_ctx *c, int i, const kir_uop *u) {
     c->parallel_done = true;
     kir_sb_printf(b, "const long long v%d_lo = start > 0 ? start : 0, v%d_hi = end < %lldLL ? end : %lldLL;\n", i, i, ext, ext);
     indent(c);
-    if (c->split)
+    if (c->plan->on)
+      kir_sb_printf(b, "for (long long v%d = v%d_lo + blockIdx.x; v%d < v%d_hi; v%d += gridDim.x) { /* one block each */\n",
+                    i, i, i, i, i);
+    else if (c->split)
       kir_sb_printf(b,
           "for (long long v%d = v%d_lo + (long long)blockIdx.x * blockDim.x + threadIdx.x; v%d < v%d_hi;\n"
           "%*s     v%d += (long long)gridDim.x * blockDim.x) {\n",
@@ -325,17 +519,23 @@ static void print_range(print_ctx *c, int i, const kir_uop *u) {
   c->depth++;
 }
 
+static void print_end(print_ctx *c, int range) {
+  int role = c->plan->role[range];
+  if (role == CUDA_LOOP_FLAT) return;
+  c->depth--;
+  indent(c);
+  kir_sb_printf(c->b, "}\n");
+  if (role == CUDA_LOOP_STRIDED || role == CUDA_LOOP_REDUCE) c->per_thread--;
+  if (role == CUDA_LOOP_REDUCE) print_combines(c, range);
+}
+
 static void print_uop(print_ctx *c, int i) {
   const kir_uop *u = &c->k->uops[i];
   kir_strbuf *b = c->b;
   const kir_uop *src0 = u->src[0] >= 0 ? &c->k->uops[u->src[0]] : NULL;
   switch (u->op) {
   case KIR_RANGE: print_range(c, i, u); return;
-  case KIR_END:
-    c->depth--;
-    indent(c);
-    kir_sb_printf(b, "}\n");
-    return;
+  case KIR_END: print_end(c, u->src[0]); return;
   case KIR_PARAM:
     indent(c);
     kir_sb_printf(b, "%s%s *const v%d = (%s%s *)p%lld;\n", c->k->param_written[u->ival] ? "" : "const ", mtype(u->elem), i,
@@ -351,6 +551,7 @@ static void print_uop(print_ctx *c, int i) {
     return;
   case KIR_STORE:
     indent(c);
+    if (c->plan->on && c->per_thread == 0) kir_sb_printf(b, "if (threadIdx.x == 0) "); /* one value per block */
     if (src0->elem == KILN_BOOL) kir_sb_printf(b, "v%d[v%d] = (unsigned char)v%d;\n", u->src[0], u->src[1], u->src[2]);
     else kir_sb_printf(b, "v%d[v%d] = v%d;\n", u->src[0], u->src[1], u->src[2]);
     return;
@@ -372,6 +573,18 @@ static void print_uop(print_ctx *c, int i) {
   kir_sb_printf(b, ";\n");
 }
 
+/* The kernel's first lines: which threads run it. */
+static void print_entry_guard(print_ctx *c) {
+  kir_strbuf *b = c->b;
+  if (c->plan->on) {
+    kir_sb_printf(b, "  __shared__ long long kiln_smem[32]; /* a partial per warp */\n");
+    if (c->plan->has_arg) kir_sb_printf(b, "  __shared__ long long kiln_smem_i[32]; /* its index (argmax/argmin) */\n");
+    if (c->plan->parallel < 0) kir_sb_printf(b, "  if (blockIdx.x != 0) return; /* one block shares the work */\n");
+  } else if (!c->split) {
+    kir_sb_printf(b, "  if (blockIdx.x != 0 || threadIdx.x != 0) return; /* not splittable: one thread */\n");
+  }
+}
+
 int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *err, size_t errlen) {
   *out = NULL;
   const char *bad = kir_verify(k);
@@ -379,20 +592,23 @@ int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *
     snprintf(err, errlen, "cuda_print_kernel: %s: invalid kernel IR: %s", k->name, bad);
     return KILN_ERR_UNSUPPORTED;
   }
+  cuda_coop plan;
   kir_strbuf b = {0};
+  b.oom = cuda_coop_plan(k, &plan) != KILN_OK;
   kir_sb_printf(&b, "/* %s: generated by Kiln from kernel IR */\n", k->name);
   if (uses_type(k, KILN_F16)) kir_sb_printf(&b, "#include <cuda_fp16.h>\n");
   if (uses_type(k, KILN_BF16)) kir_sb_printf(&b, "#include <cuda_bf16.h>\n");
-  kir_sb_printf(&b, "%s\nextern \"C\" __global__ void ", prelude);
+  kir_sb_printf(&b, "%s%s\nextern \"C\" __global__ void ", prelude, plan.on ? coop_prelude : "");
   put_name(&b, fname ? fname : k->name);
   kir_sb_printf(&b, "(");
   for (int p = 0; p < k->n_params; p++)
     kir_sb_printf(&b, "%s%s *p%d, ", k->param_written[p] ? "" : "const ", mtype(k->param_dtype[p]), p);
   kir_sb_printf(&b, "long long start, long long end) {\n");
-  print_ctx c = {.k = k, .b = &b, .depth = 1, .split = cuda_kernel_splittable(k)};
-  if (!c.split) kir_sb_printf(&b, "  if (blockIdx.x != 0 || threadIdx.x != 0) return; /* not splittable: one thread */\n");
-  for (int i = 0; i < k->n_uops; i++) print_uop(&c, i);
+  print_ctx c = {.k = k, .plan = &plan, .b = &b, .depth = 1, .split = cuda_kernel_splittable(k)};
+  print_entry_guard(&c);
+  for (int i = 0; i < k->n_uops && !b.oom; i++) print_uop(&c, i);
   kir_sb_printf(&b, "}\n");
+  cuda_coop_free(&plan);
   if (b.oom) {
     free(b.p);
     snprintf(err, errlen, "cuda_print_kernel: out of memory printing %s", k->name);

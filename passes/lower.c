@@ -746,10 +746,13 @@ static bool reads_in_place(const lower_ctx *c, const graph_node *n, const graph_
  * reads at its own index, with the root's dtype and sizes, is instead
  * stored into the output by the reduction pass and loaded back by the
  * epilogue, which then overwrites it: one exp per element, bit-identical
- * values (the stored value is the rounded one). */
+ * values (the stored value is the rounded one). Nodes on KILN_CUDA keep
+ * the recomputation. */
 static const graph_node *find_spill(const lower_ctx *c) {
   const graph_node *root = c->root;
-  if (!graph_is_float(root->dtype)) return NULL;
+  /* not on a GPU: the CUDA printer's cooperative form (one block per
+   * row) takes reduction loops without stores; recomputing is cheap there */
+  if (!graph_is_float(root->dtype) || c->host->device == KILN_CUDA) return NULL;
   for (int i = c->n_rows - 1; i >= 0; i--) {
     const graph_node *e = c->rows[i]->inputs[0].node;
     const graph_view *v = &c->rows[i]->inputs[0].view;

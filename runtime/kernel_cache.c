@@ -118,8 +118,16 @@ static cache_entry *lookup(uint64_t h, const unsigned char *key, size_t len) {
   return find_slot(slots, n_slots, h, key, len);
 }
 
+/* KILN_DEBUG=4 on the CUDA paths: the CUDA C of each kernel built. */
+static void debug_cuda_source(const kir_kernel *k) {
+  char *src = NULL, msg[256];
+  if (cuda_print_kernel(k, NULL, &src, msg, sizeof msg) == KILN_OK) fprintf(stderr, "kiln: CUDA C of %s\n%s\n", k->name, src);
+  free(src);
+}
+
 /* Builds k by `path` into *e (fn or dev). */
 static int build(const kir_kernel *k, int path, cache_entry *e, char *err, size_t errlen) {
+  if (path != PATH_LLVM && rt_debug_level() >= 4) debug_cuda_source(k);
   if (path == PATH_DEVICE) return rt_device_kernel_load(k, &e->dev, err, errlen);
   int st = path == PATH_EMU ? cuda_emu_compile(k, &e->fn, err, errlen) : KILN_OK;
   if (st == KILN_OK && !e->fn) {

@@ -36,7 +36,7 @@ if [[ $np_scale != 0 ]] && ctest --test-dir "$build" -N -R '^numpy_diff$' | grep
   grep -E '^[0-9]+: =+ .*(passed|failed).* in ' "$log" | tail -1
 fi
 awk '/kiln: cuda-emu: / { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) { n[$(i+1)] += $i } }
-     END { printf "cuda-emu totals: %d kernels, %d toolchain checks (NVRTC sm_80, NVRTC compute_90 + ptxas sm_90), %d failed, %d host-compiled, %d F16/BF16 on LLVM\n", n["kernels,"], n["toolchain"], n["failed;"], n["compiled"], n["F16/BF16"] }' "$log"
+     END { printf "cuda-emu totals: %d kernels, %d toolchain checks (NVRTC sm_80, NVRTC compute_90 + ptxas sm_90), %d failed, %d host-compiled, %d F16/BF16 on LLVM, %d cooperative\n", n["kernels,"], n["toolchain"], n["failed;"], n["compiled"], n["F16/BF16"], n["cooperative"] }' "$log"
 if grep -q 'cuda-emu: .* [1-9][0-9]* failed' "$log"; then
   echo "cuda-emu: toolchain check failures:"; grep -E 'failed' "$log" | grep -i 'nvrtc\|ptxas' | head -20; status=1
 fi

@@ -16,6 +16,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -104,6 +105,151 @@ static void printer_output(void **state) {
   assert_null(strstr(src, "kiln_idiv<"));
   free(src);
   kir_free(&k);
+}
+
+/* out[r] = sum over j < len of in[r * len + j] (F32 in, F64 accumulator),
+ * r < rows; rows 0: no parallel range, one output (a whole-tensor sum
+ * over two nested loops [3, len]). */
+static void build_row_sum(kir_kernel *k, int64_t rows, int64_t len) {
+  kir_init(k, "row sum");
+  int out = kir_param(k, KILN_F32, true), in = kir_param(k, KILN_F32, false);
+  int r = rows ? kir_range(k, rows, true) : -1;
+  int acc = kir_acc(k, KILN_F64, kir_const_f(k, KILN_F64, 0));
+  int outer = rows ? r : kir_range(k, 3, false);
+  int j = kir_range(k, len, false);
+  int idx = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, outer, kir_const_i(k, KIR_INDEX, len), -1), j, -1);
+  int u = kir_alu(k, KIR_ADD, KILN_F64, acc, kir_cast(k, KILN_F64, kir_load(k, in, idx)), -1);
+  kir_set_reassoc(k, u);
+  kir_acc_set(k, acc, u);
+  kir_end(k, j);
+  if (!rows) kir_end(k, outer);
+  kir_store(k, out, rows ? r : kir_const_i(k, KIR_INDEX, 0), kir_cast(k, KILN_F32, acc));
+  if (rows) kir_end(k, r);
+}
+
+/* out[r] = index of the first maximum of row r, the compare-and-select
+ * update of passes/lower.c; with nan_first, the first NaN wins (as the
+ * lowering prints it for floats). Without it a float argmax is not a form
+ * the cooperative plan knows. */
+static void build_argmax(kir_kernel *k, int64_t rows, int64_t len, bool nan_first) {
+  kir_init(k, "argmax");
+  int out = kir_param(k, KILN_I64, true), in = kir_param(k, KILN_F32, false);
+  int r = kir_range(k, rows, true);
+  int best = kir_acc(k, KILN_F32, kir_const_f(k, KILN_F32, -INFINITY));
+  int at = kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0));
+  int j = kir_range(k, len, false);
+  int idx = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, r, kir_const_i(k, KIR_INDEX, len), -1), j, -1);
+  int x = kir_load(k, in, idx);
+  int better = kir_alu(k, KIR_CMPLT, KILN_BOOL, best, x, -1);
+  if (nan_first) {
+    int eq = kir_alu(k, KIR_CMPEQ, KILN_BOOL, best, best, -1), ne = kir_alu(k, KIR_CMPNE, KILN_BOOL, x, x, -1);
+    better = kir_alu(k, KIR_OR, KILN_BOOL, better, kir_alu(k, KIR_AND, KILN_BOOL, ne, eq, -1), -1);
+  }
+  kir_acc_set(k, at, kir_alu(k, KIR_WHERE, KILN_I64, better, kir_cast(k, KILN_I64, j), at));
+  kir_acc_set(k, best, kir_alu(k, KIR_WHERE, KILN_F32, better, x, best));
+  kir_end(k, j);
+  kir_store(k, out, r, at);
+  kir_end(k, r);
+}
+
+static void expect_shape(const kir_kernel *k, int64_t start, int64_t end, cuda_launch_kind kind, unsigned grid,
+                         unsigned block) {
+  cuda_launch_rule rule;
+  cuda_launch_shape s;
+  assert_int_equal(cuda_kernel_launch_rule(k, &rule), KILN_OK);
+  assert_int_equal(rule.kind, kind);
+  assert_int_equal(cuda_kernel_launch_shape(k, start, end, &s), KILN_OK);
+  assert_int_equal(s.grid, grid);
+  assert_int_equal(s.block, block);
+  assert_int_equal(s.shared_bytes, 0);
+}
+
+/* Row reductions print the cooperative form (strided loop, warp shuffles,
+ * shared memory, thread-0 store); the launch shapes are the documented
+ * ones (cuda_backend.h). */
+static void cooperative_form_and_launch_shape(void **state) {
+  (void)state;
+  kir_kernel k;
+  char *src = NULL, err[512];
+  build_row_sum(&k, 5, 1000);
+  assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+  assert_non_null(strstr(src, "__shfl_down_sync(0xffffffffu"));
+  assert_non_null(strstr(src, "__shared__ long long kiln_smem[32]"));
+  assert_non_null(strstr(src, "__syncthreads()"));
+  assert_non_null(strstr(src, "v2 += gridDim.x) { /* one block each */"));
+  assert_non_null(strstr(src, "v5_f = threadIdx.x; v5_f < 1000LL; v5_f += blockDim.x"));
+  assert_non_null(strstr(src, "if (threadIdx.x != 0) v4 = -0.0;")); /* the initial value is added once */
+  assert_non_null(strstr(src, "v4 = kiln_block_reduce(v4, [](double a, double b) -> double { return a + b; }"));
+  assert_non_null(strstr(src, "if (threadIdx.x == 0) v0[v2] = "));
+  free(src);
+  expect_shape(&k, 0, 5, CUDA_LAUNCH_BLOCK_PER_INDEX, 5, 256);
+  expect_shape(&k, 1, 4, CUDA_LAUNCH_BLOCK_PER_INDEX, 3, 256);
+  expect_shape(&k, 0, 0, CUDA_LAUNCH_BLOCK_PER_INDEX, 1, 256);
+  kir_free(&k);
+  build_row_sum(&k, 100000, 40); /* short rows: one warp each; at most 65,535 blocks */
+  expect_shape(&k, 0, 100000, CUDA_LAUNCH_BLOCK_PER_INDEX, 65535, 32);
+  kir_free(&k);
+  build_row_sum(&k, 10, 300);
+  expect_shape(&k, 0, 10, CUDA_LAUNCH_BLOCK_PER_INDEX, 10, 128);
+  kir_free(&k);
+  build_row_sum(&k, 1000, 15); /* rows under 16 elements: a thread per output */
+  expect_shape(&k, 0, 1000, CUDA_LAUNCH_GRID_STRIDE, 4, 256);
+  kir_free(&k);
+  build_row_sum(&k, 1000, 16);
+  expect_shape(&k, 0, 1000, CUDA_LAUNCH_BLOCK_PER_INDEX, 1000, 32);
+  kir_free(&k);
+
+  build_row_sum(&k, 0, 100); /* whole tensor: the [3, 100] loops flattened, one block */
+  assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+  assert_non_null(strstr(src, "if (blockIdx.x != 0) return;"));
+  assert_non_null(strstr(src, "v4_f < 300LL; v4_f += blockDim.x"));
+  assert_non_null(strstr(src, "const long long v5 = v4_f / 1LL % 100LL;"));
+  free(src);
+  expect_shape(&k, 0, 0, CUDA_LAUNCH_ONE_BLOCK, 1, 32 * 4);
+  kir_free(&k);
+
+  build_argmax(&k, 8, 500, true); /* the (value, index) pair combined across the block */
+  assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+  assert_non_null(strstr(src, "__shared__ long long kiln_smem_i[32];"));
+  assert_non_null(strstr(src, "kiln_block_arg<true>(v4, v6, kiln_smem, kiln_smem_i);"));
+  free(src);
+  expect_shape(&k, 0, 8, CUDA_LAUNCH_BLOCK_PER_INDEX, 8, 128);
+  kir_free(&k);
+  build_argmax(&k, 8, 500, false); /* an unknown update: one thread per output, grid-stride */
+  assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+  assert_null(strstr(src, "__shfl_down_sync"));
+  assert_null(strstr(src, "__shared__"));
+  free(src);
+  expect_shape(&k, 0, 8, CUDA_LAUNCH_GRID_STRIDE, 1, 256);
+  kir_free(&k);
+
+  build_mixed(&k, 1000);
+  expect_shape(&k, 0, 1000, CUDA_LAUNCH_GRID_STRIDE, 4, 256);
+  expect_shape(&k, 0, 100000000, CUDA_LAUNCH_GRID_STRIDE, 4, 256); /* clipped to the extent */
+  kir_free(&k);
+  build_mixed(&k, 1 << 26);
+  expect_shape(&k, 0, 1 << 26, CUDA_LAUNCH_GRID_STRIDE, 65535, 256);
+  kir_free(&k);
+  build_total(&k, 50); /* an accumulator across the parallel range */
+  expect_shape(&k, 0, 50, CUDA_LAUNCH_ONE_THREAD, 1, 1);
+  kir_free(&k);
+}
+
+/* Every form above passes NVRTC (sm_80, compute_90) and ptxas (sm_90). */
+static void nvrtc_compiles_cooperative_kernels(void **state) {
+  (void)state;
+  need_nvrtc();
+  kir_kernel k;
+  char err[4096];
+  const char *archs[] = {"sm_80", "compute_90"};
+  for (int v = 0; v < 4; v++) {
+    if (v == 0) build_row_sum(&k, 5, 1000);
+    else if (v == 1) build_row_sum(&k, 0, 100);
+    else build_argmax(&k, 8, 500, v == 2);
+    for (int a = 0; a < 2; a++)
+      if (cuda_check_kernel(&k, archs[a], err, sizeof err) != KILN_OK) fail_msg("%s: %s", archs[a], err);
+    kir_free(&k);
+  }
 }
 
 static void printer_rejects_invalid_ir(void **state) {
@@ -394,6 +540,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(printer_output),
       cmocka_unit_test(printer_rejects_invalid_ir),
+      cmocka_unit_test(cooperative_form_and_launch_shape),
+      cmocka_unit_test(nvrtc_compiles_cooperative_kernels),
       cmocka_unit_test(missing_nvrtc_is_a_device_error),
       cmocka_unit_test(nvrtc_compiles_hand_built_kernels),
       cmocka_unit_test(nvrtc_reports_compile_log),
