@@ -23,6 +23,7 @@ typedef struct cuda_kernel {
   cu_function fn;
   bool splittable; /* cuda_kernel_splittable: grid-stride over [start, end) */
   int n_params;
+  char arch[16]; /* what NVRTC compiled for: "sm_XX" (CUBIN) or "compute_YY" (PTX) */
 } cuda_kernel;
 
 /** Device memory of `bytes` bytes (cuMemAlloc; KILN_ERR_OOM when the device
@@ -37,8 +38,10 @@ int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size
  *  has finished; later launches and copies see it. */
 int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen);
 
-/** Prints k, compiles it with NVRTC for the device's sm_XX and loads it.
- *  Release with cuda_kernel_unload. */
+/** Prints k, compiles it with NVRTC for the device's sm_XX (a CUBIN) or,
+ *  when NVRTC does not know that architecture, for the highest compute_YY
+ *  it knows below it (PTX, JIT-compiled by the driver; cuda_nvrtc_target),
+ *  and loads it. Release with cuda_kernel_unload. */
 int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen);
 void cuda_kernel_unload(cuda_kernel *ck);
 /** Runs ck over its parallel range [start, end) with one device pointer

@@ -9,9 +9,11 @@
  * otherwise: the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
  * (codegen_cuda/cuda_launch.c); CUDA tensors moved there and back through
- * the runtime (runtime/device.c) with the caching allocator's reuse.
+ * the runtime (runtime/device.c) with the caching allocator's reuse; under
+ * the fake driver, a GPU newer than NVRTC gets a PTX kernel.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,6 +44,7 @@ static char *initial_cuda_lib;
 static int reset(void **state) {
   (void)state;
   unsetenv("KILN_BACKEND");
+  unsetenv("KILN_FAKE_CUDA_CC");
   if (initial_cuda_lib) setenv("KILN_CUDA_LIB", initial_cuda_lib, 1);
   else unsetenv("KILN_CUDA_LIB");
   cuda_driver_set_search_list(NULL);
@@ -401,6 +404,96 @@ static void device_elementwise_kernel(void **state) {
   kir_free(&k);
 }
 
+/* The fake driver's record of the images cuModuleLoadData took. */
+typedef void (*module_loads_fn)(int *elf, int *ptx, const char **target);
+static module_loads_fn fake_module_loads(void) {
+  void *h = initial_cuda_lib ? dlopen(initial_cuda_lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  module_loads_fn f = NULL;
+  void *sym = h ? dlsym(h, "fake_cuda_module_loads") : NULL;
+  memcpy(&f, &sym, sizeof f);
+  if (h) dlclose(h); /* drops only the reference RTLD_NOLOAD took */
+  return f;
+}
+
+/* Loads and runs the affine kernel on the device now probed; returns the
+ * arch NVRTC compiled for in arch. */
+static void load_and_run_affine(char *arch, size_t len) {
+  enum { N = 700 };
+  float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)i * 0.25f - 9, out[i] = 0;
+  kir_kernel k;
+  build_affine(&k, N);
+  cuda_kernel ck;
+  char err[4096];
+  if (cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  snprintf(arch, len, "%s", ck.arch);
+  cu_deviceptr bufs[2];
+  assert_int_equal(cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
+  if (cuda_kernel_launch(&ck, bufs, 2, 0, N, NULL, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  assert_int_equal(cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
+  for (int i = 0; i < N; i++) assert_float_equal(out[i], in[i] * 2 + 1, 0);
+  cuda_buffer_free(bufs[0]);
+  cuda_buffer_free(bufs[1]);
+  cuda_kernel_unload(&ck);
+  kir_free(&k);
+}
+
+/* Fake driver only (its compute capability comes from KILN_FAKE_CUDA_CC):
+ * a device NVRTC knows gets a CUBIN for sm_80; a GPU newer than NVRTC
+ * (9.9: no sm_99) gets PTX for the highest compute_XX <= 99 NVRTC lists,
+ * which the driver takes as PTX text targeting that sm_XX; a device older
+ * than every listed arch is a clean KILN_ERR_UNSUPPORTED. */
+static void device_kernel_ptx_fallback(void **state) {
+  (void)state;
+  require_device();
+  char why[1024], arch[32], err[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  module_loads_fn loads = fake_module_loads();
+  if (!loads) {
+    print_message("skipped: not the fake driver (its compute capability cannot be changed)\n");
+    skip();
+  }
+  int elf0, ptx0, elf1, ptx1;
+  const char *target;
+  loads(&elf0, &ptx0, &target);
+  load_and_run_affine(arch, sizeof arch); /* 8.0: NVRTC 12/13 know sm_80 */
+  assert_string_equal(arch, "sm_80");
+  loads(&elf1, &ptx1, &target);
+  assert_int_equal(elf1, elf0 + 1);
+  assert_int_equal(ptx1, ptx0);
+
+  setenv("KILN_FAKE_CUDA_CC", "99", 1);
+  cuda_driver_shutdown(); /* probe again: the device is now 9.9 */
+  cuda_device_info info;
+  assert_non_null(cuda_driver(&info));
+  assert_int_equal(info.cc_major * 10 + info.cc_minor, 99);
+  load_and_run_affine(arch, sizeof arch);
+  if (strncmp(arch, "compute_", 8) != 0) fail_msg("expected a PTX target for sm_99, got %s", arch);
+  int xx = atoi(arch + 8);
+  assert_true(xx >= 75 && xx < 99);
+  loads(&elf0, &ptx0, &target);
+  assert_int_equal(elf0, elf1); /* no CUBIN this time */
+  assert_int_equal(ptx0, ptx1 + 1);
+  char want[32];
+  snprintf(want, sizeof want, "sm_%d", xx); /* PTX for compute_XX targets sm_XX */
+  assert_string_equal(target, want);
+  print_message("sm_99 device: NVRTC PTX for %s (.target %s)\n", arch, target);
+
+  setenv("KILN_FAKE_CUDA_CC", "10", 1);
+  cuda_driver_shutdown(); /* 1.0: older than anything NVRTC knows */
+  kir_kernel k;
+  build_affine(&k, 8);
+  cuda_kernel ck;
+  assert_int_equal(cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err, "knows no architecture at or below the device's sm_10"));
+  kir_free(&k);
+}
+
 int main(void) {
   const char *lib = getenv("KILN_CUDA_LIB");
   initial_cuda_lib = lib ? strdup(lib) : NULL;
@@ -415,6 +508,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(device_round_trip, reset, reset),
       cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
       cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
+      cmocka_unit_test_setup_teardown(device_kernel_ptx_fallback, reset, reset),
       cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
       cmocka_unit_test_setup_teardown(device_kernel_on_cuda_tensor, reset, reset),
       /* last: once loaded, the stub answers to its soname libcuda.so.1 */
