@@ -178,3 +178,21 @@ void cuda_kernel_unload(cuda_kernel *ck) {
   if (api && ck->module) api->module_unload(ck->module);
   memset(ck, 0, sizeof *ck);
 }
+
+/* For libraries that enqueue work themselves (cuBLAS, cuda_blas.c). */
+int cuda_launch_stream(cu_stream *out, char *err, size_t errlen) {
+  cuda_device_info info;
+  *out = NULL;
+  if (!ready(&info, err, errlen)) return KILN_ERR_DEVICE;
+  *out = dev.stream;
+  return KILN_OK;
+}
+
+int cuda_launch_sync(cu_stream stream, char *err, size_t errlen) {
+  const cuda_driver_api *api = cuda_driver(NULL);
+  if (!api) {
+    snprintf(err, errlen, "no CUDA device: the driver was unloaded");
+    return KILN_ERR_DEVICE;
+  }
+  return check(api->stream_synchronize(stream), "cuStreamSynchronize", err, errlen);
+}

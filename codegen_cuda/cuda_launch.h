@@ -50,4 +50,11 @@ void cuda_kernel_unload(cuda_kernel *ck);
 int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
                        float *ms, char *err, size_t errlen);
 
+/** Kiln's one stream, with device 0's context current on this thread
+ *  (created on first use), for libraries that enqueue work on it
+ *  (cuBLAS). KILN_ERR_DEVICE without a device. */
+int cuda_launch_stream(cu_stream *out, char *err, size_t errlen);
+/** Waits for everything enqueued on stream (cuStreamSynchronize). */
+int cuda_launch_sync(cu_stream stream, char *err, size_t errlen);
+
 #endif /* KILN_CUDA_LAUNCH_H */
