@@ -8,7 +8,8 @@
  *
  * The driver API (libcuda, also loaded with dlopen) and the device probe
  * are in cuda_driver.h; buffers, copies and launches on device 0 in
- * cuda_launch.h, which runtime/device.c uses for KILN_CUDA tensors.
+ * cuda_launch.h, which runtime/device.c uses for KILN_CUDA tensors;
+ * cuBLAS (also dlopen'ed) for their matmuls in cuda_blas.h.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H

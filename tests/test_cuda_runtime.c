@@ -689,6 +689,23 @@ static void emu_matmul_never_tries_cublas(void **state) {
   expect_no_error();
 }
 
+/* A [rows, cols] view with strides (s_row, s_col). */
+static graph_view mat_view(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
+  graph_view v = {.ndim = 2, .sizes = {rows, cols}, .strides = {s_row, s_col}};
+  return v;
+}
+
+/* Which matmul operands cuBLAS cannot take as they are (api/linalg.c
+ * copies them contiguous on the device first): no device needed. */
+static void blas_operand_layouts(void **state) {
+  (void)state;
+  graph_view ok[] = {mat_view(3, 4, 4, 1), mat_view(4, 3, 1, 4), mat_view(3, 2, 4, 1), mat_view(1, 4, 0, 1),
+                     mat_view(4, 1, 3, 0), mat_view(3, 4, 9, 1)};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) assert_false(rt_blas_view_needs_copy(&ok[i]));
+  graph_view copy[] = {mat_view(3, 4, 0, 1), mat_view(3, 4, 8, 2), mat_view(3, 4, 1, 2), mat_view(3, 4, 2, 1)};
+  for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++) assert_true(rt_blas_view_needs_copy(&copy[i]));
+}
+
 int main(void) {
   const char *lib = getenv("KILN_CUDA_LIB");
   initial_cuda_lib = lib ? strdup(lib) : NULL;
@@ -708,6 +725,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(device_kernel_ptx_fallback, reset, reset),
       cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
       cmocka_unit_test_setup_teardown(device_kernel_on_cuda_tensor, reset, reset),
+      cmocka_unit_test_setup_teardown(blas_operand_layouts, reset, reset),
       cmocka_unit_test_setup_teardown(device_matmul_through_cublas, reset, reset),
       cmocka_unit_test_setup_teardown(device_matmul_without_cublas_is_a_kernel, reset, reset),
       cmocka_unit_test_setup_teardown(emu_matmul_never_tries_cublas, reset, reset),
