@@ -9,11 +9,15 @@
  * generated kernel: a broadcast multiply fused into a sum over K (F16/BF16
  * in F32, integers in I64, then converted back as Torch's result dtype).
  * Elementwise readers of the product (bias, activation, scale) fuse into
- * one epilogue kernel. Products of KILN_CUDA tensors take the generated
- * kernel path for every dtype, so they run on the device (F64 accumulates
- * in F64 there); operands on different devices are KILN_ERR_DEVICE.
+ * one epilogue kernel. F32/F64 products of KILN_CUDA tensors are the same
+ * MATMUL node run by cuBLAS when it loads on the real device
+ * (runtime/blas.c; an operand BLAS cannot take as it is is copied
+ * contiguous first); otherwise (no cuBLAS, cuda-emu, other dtypes) they
+ * take the generated kernel path, on the device (F64 accumulates in F64
+ * there). Operands on different devices are KILN_ERR_DEVICE.
  */
 #include "api_internal.h"
+#include "runtime.h"
 
 /* Operands as views with the 1-D cases made 2-D. */
 typedef struct mm_shape {
@@ -88,14 +92,21 @@ static kiln_tensor *with_view(kiln_tensor *t, const graph_view *v, const char *f
   return api_tensor(t->storage, v, fn);
 }
 
-/* BLAS path: operands converted to dtype when needed, one MATMUL node. */
+/* An operand needs its own contiguous copy: another dtype, or (on the
+ * device, where cuBLAS packs nothing) a layout BLAS cannot take. */
+static bool needs_copy(const kiln_tensor *t, const graph_view *v, kiln_dtype dtype) {
+  return t->storage->dtype != dtype || (t->storage->device == KILN_CUDA && rt_blas_view_needs_copy(v));
+}
+
+/* BLAS path (OpenBLAS, or cuBLAS for KILN_CUDA tensors): operands
+ * converted to dtype (or copied) when needed, one MATMUL node. */
 static kiln_tensor *blas_product(kiln_tensor *a, kiln_tensor *b, const mm_shape *s, kiln_dtype dtype, const char *fn) {
   kiln_tensor *ops[2] = {a, b}, *cast[2] = {NULL, NULL};
   const graph_view *views[2] = {&s->a, &s->b};
   graph_view cv[2];
   for (int i = 0; i < 2; i++) {
     cv[i] = *views[i];
-    if (ops[i]->storage->dtype == dtype) continue;
+    if (!needs_copy(ops[i], views[i], dtype)) continue;
     /* convert the operand's own view (before broadcasting), then re-broadcast */
     cast[i] = api_copy_contiguous(ops[i], dtype, fn);
     if (!cast[i]) break;
@@ -172,7 +183,7 @@ static kiln_tensor *product(kiln_tensor *a, kiln_tensor *b, const char *fn) {
     return NULL;
   }
   api_untracked_begin();
-  bool blas = (dtype == KILN_F32 || dtype == KILN_F64) && da == KILN_CPU;
+  bool blas = (dtype == KILN_F32 || dtype == KILN_F64) && (da == KILN_CPU || rt_cublas_ready());
   kiln_tensor *r = blas ? blas_product(a, b, &s, dtype, fn) : kernel_product(a, b, &s, dtype, fn);
   r = drop_dims(r, &s, fn);
   api_untracked_end();

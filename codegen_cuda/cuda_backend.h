@@ -11,7 +11,7 @@
  * cuda-emu. The driver API (libcuda, also loaded with dlopen) and the
  * device probe are in cuda_driver.h; buffers, copies and launches on
  * device 0 in cuda_launch.h, which runtime/device.c uses for KILN_CUDA
- * tensors.
+ * tensors; cuBLAS (also dlopen'ed) for their matmuls in cuda_blas.h.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H
@@ -105,6 +105,15 @@ int cuda_nvrtc_version(int *major, int *minor);
  *  KILN_ERR_OOM. Thread-safe. */
 int cuda_nvrtc_compile(const char *src, const char *name, const char *arch, char **out, size_t *out_len, char *err,
                        size_t errlen);
+
+/** The target NVRTC should compile for on a device of compute capability
+ *  cc_major.cc_minor, in arch (e.g. 32 bytes): "sm_XX" (a CUBIN) when
+ *  NVRTC lists that architecture (nvrtcGetSupportedArchs; an NVRTC
+ *  without the list is assumed to know it), else "compute_YY" for the
+ *  highest listed YY <= XX — PTX, which the driver JIT-compiles for the
+ *  device (a GPU newer than the NVRTC). KILN_ERR_DEVICE without NVRTC,
+ *  KILN_ERR_UNSUPPORTED when every listed arch is newer than the device. */
+int cuda_nvrtc_target(int cc_major, int cc_minor, char *arch, size_t len, char *err, size_t errlen);
 
 /** For tests: replaces the library names tried by dlopen with `names`
  *  (NULL-terminated; the array must outlive its use) and unloads NVRTC,

@@ -2,8 +2,9 @@
  * cuda_launch.c — running a printed kernel on device 0 through the driver
  * API (cuda_driver.h): the device's primary context and one stream, device
  * buffers with host ↔ device copies, a kernel compiled by NVRTC for the
- * device's sm_XX and loaded with cuModuleLoadData, and a launch timed with
- * CUDA events.
+ * device's sm_XX (or PTX for the highest compute_YY below it that NVRTC
+ * knows, when the GPU is newer than NVRTC) and loaded with
+ * cuModuleLoadData, and a launch timed with CUDA events.
  *
  * This is the device half of the backend: runtime/device.c routes
  * KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
@@ -122,11 +123,13 @@ int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t er
   cuda_device_info info;
   const cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
-  char *src = NULL, *image = NULL, arch[32];
+  char *src = NULL, *image = NULL;
   size_t image_len = 0;
-  int st = cuda_print_kernel(k, KERNEL_SYMBOL, &src, err, errlen);
-  snprintf(arch, sizeof arch, "sm_%d%d", info.cc_major, info.cc_minor);
-  if (st == KILN_OK) st = cuda_nvrtc_compile(src, k->name, arch, &image, &image_len, err, errlen);
+  /* sm_XX (CUBIN) when NVRTC knows the device, else PTX for the highest
+   * compute_YY <= XX it knows: cuModuleLoadData JIT-compiles PTX */
+  int st = cuda_nvrtc_target(info.cc_major, info.cc_minor, out->arch, sizeof out->arch, err, errlen);
+  if (st == KILN_OK) st = cuda_print_kernel(k, KERNEL_SYMBOL, &src, err, errlen);
+  if (st == KILN_OK) st = cuda_nvrtc_compile(src, k->name, out->arch, &image, &image_len, err, errlen);
   free(src);
   if (st != KILN_OK) return st;
   st = check(api->module_load_data(&out->module, image), "cuModuleLoadData", err, errlen);
@@ -175,4 +178,22 @@ void cuda_kernel_unload(cuda_kernel *ck) {
   const cuda_driver_api *api = cuda_driver(NULL);
   if (api && ck->module) api->module_unload(ck->module);
   memset(ck, 0, sizeof *ck);
+}
+
+/* For libraries that enqueue work themselves (cuBLAS, cuda_blas.c). */
+int cuda_launch_stream(cu_stream *out, char *err, size_t errlen) {
+  cuda_device_info info;
+  *out = NULL;
+  if (!ready(&info, err, errlen)) return KILN_ERR_DEVICE;
+  *out = dev.stream;
+  return KILN_OK;
+}
+
+int cuda_launch_sync(cu_stream stream, char *err, size_t errlen) {
+  const cuda_driver_api *api = cuda_driver(NULL);
+  if (!api) {
+    snprintf(err, errlen, "no CUDA device: the driver was unloaded");
+    return KILN_ERR_DEVICE;
+  }
+  return check(api->stream_synchronize(stream), "cuStreamSynchronize", err, errlen);
 }

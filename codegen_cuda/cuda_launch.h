@@ -25,6 +25,7 @@ typedef struct cuda_kernel {
   bool splittable;        /* cuda_kernel_splittable: [start, end) may be split */
   int n_params;
   cuda_launch_rule rule;  /* the launch shape (cuda_backend.h) */
+  char arch[16];          /* what NVRTC compiled for: "sm_XX" (CUBIN) or "compute_YY" (PTX) */
 } cuda_kernel;
 
 /** Device memory of `bytes` bytes (cuMemAlloc; KILN_ERR_OOM when the device
@@ -39,8 +40,10 @@ int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size
  *  has finished; later launches and copies see it. */
 int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen);
 
-/** Prints k, compiles it with NVRTC for the device's sm_XX and loads it.
- *  Release with cuda_kernel_unload. */
+/** Prints k, compiles it with NVRTC for the device's sm_XX (a CUBIN) or,
+ *  when NVRTC does not know that architecture, for the highest compute_YY
+ *  it knows below it (PTX, JIT-compiled by the driver; cuda_nvrtc_target),
+ *  and loads it. Release with cuda_kernel_unload. */
 int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen);
 void cuda_kernel_unload(cuda_kernel *ck);
 /** Runs ck over its parallel range [start, end) with one device pointer
@@ -49,5 +52,12 @@ void cuda_kernel_unload(cuda_kernel *ck);
  *  stores its run time from CUDA events in *ms (if non-NULL). */
 int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
                        float *ms, char *err, size_t errlen);
+
+/** Kiln's one stream, with device 0's context current on this thread
+ *  (created on first use), for libraries that enqueue work on it
+ *  (cuBLAS). KILN_ERR_DEVICE without a device. */
+int cuda_launch_stream(cu_stream *out, char *err, size_t errlen);
+/** Waits for everything enqueued on stream (cuStreamSynchronize). */
+int cuda_launch_sync(cu_stream stream, char *err, size_t errlen);
 
 #endif /* KILN_CUDA_LAUNCH_H */

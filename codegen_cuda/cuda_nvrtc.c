@@ -17,6 +17,10 @@
  * are serialized by another (older NVRTC releases do not promise that
  * concurrent compiles are safe; a compile takes tens of milliseconds).
  *
+ * Target: cuda_nvrtc_target picks sm_XX when nvrtcGetSupportedArchs
+ * lists the device's architecture, else the highest compute_YY below it
+ * (PTX the driver JIT-compiles); those two entry points are optional.
+ *
  * Include path: NVRTC (13.0 included) has no built-in cuda_fp16.h or
  * cuda_bf16.h, which kernels using F16/BF16 include. When the library was
  * loaded from a toolkit, that toolkit's include folder is passed
@@ -48,6 +52,9 @@ typedef struct nvrtc_api {
   nvrtc_result (*get_ptx)(nvrtc_program, char *);
   nvrtc_result (*get_cubin_size)(nvrtc_program, size_t *);
   nvrtc_result (*get_cubin)(nvrtc_program, char *);
+  /* optional (NVRTC 11.2+): NULL when the library lacks them */
+  nvrtc_result (*num_supported_archs)(int *);
+  nvrtc_result (*supported_archs)(int *);
 } nvrtc_api;
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -79,8 +86,14 @@ static bool resolve(void *h, const char *lib) {
       {"nvrtcGetCUBINSize", offsetof(nvrtc_api, get_cubin_size)},
       {"nvrtcGetCUBIN", offsetof(nvrtc_api, get_cubin)},
   };
+  static const cuda_dl_sym arch_syms[] = {
+      {"nvrtcGetNumSupportedArchs", offsetof(nvrtc_api, num_supported_archs)},
+      {"nvrtcGetSupportedArchs", offsetof(nvrtc_api, supported_archs)},
+  };
   const char *missing = cuda_dl_resolve(h, syms, sizeof syms / sizeof syms[0], &g.api);
   if (missing) snprintf(g.why, sizeof g.why, "%s has no symbol %s", lib, missing);
+  if (!missing && cuda_dl_resolve(h, arch_syms, 2, &g.api)) /* an older NVRTC: no list */
+    g.api.num_supported_archs = NULL, g.api.supported_archs = NULL;
   return missing == NULL;
 }
 
@@ -186,6 +199,45 @@ void cuda_nvrtc_shutdown(void) {
   pthread_mutex_lock(&load_lock);
   unload();
   pthread_mutex_unlock(&load_lock);
+}
+
+/* Under load_lock: the highest arch NVRTC lists that is <= cc (its
+ * number, e.g. 90), or 0 when none is; *exact when cc itself is listed.
+ * Without the list (NVRTC before 11.2) cc is taken as known. */
+static int best_arch(int cc, bool *exact) {
+  int n = 0, best = 0;
+  *exact = false;
+  if (!g.api.num_supported_archs || g.api.num_supported_archs(&n) != 0 || n <= 0 || n > 4096) {
+    *exact = true;
+    return cc;
+  }
+  int *archs = malloc((size_t)n * sizeof *archs);
+  if (archs && g.api.supported_archs(archs) == 0)
+    for (int i = 0; i < n; i++) {
+      if (archs[i] == cc) *exact = true;
+      if (archs[i] <= cc && archs[i] > best) best = archs[i];
+    }
+  else best = cc, *exact = true; /* the list failed: try the exact arch */
+  free(archs);
+  return *exact ? cc : best;
+}
+
+int cuda_nvrtc_target(int cc_major, int cc_minor, char *arch, size_t len, char *err, size_t errlen) {
+  if (!loaded(err, errlen)) return KILN_ERR_DEVICE;
+  int cc = cc_major * 10 + cc_minor;
+  bool exact = false;
+  pthread_mutex_lock(&load_lock);
+  int best = best_arch(cc, &exact);
+  pthread_mutex_unlock(&load_lock);
+  if (best <= 0) {
+    int major = 0, minor = 0;
+    g.api.version(&major, &minor);
+    snprintf(err, errlen, "NVRTC %d.%d knows no architecture at or below the device's sm_%d (compute capability %d.%d)",
+             major, minor, cc, cc_major, cc_minor);
+    return KILN_ERR_UNSUPPORTED;
+  }
+  snprintf(arch, len, "%s_%d", exact ? "sm" : "compute", best);
+  return KILN_OK;
 }
 
 /* "sm_80" / "compute_90": digits after the prefix; false if malformed. */

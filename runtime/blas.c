@@ -1,6 +1,7 @@
 /*
  * blas.c — the MATMUL extern op through OpenBLAS (cblas_sgemm/dgemm, and
- * gemv when one side is a vector).
+ * gemv when one side is a vector) on the host, and through cuBLAS
+ * (codegen_cuda/cuda_blas.h) for KILN_CUDA nodes on the real device.
  *
  * Each operand is a strided view [batch..., rows, cols]. A matrix whose
  * column stride is 1 is passed row-major as it is (leading dimension = its
@@ -9,11 +10,21 @@
  * copy). Only a matrix with neither layout is packed into a contiguous
  * scratch buffer first. Batch dims (broadcast ones have stride 0) are a
  * loop of GEMM calls; the output is contiguous [batch..., M, N].
+ *
+ * cuBLAS is column-major: a row-major matrix with leading dimension ld is
+ * the column-major matrix of its transpose with the same ld, so the
+ * row-major C = A·B is the column-major C^T = B^T·A^T — operands swapped,
+ * each keeping its transpose flag and leading dimension, ldc = N. On the
+ * device nothing is packed: api/linalg.c makes an operand that needs it
+ * contiguous first (rt_blas_view_needs_copy). One batch dim (bmm, and a
+ * broadcast one of stride 0) is one strided-batched call; more are a loop.
  */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_blas.h"
+#include "device.h"
 #include "runtime.h"
 
 /* How one operand matrix goes to BLAS. */
@@ -117,13 +128,28 @@ static int64_t batch_offset(const graph_view *v, int nb, int64_t i) {
   return off;
 }
 
+/* The product's dims: C [batch..., m, nn] = A [..., m, k] · B [..., k, nn]. */
+typedef struct mm_dims {
+  int esz, nb;
+  int64_t m, nn, k, batches;
+} mm_dims;
+
+static mm_dims dims_of(const graph_node *n) {
+  int nd = n->ndim;
+  mm_dims d = {.esz = graph_dtypes[n->dtype].size, .nb = nd - 2, .m = n->sizes[nd - 2], .nn = n->sizes[nd - 1],
+               .k = n->inputs[0].view.sizes[nd - 1], .batches = 1};
+  for (int i = 0; i < d.nb; i++) d.batches *= n->sizes[i];
+  return d;
+}
+
+static bool fits_int(const mm_dims *d) { return d->m <= INT32_MAX && d->nn <= INT32_MAX && d->k <= INT32_MAX; }
+
 int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
   bool f64 = n->dtype == KILN_F64;
-  int esz = graph_dtypes[n->dtype].size, nd = n->ndim, nb = nd - 2;
-  int64_t m = n->sizes[nd - 2], nn = n->sizes[nd - 1], k = n->inputs[0].view.sizes[nd - 1];
-  int64_t batches = 1;
-  for (int d = 0; d < nb; d++) batches *= n->sizes[d];
-  if (m > INT32_MAX || nn > INT32_MAX || k > INT32_MAX) {
+  mm_dims d = dims_of(n);
+  int esz = d.esz, nb = d.nb;
+  int64_t m = d.m, nn = d.nn, k = d.k, batches = d.batches;
+  if (!fits_int(&d)) {
     snprintf(err, errlen, "matmul of %lldx%lld by %lldx%lld exceeds BLAS's 32-bit sizes", (long long)m,
              (long long)k, (long long)k, (long long)nn);
     return KILN_ERR_UNSUPPORTED;
@@ -150,4 +176,74 @@ int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
   }
   free(scratch);
   return KILN_OK;
+}
+
+/* ------------------------------------------- cuBLAS (KILN_CUDA nodes) */
+
+bool rt_blas_view_needs_copy(const graph_view *v) {
+  int nd = v->ndim;
+  blas_mat m = {.rows = v->sizes[nd - 2], .cols = v->sizes[nd - 1], .s_row = v->strides[nd - 2],
+                .s_col = v->strides[nd - 1]};
+  choose_layout(&m);
+  return m.pack;
+}
+
+bool rt_cublas_ready(void) { return rt_device_next_is_real() && cuda_blas_available(NULL, 0); }
+
+bool rt_cublas_can_run(const graph_node *n) {
+  if (n->op != GRAPH_OP_MATMUL || n->device != KILN_CUDA || (n->dtype != KILN_F32 && n->dtype != KILN_F64)) return false;
+  mm_dims d = dims_of(n);
+  if (!fits_int(&d)) return false;
+  for (int i = 0; i < 2; i++) {
+    const graph_input *in = &n->inputs[i];
+    if (!in->node->buffer || !rt_device_is_real(in->node->buffer)) return false;
+    blas_mat m = operand(in);
+    if (m.pack || m.ld > INT32_MAX) return false;
+  }
+  return cuda_blas_available(NULL, 0);
+}
+
+static cu_deviceptr dev_ptr(const char *p) { return (cu_deviceptr)(uintptr_t)p; }
+
+/* Row-major C = A·B as cuBLAS's column-major C^T = B^T·A^T (file comment). */
+static cuda_gemm swapped(bool f64, const blas_mat *a, const blas_mat *b, const mm_dims *d) {
+  return (cuda_gemm){.f64 = f64, .trans_a = b->trans == CblasTrans, .trans_b = a->trans == CblasTrans,
+                     .m = (int)d->nn, .n = (int)d->m, .k = (int)d->k, .lda = (int)b->ld, .ldb = (int)a->ld,
+                     .ldc = (int)max1(d->nn), .batch = 1};
+}
+
+/* K = 0: the product is zeros (uploaded; the device has no memset here). */
+static int upload_zeros(graph_buffer *out, char *err, size_t errlen) {
+  void *z = calloc(1, (size_t)(out->bytes > 0 ? out->bytes : 1));
+  if (!z) {
+    snprintf(err, errlen, "out of memory");
+    return KILN_ERR_OOM;
+  }
+  int st = rt_device_upload(out, z, out->bytes, err, errlen);
+  free(z);
+  return st;
+}
+
+int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
+  mm_dims d = dims_of(n);
+  if (d.k == 0) return upload_zeros(out, err, errlen);
+  if (d.m == 0 || d.nn == 0 || d.batches == 0) return KILN_OK;
+  const graph_view *va = &n->inputs[0].view, *vb = &n->inputs[1].view;
+  blas_mat a = operand(&n->inputs[0]), b = operand(&n->inputs[1]);
+  cuda_gemm g = swapped(n->dtype == KILN_F64, &a, &b, &d);
+  const char *c = out->data;
+  if (d.nb == 1 && d.batches > 1) { /* one strided-batched call */
+    g.a = dev_ptr(b.base), g.b = dev_ptr(a.base), g.c = dev_ptr(c);
+    g.stride_a = vb->strides[0], g.stride_b = va->strides[0], g.stride_c = d.m * d.nn;
+    g.batch = (int)d.batches;
+    return d.batches <= INT32_MAX ? cuda_blas_gemm(&g, err, errlen) : KILN_ERR_UNSUPPORTED;
+  }
+  int st = KILN_OK;
+  for (int64_t i = 0; i < d.batches && st == KILN_OK; i++) {
+    g.a = dev_ptr(b.base + batch_offset(vb, d.nb, i) * d.esz);
+    g.b = dev_ptr(a.base + batch_offset(va, d.nb, i) * d.esz);
+    g.c = dev_ptr(c + i * d.m * d.nn * d.esz);
+    st = cuda_blas_gemm(&g, err, errlen);
+  }
+  return st;
 }

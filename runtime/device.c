@@ -220,6 +220,12 @@ int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t 
     return KILN_ERR_OOM;
   }
   int st = cuda_kernel_load(k, ck, err, errlen);
+  static _Atomic bool told;
+  if (st == KILN_OK && strncmp(ck->arch, "compute_", 8) == 0 && rt_debug_level() >= 1 && !told) {
+    told = true; /* once: every kernel takes the same target */
+    fprintf(stderr, "kiln: NVRTC does not know this GPU's sm_XX: kernels are PTX for %s, JIT-compiled by the driver\n",
+            ck->arch);
+  }
   if (st != KILN_OK) {
     cuda_kernel_unload(ck);
     free(ck);

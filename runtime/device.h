@@ -6,7 +6,7 @@
  *  - real: device 0 through codegen_cuda/cuda_launch.h (cuMemAlloc
  *    buffers, synchronous host <-> device copies, kernels compiled by
  *    NVRTC for the device's sm_XX, launched on the one stream and timed
- *    with CUDA events);
+ *    with CUDA events; F32/F64 matmuls through cuBLAS, runtime/blas.c);
  *  - emu: under the "cuda-emu" backend, device memory is a separate host
  *    allocation and kernels are the cuda-emu host builds run by
  *    realize.c on the thread pool like any CPU kernel (no launch here).
@@ -58,8 +58,10 @@ int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64
  *  device to device). */
 int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **out, char *err, size_t errlen);
 
-/** The real device's build of k (NVRTC for sm_XX, loaded), as an opaque
- *  handle the kernel cache keeps for the life of the process. */
+/** The real device's build of k (NVRTC for sm_XX, or PTX for an older
+ *  compute_YY when NVRTC does not know the GPU — said once under
+ *  KILN_DEBUG — loaded), as an opaque handle the kernel cache keeps for
+ *  the life of the process. */
 int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t errlen);
 /** Unloads a handle of rt_device_kernel_load (NULL-safe). */
 void rt_device_kernel_free(void *handle);

@@ -6,11 +6,12 @@
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
  *
- * They run on the host whatever the node's device: inputs on KILN_CUDA
- * are read through host copies (swapped into the input nodes for the
- * call), and a KILN_CUDA node's result is uploaded (docs/cuda.md: today
- * only index_add_'s SCATTER gets there; matmul of CUDA tensors is a
- * generated kernel, api/linalg.c).
+ * A MATMUL on the real device runs through cuBLAS on device memory
+ * (rt_cublas_matmul, when rt_cublas_can_run). Everything else runs on the
+ * host whatever the node's device: inputs on KILN_CUDA are read through
+ * host copies (swapped into the input nodes for the call), and a
+ * KILN_CUDA node's result is uploaded (docs/cuda.md: index_add_'s
+ * SCATTER, or a MATMUL recorded for cuBLAS that cuBLAS cannot run now).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ static void match_blas_threads(void) {
 }
 
 /* Name, flops and bytes of one run, as the profiler reports them. */
-static void describe(const graph_node *n, kiln_kernel_record *r, char *name, size_t len) {
+static void describe(const graph_node *n, bool cublas, kiln_kernel_record *r, char *name, size_t len) {
   if (n->op != GRAPH_OP_MATMUL) { /* index loops */
     int64_t esz = graph_dtypes[n->dtype].size;
     snprintf(name, len, "loop_%s_%lld", graph_ops[n->op].name, (long long)n->numel);
@@ -50,17 +51,17 @@ static void describe(const graph_node *n, kiln_kernel_record *r, char *name, siz
   int64_t m = n->sizes[nd - 2], nn = n->sizes[nd - 1], k = n->inputs[0].view.sizes[nd - 1];
   int64_t batches = nd > 2 ? n->numel / (m * nn > 0 ? m * nn : 1) : 1;
   if (m * nn == 0) batches = 0;
-  snprintf(name, len, "blas_%cgemm_%lldx%lldx%lld", n->dtype == KILN_F64 ? 'd' : 's', (long long)m, (long long)nn,
-           (long long)k);
+  snprintf(name, len, "%s_%cgemm_%lldx%lldx%lld", cublas ? "cublas" : "blas", n->dtype == KILN_F64 ? 'd' : 's',
+           (long long)m, (long long)nn, (long long)k);
   r->name = name;
-  r->backend = "blas";
+  r->backend = cublas ? "cublas" : "blas";
   r->n_ops = 1;
   r->numel = n->numel;
   r->flops = 2 * batches * m * nn * k;
   r->bytes_read = (graph_view_numel(&n->inputs[0].view) + graph_view_numel(&n->inputs[1].view)) * esz;
   r->bytes_written = n->numel * esz;
   r->cache_hit = true; /* nothing to compile */
-  r->threads = openblas_get_num_threads();
+  r->threads = cublas ? 1 : openblas_get_num_threads();
 }
 
 static int dispatch(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
@@ -119,6 +120,15 @@ static int run_on_host(graph_node *n, graph_buffer **out, int64_t *t0, int64_t *
   return st;
 }
 
+/* A MATMUL through cuBLAS into *out (a new device buffer). */
+static int run_on_device(graph_node *n, graph_buffer **out, int64_t *t0, int64_t *t1, char *err, size_t errlen) {
+  int st = rt_device_alloc(n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
+  *t0 = rt_now_ns();
+  if (st == KILN_OK) st = rt_cublas_matmul(n, *out, err, errlen);
+  *t1 = rt_now_ns();
+  return st;
+}
+
 int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   for (int i = 0; i < n->n_inputs; i++) {
     graph_node *in = n->inputs[i].node;
@@ -127,8 +137,9 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   }
   graph_buffer *out = NULL;
   int64_t t0 = 0, t1 = 0;
-  int st = run_on_host(n, &out, &t0, &t1, err, errlen);
-  if (st == KILN_OK && n->device == KILN_CUDA) {
+  bool cublas = rt_cublas_can_run(n);
+  int st = cublas ? run_on_device(n, &out, &t0, &t1, err, errlen) : run_on_host(n, &out, &t0, &t1, err, errlen);
+  if (st == KILN_OK && n->device == KILN_CUDA && !cublas) {
     graph_buffer *dev = NULL;
     st = rt_buffer_copy_to(out, KILN_CUDA, &dev, err, errlen);
     graph_buffer_release(out);
@@ -141,7 +152,7 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   if (rt_debug_level() >= 1 || rt_profiling()) {
     kiln_kernel_record r = {.run_ns = t1 - t0};
     char name[96];
-    describe(n, &r, name, sizeof name);
+    describe(n, cublas, &r, name, sizeof name);
     if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
     if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
   }

@@ -143,6 +143,21 @@ void rt_cuda_check_reset(void);
 int rt_run_extern(graph_node *n, char *err, size_t errlen);
 /** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]). */
 int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+/** True when the last two dims of v (a matmul operand) are neither
+ *  row- nor column-major with a usable leading dimension: BLAS needs a
+ *  contiguous copy (the host packs one; the device path gets it from
+ *  api/linalg.c). */
+bool rt_blas_view_needs_copy(const graph_view *v);
+/** True when KILN_CUDA products can go to cuBLAS: the real device (not
+ *  cuda-emu) and cuda_blas_available. Loads cuBLAS on first use. */
+bool rt_cublas_ready(void);
+/** True when n (a MATMUL on KILN_CUDA) can run through cuBLAS now: F32 or
+ *  F64, inputs realized on the real device, no operand to pack, 32-bit
+ *  sizes, cuBLAS available. */
+bool rt_cublas_can_run(const graph_node *n);
+/** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
+ *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */
+int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
 /** The SCATTER extern op (index.c): realized inputs, out a fresh buffer
  *  of n's numel; KILN_ERR_INDEX for an index out of range. */
 int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen);

@@ -2,10 +2,14 @@
  * fake_libcuda.c — a stand-in CUDA driver for tests on machines without a
  * GPU (test `cuda_runtime_fake`: KILN_CUDA_LIB points here). It exports
  * the entry points Kiln resolves, with the driver API's signatures, on
- * host memory: one device "Fake GPU" of compute capability 8.0, device
- * pointers are malloc'ed host pointers, copies are memcpy, events read the
- * clock. cuModuleLoadData accepts only an ELF image (what NVRTC gives for
- * sm_XX) and cuModuleGetFunction only the symbol it finds in it.
+ * host memory: one device "Fake GPU" of compute capability 8.0 (or what
+ * $KILN_FAKE_CUDA_CC says when the probe runs: "99" is 9.9, "150" 15.0 —
+ * a GPU newer than NVRTC), device pointers are malloc'ed host pointers,
+ * copies are memcpy, events read the clock. cuModuleLoadData accepts an
+ * ELF image (what NVRTC gives for sm_XX) or PTX text (".version" and
+ * ".target" lines: compute_XX) and counts which it got
+ * (fake_cuda_module_loads); cuModuleGetFunction accepts only the
+ * kernel's symbol.
  *
  * cuLaunchKernel cannot run GPU code; it checks the launch Kiln builds
  * against the printer's calling convention and then computes the one
@@ -54,10 +58,16 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, int d) {
   strcpy(name, "Fake GPU");
   return OK;
 }
+/* Compute capability as major * 10 + minor: $KILN_FAKE_CUDA_CC or 80. */
+static int fake_cc(void) {
+  const char *e = getenv("KILN_FAKE_CUDA_CC");
+  int cc = e ? atoi(e) : 0;
+  return cc >= 10 ? cc : 80;
+}
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
   if (d != 0) return INVALID_VALUE;
-  if (attr == 75) return *v = 8, OK; /* compute capability major */
-  if (attr == 76) return *v = 0, OK; /* minor */
+  if (attr == 75) return *v = fake_cc() / 10, OK; /* compute capability major */
+  if (attr == 76) return *v = fake_cc() % 10, OK; /* minor */
   return INVALID_VALUE;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int d) {
@@ -67,8 +77,34 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int d) {
 }
 EXPORT CUresult cuCtxSetCurrent(void *ctx) { return ctx == &context_token ? OK : INVALID_VALUE; }
 
+static int elf_loads, ptx_loads;
+static char ptx_target[32]; /* the last PTX's ".target" operand */
+
+/* For tests (dlsym): how many ELF and PTX images cuModuleLoadData took,
+ * and the last PTX's target ("sm_90"). */
+EXPORT void fake_cuda_module_loads(int *elf, int *ptx, const char **target) {
+  *elf = elf_loads;
+  *ptx = ptx_loads;
+  *target = ptx_target;
+}
+
+/* PTX text: a ".version" line, then ".target <arch>"; false otherwise. */
+static int read_ptx(const char *text) {
+  const char *v = strstr(text, ".version"), *t = strstr(text, ".target");
+  if (!v || !t || t < v) return 0;
+  t += strlen(".target");
+  while (*t == ' ' || *t == '\t') t++;
+  size_t n = strcspn(t, " \t\n,");
+  if (n == 0 || n >= sizeof ptx_target) return 0;
+  memcpy(ptx_target, t, n);
+  ptx_target[n] = 0;
+  return 1;
+}
+
 EXPORT CUresult cuModuleLoadData(void **mod, const void *image) {
-  if (memcmp(image, "\177ELF", 4) != 0) return INVALID_IMAGE;
+  if (memcmp(image, "\177ELF", 4) == 0) elf_loads++;
+  else if (read_ptx(image)) ptx_loads++;
+  else return INVALID_IMAGE;
   *mod = &module_token;
   return OK;
 }

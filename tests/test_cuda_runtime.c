@@ -9,9 +9,11 @@
  * otherwise: the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
  * (codegen_cuda/cuda_launch.c); CUDA tensors moved there and back through
- * the runtime (runtime/device.c) with the caching allocator's reuse.
+ * the runtime (runtime/device.c) with the caching allocator's reuse; under
+ * the fake driver, a GPU newer than NVRTC gets a PTX kernel.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +25,7 @@
 #include <cmocka.h>
 
 #include "cuda_backend.h"
+#include "cuda_blas.h"
 #include "cuda_driver.h"
 #include "cuda_launch.h"
 #include "device.h"
@@ -36,14 +39,19 @@ static const char *const missing_lib[] = {"/nonexistent/libcuda.so.1", NULL};
 /* KILN_CUDA_LIB as the test started: the ctest `cuda_runtime_fake` runs this
  * program against tests/fake_libcuda.c, so the device tests run too. */
 static char *initial_cuda_lib;
+static char *initial_cublas_lib; /* KILN_CUBLAS_LIB: tests/fake_libcublas.c under the fake */
 
 /* Every test starts with the initial driver search, no KILN_BACKEND and no
  * selected backend; and leaves the same state for the next. */
 static int reset(void **state) {
   (void)state;
   unsetenv("KILN_BACKEND");
+  unsetenv("KILN_FAKE_CUDA_CC");
   if (initial_cuda_lib) setenv("KILN_CUDA_LIB", initial_cuda_lib, 1);
   else unsetenv("KILN_CUDA_LIB");
+  if (initial_cublas_lib) setenv("KILN_CUBLAS_LIB", initial_cublas_lib, 1);
+  else unsetenv("KILN_CUBLAS_LIB");
+  cuda_blas_shutdown();
   cuda_driver_set_search_list(NULL);
   rt_backend_reset();
   kiln_clear_error();
@@ -401,9 +409,308 @@ static void device_elementwise_kernel(void **state) {
   kir_free(&k);
 }
 
+/* The fake driver's record of the images cuModuleLoadData took. */
+typedef void (*module_loads_fn)(int *elf, int *ptx, const char **target);
+static module_loads_fn fake_module_loads(void) {
+  void *h = initial_cuda_lib ? dlopen(initial_cuda_lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  module_loads_fn f = NULL;
+  void *sym = h ? dlsym(h, "fake_cuda_module_loads") : NULL;
+  memcpy(&f, &sym, sizeof f);
+  if (h) dlclose(h); /* drops only the reference RTLD_NOLOAD took */
+  return f;
+}
+
+/* Loads and runs the affine kernel on the device now probed; returns the
+ * arch NVRTC compiled for in arch. */
+static void load_and_run_affine(char *arch, size_t len) {
+  enum { N = 700 };
+  float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)i * 0.25f - 9, out[i] = 0;
+  kir_kernel k;
+  build_affine(&k, N);
+  cuda_kernel ck;
+  char err[4096];
+  if (cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  snprintf(arch, len, "%s", ck.arch);
+  cu_deviceptr bufs[2];
+  assert_int_equal(cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
+  if (cuda_kernel_launch(&ck, bufs, 2, 0, N, NULL, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  assert_int_equal(cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
+  for (int i = 0; i < N; i++) assert_float_equal(out[i], in[i] * 2 + 1, 0);
+  cuda_buffer_free(bufs[0]);
+  cuda_buffer_free(bufs[1]);
+  cuda_kernel_unload(&ck);
+  kir_free(&k);
+}
+
+/* Fake driver only (its compute capability comes from KILN_FAKE_CUDA_CC):
+ * a device NVRTC knows gets a CUBIN for sm_80; a GPU newer than NVRTC
+ * (9.9: no sm_99) gets PTX for the highest compute_XX <= 99 NVRTC lists,
+ * which the driver takes as PTX text targeting that sm_XX; a device older
+ * than every listed arch is a clean KILN_ERR_UNSUPPORTED. */
+static void device_kernel_ptx_fallback(void **state) {
+  (void)state;
+  require_device();
+  char why[1024], arch[32], err[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  module_loads_fn loads = fake_module_loads();
+  if (!loads) {
+    print_message("skipped: not the fake driver (its compute capability cannot be changed)\n");
+    skip();
+  }
+  int elf0, ptx0, elf1, ptx1;
+  const char *target;
+  loads(&elf0, &ptx0, &target);
+  load_and_run_affine(arch, sizeof arch); /* 8.0: NVRTC 12/13 know sm_80 */
+  assert_string_equal(arch, "sm_80");
+  loads(&elf1, &ptx1, &target);
+  assert_int_equal(elf1, elf0 + 1);
+  assert_int_equal(ptx1, ptx0);
+
+  setenv("KILN_FAKE_CUDA_CC", "99", 1);
+  cuda_driver_shutdown(); /* probe again: the device is now 9.9 */
+  cuda_device_info info;
+  assert_non_null(cuda_driver(&info));
+  assert_int_equal(info.cc_major * 10 + info.cc_minor, 99);
+  load_and_run_affine(arch, sizeof arch);
+  if (strncmp(arch, "compute_", 8) != 0) fail_msg("expected a PTX target for sm_99, got %s", arch);
+  int xx = atoi(arch + 8);
+  assert_true(xx >= 75 && xx < 99);
+  loads(&elf0, &ptx0, &target);
+  assert_int_equal(elf0, elf1); /* no CUBIN this time */
+  assert_int_equal(ptx0, ptx1 + 1);
+  char want[32];
+  snprintf(want, sizeof want, "sm_%d", xx); /* PTX for compute_XX targets sm_XX */
+  assert_string_equal(target, want);
+  print_message("sm_99 device: NVRTC PTX for %s (.target %s)\n", arch, target);
+
+  setenv("KILN_FAKE_CUDA_CC", "10", 1);
+  cuda_driver_shutdown(); /* 1.0: older than anything NVRTC knows */
+  kir_kernel k;
+  build_affine(&k, 8);
+  cuda_kernel ck;
+  assert_int_equal(cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err, "knows no architecture at or below the device's sm_10"));
+  kir_free(&k);
+}
+
+/* The fake cuBLAS's call counters, or NULL when KILN_CUBLAS_LIB is not it. */
+typedef void (*cublas_calls_fn)(int *creates, int *gemms, int *batched);
+static cublas_calls_fn fake_cublas_calls(void) {
+  void *h = initial_cublas_lib ? dlopen(initial_cublas_lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  cublas_calls_fn f = NULL;
+  void *sym = h ? dlsym(h, "fake_cublas_calls") : NULL;
+  memcpy(&f, &sym, sizeof f);
+  if (h) dlclose(h);
+  return f;
+}
+
+/* A host tensor of small exact values (sums of products stay exact). */
+static kiln_tensor *host_values(kiln_dtype dt, int nd, const int64_t *sizes, int seed) {
+  int64_t n = 1;
+  for (int d = 0; d < nd; d++) n *= sizes[d];
+  double *v = malloc((size_t)n * sizeof *v);
+  float *f = malloc((size_t)n * sizeof *f);
+  for (int64_t i = 0; i < n; i++) v[i] = (double)((i * 7 + seed * 13) % 23 - 11) / 8.0, f[i] = (float)v[i];
+  kiln_tensor *t = kiln_from_data(dt, nd, sizes, dt == KILN_F64 ? (void *)v : (void *)f);
+  free(v);
+  free(f);
+  return t;
+}
+
+/* The values of t as doubles (t F32 or F64; a device tensor is copied). */
+static double *values_of(kiln_tensor *t) {
+  int64_t n = kiln_numel(t);
+  bool f64 = kiln_dtype_of(t) == KILN_F64;
+  double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+  float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+  int st = f64 ? kiln_read(t, v, (size_t)n * sizeof *v) : kiln_read(t, f, (size_t)n * sizeof *f);
+  if (st != KILN_OK) fail_msg("kiln_read: %s", kiln_last_error());
+  for (int64_t i = 0; !f64 && i < n; i++) v[i] = f[i];
+  free(f);
+  return v;
+}
+
+/* matmul(a', b') of a and b moved to the device equals the CPU's, where
+ * x' is x or (tx) x with its last two dims transposed — a view on both
+ * sides, so the device operand is a transposed layout, not a copy. */
+static void check_device_matmul(kiln_tensor *a, kiln_tensor *b, bool ta, bool tb) {
+  kiln_scope_begin();
+  kiln_tensor *da = kiln_to_device(a, KILN_CUDA), *db = kiln_to_device(b, KILN_CUDA);
+  if (ta) a = kiln_transpose(a, -2, -1), da = kiln_transpose(da, -2, -1);
+  if (tb) b = kiln_transpose(b, -2, -1), db = kiln_transpose(db, -2, -1);
+  kiln_tensor *dev = kiln_matmul(da, db), *cpu = kiln_matmul(a, b);
+  if (!dev) fail_msg("%s", kiln_last_error());
+  assert_int_equal(kiln_device_of(dev), KILN_CUDA);
+  assert_int_equal(kiln_numel(dev), kiln_numel(cpu));
+  double *got = values_of(dev), *want = values_of(cpu);
+  for (int64_t i = 0; i < kiln_numel(cpu); i++)
+    if (got[i] != want[i]) fail_msg("element %lld: device %g, CPU %g", (long long)i, got[i], want[i]);
+  free(got);
+  free(want);
+  kiln_scope_end();
+}
+
+/* Needs a device and cuBLAS (the fakes will do: every operand moved with
+ * one copy, no kernel): F32/F64 products of CUDA tensors go to cuBLAS —
+ * square, rectangular, transposed views, bmm (one strided-batched call),
+ * a broadcast batch (stride 0), 4-D batches (a loop), mv and dot — and
+ * equal the CPU's (OpenBLAS) exactly; the profiler says "cublas". */
+static void device_matmul_through_cublas(void **state) {
+  (void)state;
+  require_device();
+  char why[1024];
+  assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
+  if (!cuda_blas_available(why, sizeof why)) {
+    if (initial_cublas_lib) fail_msg("KILN_CUBLAS_LIB is set, but no cuBLAS: %s", why);
+    print_message("skipped: no cuBLAS: %s\n", why);
+    skip();
+  }
+  cublas_calls_fn calls = fake_cublas_calls();
+  int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
+  if (calls) calls(&c0, &g0, &b0);
+  kiln_scope_begin();
+  kiln_profile_begin();
+  check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){4, 4}, 1), host_values(KILN_F32, 2, (int64_t[]){4, 4}, 2),
+                      false, false);
+  kiln_profile_end();
+  bool seen = false;
+  for (int i = 0; i < kiln_profile_count(); i++) {
+    kiln_kernel_record r;
+    assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+    if (strcmp(r.backend, "cublas") == 0 && strcmp(r.name, "cublas_sgemm_4x4x4") == 0) seen = true;
+    if (strcmp(r.backend, "cuda") == 0) assert_true(strncmp(r.name, "copy_", 5) == 0); /* no generated kernel */
+  }
+  assert_true(seen);
+  check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){3, 5}, 3), host_values(KILN_F32, 2, (int64_t[]){5, 2}, 4),
+                      false, false);
+  check_device_matmul(host_values(KILN_F64, 2, (int64_t[]){2, 6}, 5), host_values(KILN_F64, 2, (int64_t[]){6, 3}, 6),
+                      false, false);
+  check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){5, 3}, 7), host_values(KILN_F32, 2, (int64_t[]){5, 4}, 8),
+                      true, false);
+  check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){3, 5}, 9), host_values(KILN_F32, 2, (int64_t[]){2, 5}, 10),
+                      false, true);
+  check_device_matmul(host_values(KILN_F64, 2, (int64_t[]){6, 2}, 11),
+                      host_values(KILN_F64, 2, (int64_t[]){3, 6}, 12), true, true);
+  check_device_matmul(host_values(KILN_F32, 3, (int64_t[]){3, 2, 4}, 13),
+                      host_values(KILN_F32, 3, (int64_t[]){3, 4, 5}, 14), false, false);
+  check_device_matmul(host_values(KILN_F64, 3, (int64_t[]){3, 4, 2}, 15),
+                      host_values(KILN_F64, 2, (int64_t[]){4, 5}, 16), true, false); /* broadcast batch */
+  check_device_matmul(host_values(KILN_F32, 4, (int64_t[]){2, 2, 3, 4}, 17),
+                      host_values(KILN_F32, 4, (int64_t[]){2, 2, 4, 2}, 18), false, false);
+  check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){3, 4}, 19), host_values(KILN_F32, 1, (int64_t[]){4}, 20),
+                      false, false);
+  check_device_matmul(host_values(KILN_F32, 1, (int64_t[]){7}, 21), host_values(KILN_F32, 1, (int64_t[]){7}, 22),
+                      false, false);
+  kiln_scope_end();
+  if (calls) {
+    calls(&c1, &g1, &b1);
+    assert_int_equal(b1 - b0, 2);  /* the two 3-D products */
+    assert_int_equal(g1 - g0, 12); /* six 2-D, mv, dot: one each; the 4-D one: 4 */
+  }
+  expect_no_error();
+}
+
+/* Without cuBLAS (KILN_CUBLAS_LIB at nothing), a product of CUDA tensors
+ * is the generated kernel: on a GPU it computes; the fake driver, which
+ * runs only its one known kernel, rejects the launch — and cuBLAS is
+ * never called. */
+static void device_matmul_without_cublas_is_a_kernel(void **state) {
+  (void)state;
+  require_device();
+  char why[1024];
+  setenv("KILN_CUBLAS_LIB", "/nonexistent/libcublas.so", 1);
+  cuda_blas_shutdown();
+  assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
+  assert_false(cuda_blas_available(why, sizeof why));
+  assert_non_null(strstr(why, "libcublas not found (tried /nonexistent/libcublas.so"));
+  cublas_calls_fn calls = fake_cublas_calls();
+  int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
+  if (calls) calls(&c0, &g0, &b0);
+  cuda_device_info info;
+  assert_non_null(cuda_driver(&info));
+  kiln_scope_begin();
+  kiln_tensor *a = host_values(KILN_F32, 2, (int64_t[]){2, 3}, 1), *b = host_values(KILN_F32, 2, (int64_t[]){3, 2}, 2);
+  kiln_tensor *p = kiln_matmul(kiln_to_device(a, KILN_CUDA), kiln_to_device(b, KILN_CUDA));
+  float got[4];
+  int st = kiln_read(p, got, sizeof got);
+  if (strcmp(info.name, "Fake GPU") == 0) {
+    assert_int_equal(st, KILN_ERR_DEVICE);
+    expect_error(KILN_ERR_DEVICE, "cuLaunchKernel", NULL);
+  } else {
+    assert_int_equal(st, KILN_OK);
+    double *want = values_of(kiln_matmul(a, b));
+    for (int i = 0; i < 4; i++) assert_float_equal(got[i], want[i], 0);
+    free(want);
+  }
+  kiln_scope_end();
+  if (calls) {
+    calls(&c1, &g1, &b1);
+    assert_int_equal(c1 + g1 + b1, c0 + g0 + b0);
+  }
+}
+
+/* Under cuda-emu, products of CUDA tensors are generated kernels run on
+ * the host: cuBLAS is never loaded or called (its fake's counters do not
+ * move), and the values are the CPU's. */
+static void emu_matmul_never_tries_cublas(void **state) {
+  (void)state;
+  char why[1024];
+  if (!cuda_emu_available(why, sizeof why)) {
+    print_message("skipped: %s\n", why);
+    skip();
+  }
+  assert_int_equal(kiln_set_backend("cuda-emu"), KILN_OK);
+  cublas_calls_fn calls = fake_cublas_calls();
+  int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
+  if (calls) calls(&c0, &g0, &b0);
+  kiln_profile_begin();
+  check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){4, 3}, 1), host_values(KILN_F32, 2, (int64_t[]){4, 2}, 2),
+                      true, false);
+  kiln_profile_end();
+  bool kernel = false;
+  for (int i = 0; i < kiln_profile_count(); i++) {
+    kiln_kernel_record r;
+    assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+    assert_string_not_equal(r.backend, "cublas");
+    if (strcmp(r.backend, "cuda-emu") == 0 && strncmp(r.name, "copy_", 5) != 0) kernel = true;
+  }
+  assert_true(kernel);
+  if (calls) {
+    calls(&c1, &g1, &b1);
+    assert_int_equal(c1 + g1 + b1, c0 + g0 + b0);
+  }
+  assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
+  expect_no_error();
+}
+
+/* A [rows, cols] view with strides (s_row, s_col). */
+static graph_view mat_view(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
+  graph_view v = {.ndim = 2, .sizes = {rows, cols}, .strides = {s_row, s_col}};
+  return v;
+}
+
+/* Which matmul operands cuBLAS cannot take as they are (api/linalg.c
+ * copies them contiguous on the device first): no device needed. */
+static void blas_operand_layouts(void **state) {
+  (void)state;
+  graph_view ok[] = {mat_view(3, 4, 4, 1), mat_view(4, 3, 1, 4), mat_view(3, 2, 4, 1), mat_view(1, 4, 0, 1),
+                     mat_view(4, 1, 3, 0), mat_view(3, 4, 9, 1)};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) assert_false(rt_blas_view_needs_copy(&ok[i]));
+  graph_view copy[] = {mat_view(3, 4, 0, 1), mat_view(3, 4, 8, 2), mat_view(3, 4, 1, 2), mat_view(3, 4, 2, 1)};
+  for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++) assert_true(rt_blas_view_needs_copy(&copy[i]));
+}
+
 int main(void) {
   const char *lib = getenv("KILN_CUDA_LIB");
   initial_cuda_lib = lib ? strdup(lib) : NULL;
+  const char *blas = getenv("KILN_CUBLAS_LIB");
+  initial_cublas_lib = blas ? strdup(blas) : NULL;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(missing_libcuda_is_no_device, reset, reset),
       cmocka_unit_test_setup_teardown(search_list_without_libcuda, reset, reset),
@@ -415,12 +722,18 @@ int main(void) {
       cmocka_unit_test_setup_teardown(device_round_trip, reset, reset),
       cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
       cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
+      cmocka_unit_test_setup_teardown(device_kernel_ptx_fallback, reset, reset),
       cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
       cmocka_unit_test_setup_teardown(device_kernel_on_cuda_tensor, reset, reset),
+      cmocka_unit_test_setup_teardown(blas_operand_layouts, reset, reset),
+      cmocka_unit_test_setup_teardown(device_matmul_through_cublas, reset, reset),
+      cmocka_unit_test_setup_teardown(device_matmul_without_cublas_is_a_kernel, reset, reset),
+      cmocka_unit_test_setup_teardown(emu_matmul_never_tries_cublas, reset, reset),
       /* last: once loaded, the stub answers to its soname libcuda.so.1 */
       cmocka_unit_test_setup_teardown(stub_libcuda_cuinit_fails, reset, reset),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   free(initial_cuda_lib);
+  free(initial_cublas_lib);
   return failed;
 }
