@@ -669,10 +669,12 @@ static void emu_matmul_never_tries_cublas(void **state) {
   cublas_calls_fn calls = fake_cublas_calls();
   int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
   if (calls) calls(&c0, &g0, &b0);
+  kiln_scope_begin();
   kiln_profile_begin();
   check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){4, 3}, 1), host_values(KILN_F32, 2, (int64_t[]){4, 2}, 2),
                       true, false);
   kiln_profile_end();
+  kiln_scope_end();
   bool kernel = false;
   for (int i = 0; i < kiln_profile_count(); i++) {
     kiln_kernel_record r;
