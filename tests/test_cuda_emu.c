@@ -488,6 +488,29 @@ static void chunk_of_rows(void **state) {
   assert_true(cooperative() - coop0 >= 1);
 }
 
+/* A graph forced on LLVM, then again (same structure, new data) after
+ * switching to cuda-emu, is built by the emulator: the schedule cache
+ * does not hand back the other backend's entry points. */
+static void backend_switch_rebuilds(void **state) {
+  assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) use_emu();
+    cuda_emu_stats s0, s1;
+    cuda_emu_get_stats(&s0);
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_arange(KILN_F32, 0, 37, 1);
+    assert_int_equal(kiln_realize(x), KILN_OK);
+    kiln_tensor *y = kiln_add_scalar(kiln_mul(x, x), 0.5);
+    double want[37];
+    for (int i = 0; i < 37; i++) want[i] = i * i + 0.5;
+    expect_values_tol(y, want, 37, 0);
+    kiln_scope_end();
+    cuda_emu_get_stats(&s1);
+    assert_true(pass == 0 ? s1.kernels == s0.kernels : s1.kernels > s0.kernels);
+  }
+  expect_no_error();
+}
+
 /* ------------------------------------------------ the emulator's threads */
 
 /* What the threads of one emulated block saw. */
@@ -608,6 +631,7 @@ int main(void) {
       cmocka_unit_test_teardown(fused_rows, back_to_llvm),
       cmocka_unit_test_teardown(columns_and_total, back_to_llvm),
       cmocka_unit_test_teardown(chunk_of_rows, back_to_llvm),
+      cmocka_unit_test_teardown(backend_switch_rebuilds, back_to_llvm),
       cmocka_unit_test_teardown(emulated_block_semantics, back_to_llvm),
       cmocka_unit_test_teardown(checked_and_recorded, back_to_llvm),
       cmocka_unit_test_teardown(missing_host_compiler, back_to_llvm),
