@@ -231,6 +231,11 @@ static void cooperative_form_and_launch_shape(void **state) {
   build_mixed(&k, 1 << 26);
   expect_shape(&k, 0, 1 << 26, CUDA_LAUNCH_GRID_STRIDE, 65535, 256);
   kir_free(&k);
+  build_flat(&k, 5000); /* the vector form: a thread per 4 indices */
+  expect_shape(&k, 0, 5000, CUDA_LAUNCH_GRID_STRIDE_VEC, 5, 256);
+  expect_shape(&k, 0, 1024, CUDA_LAUNCH_GRID_STRIDE_VEC, 1, 256);
+  expect_shape(&k, 3, 1030, CUDA_LAUNCH_GRID_STRIDE_VEC, 2, 256);
+  kir_free(&k);
   build_total(&k, 50); /* an accumulator across the parallel range */
   expect_shape(&k, 0, 50, CUDA_LAUNCH_ONE_THREAD, 1, 1);
   kir_free(&k);
