@@ -50,6 +50,9 @@ bool cuda_kernel_splittable(const kir_kernel *k);
  *   GRID_STRIDE     splittable, no reduction to share: 256 threads a
  *                   block, one block per 256 indices of [start, end), at
  *                   most 65,535 blocks (the grid-stride loop covers more);
+ *   GRID_STRIDE_VEC the same for a kernel in the vector form (cuda_vec.h),
+ *                   whose threads take 4 indices a step: one block per
+ *                   1,024 indices;
  *   BLOCK_PER_INDEX splittable with a reduction of at least 16 elements
  *                   per output (cuda_coop.c): one block per index of
  *                   [start, end) (at most 65,535, blocks step by gridDim.x)
@@ -66,6 +69,7 @@ typedef enum cuda_launch_kind {
   CUDA_LAUNCH_GRID_STRIDE,
   CUDA_LAUNCH_BLOCK_PER_INDEX,
   CUDA_LAUNCH_ONE_BLOCK,
+  CUDA_LAUNCH_GRID_STRIDE_VEC,
 } cuda_launch_kind;
 
 typedef struct cuda_launch_rule {

@@ -39,6 +39,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_coop.h"
+#include "cuda_vec.h"
 
 bool cuda_coop_idempotent(kir_op op) { return op == KIR_MAX || op == KIR_MIN || op == KIR_AND || op == KIR_OR; }
 
@@ -302,12 +303,16 @@ int cuda_kernel_launch_rule(const kir_kernel *k, cuda_launch_rule *r) {
       r->kind = p.parallel >= 0 ? CUDA_LAUNCH_BLOCK_PER_INDEX : CUDA_LAUNCH_ONE_BLOCK;
       r->block = p.block;
     } else if (cuda_kernel_splittable(k)) {
-      r->kind = CUDA_LAUNCH_GRID_STRIDE;
+      cuda_vec v; /* the printer's test: splittable, not cooperative */
+      st = cuda_vec_plan(k, true, &v);
+      r->kind = v.on ? CUDA_LAUNCH_GRID_STRIDE_VEC : CUDA_LAUNCH_GRID_STRIDE;
+      cuda_vec_free(&v);
       r->block = GRID_STRIDE_BLOCK;
     } else {
       r->kind = CUDA_LAUNCH_ONE_THREAD;
     }
   }
+  if (st != KILN_OK) r->kind = CUDA_LAUNCH_ONE_THREAD, r->block = 1;
   cuda_coop_free(&p);
   return st;
 }
@@ -317,6 +322,7 @@ void cuda_launch_rule_shape(const cuda_launch_rule *r, int64_t start, int64_t en
   int64_t n = hi > lo ? hi - lo : 0;
   int64_t grid = 1;
   if (r->kind == CUDA_LAUNCH_GRID_STRIDE) grid = (n + r->block - 1) / r->block;
+  else if (r->kind == CUDA_LAUNCH_GRID_STRIDE_VEC) grid = (n + 4 * r->block - 1) / (4 * r->block);
   else if (r->kind == CUDA_LAUNCH_BLOCK_PER_INDEX) grid = n;
   out->grid = (unsigned)(grid < 1 ? 1 : grid > MAX_GRID ? MAX_GRID : grid);
   out->block = r->block;

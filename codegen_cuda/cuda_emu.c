@@ -10,8 +10,8 @@
  * coordinates (thread-local, restored after every switch), __shared__ is
  * static thread_local (a block runs alone on its OS thread),
  * __syncthreads() and the warp shuffles call the launcher
- * (cuda_emu_run.c), the bit-cast intrinsics are memcpy, math comes from
- * <cmath>.
+ * (cuda_emu_run.c), the bit-cast intrinsics are memcpy, float4 / int4
+ * are 16-byte aligned structs, math comes from <cmath>.
  *
  * The shared object (-O2 -fPIC -shared) is dlopen'ed; its `kiln_emu_api`
  * is pointed at the launcher, and its entry point
@@ -107,6 +107,11 @@ static const char emu_header[] =
     "static inline int __float_as_int(float x) { return kiln_emu_bits<int>(x); }\n"
     "static inline double __longlong_as_double(long long x) { return kiln_emu_bits<double>(x); }\n"
     "static inline long long __double_as_longlong(double x) { return kiln_emu_bits<long long>(x); }\n"
+    "/* CUDA's vector types (16-byte aligned, as on the device) */\n"
+    "struct alignas(16) float4 { float x, y, z, w; };\n"
+    "struct alignas(16) int4 { int x, y, z, w; };\n"
+    "static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }\n"
+    "static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }\n"
     "/* a kernel argument from the runtime's untyped buffer array */\n"
     "struct kiln_emu_ptr {\n"
     "  void *p;\n"
@@ -266,7 +271,9 @@ static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const
           "  kiln_emu_api->launch(%d, %lldLL, %uu, start, end, kiln_emu_thread, &a);\n}\n",
           (int)rule->kind, (long long)rule->extent, rule->block);
   bool ok = fclose(f) == 0;
-  char *argv[] = {(char *)cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-w", "-o", so, cu, NULL};
+  /* -fno-strict-aliasing: the vector form reads float buffers through float4 pointers */
+  char *argv[] = {(char *)cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-strict-aliasing",
+                  "-w", "-o", so, cu, NULL};
   int rc = ok ? run(argv, log) : -1;
   int st = KILN_OK;
   if (rc != 0) {

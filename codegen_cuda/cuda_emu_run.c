@@ -4,8 +4,9 @@
  * so blockIdx/threadIdx/blockDim/gridDim, barriers and warp shuffles
  * behave as on a GPU.
  *
- * Kernels without block cooperation (GRID_STRIDE, ONE_THREAD) run thread
- * after thread as plain calls: they never wait for each other. A
+ * Kernels without block cooperation (GRID_STRIDE, GRID_STRIDE_VEC,
+ * ONE_THREAD) run thread after thread as plain calls: they never wait
+ * for each other. A
  * cooperative kernel (BLOCK_PER_INDEX, ONE_BLOCK) runs block after block;
  * each thread of the block is a fiber with its own stack, and a scheduler
  * on the OS thread's own stack resumes, in thread order, every fiber that

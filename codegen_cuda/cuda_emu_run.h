@@ -19,7 +19,7 @@ typedef void (*cuda_emu_thread_fn)(void *ctx, unsigned b, unsigned t, unsigned g
 
 typedef struct cuda_emu_api {
   /* Runs the launch of rule (kind, extent, block) over [start, end):
-   * cuda_launch_rule_shape's grid and block; GRID_STRIDE and ONE_THREAD
+   * cuda_launch_rule_shape's grid and block; GRID_STRIDE(_VEC) and ONE_THREAD
    * kernels thread after thread as plain calls, BLOCK_PER_INDEX and
    * ONE_BLOCK kernels block after block with fibers. */
   void (*launch)(int kind, long long extent, unsigned block, long long start, long long end, cuda_emu_thread_fn fn,

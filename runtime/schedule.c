@@ -7,7 +7,8 @@
  * sizes and attributes, and per input which node it reads (a position in
  * the schedule, or an external node numbered by first use: a realized
  * buffer, or a pending FULL/ARANGE source) through which view (offset
- * included). Not in the key: buffer contents and the values of pending
+ * included), and the backend (llvm or cuda-emu) whose entry points it
+ * holds. Not in the key: buffer contents and the values of pending
  * FULL sources, which reach a kernel as arguments.
  *
  * A cached schedule holds the fusion decisions and, per kernel, the
@@ -136,7 +137,7 @@ const unsigned char *rt_schedule_key(graph_node *const *order, int n, graph_node
   k->len = 0;
   k->oom = false;
   int n_ext = 0;
-  int64_t head[2] = {n, fusion};
+  int64_t head[3] = {n, fusion, rt_backend_is_emu()}; /* a schedule holds one backend's entry points */
   put(k, head, sizeof head);
   for (int r = 0; r < n_roots; r++) {
     bool in_order = roots[r] && !roots[r]->buffer && roots[r]->sched_mark == order_epoch;

@@ -16,8 +16,9 @@
  * kernel the tests launch, out[i] = a[i] * 2 + 1 over F32 for i in
  * [start, end) — reading the buffers and bounds through kernelParams
  * exactly as the device would — so a wrong argument layout gives wrong
- * numbers. It also requires grid × block to cover the range at most once
- * per grid-stride step (blocks of 256 threads).
+ * numbers. It also requires grid × block × 4 to cover the range at most
+ * once per grid-stride step (blocks of 256 threads, each taking 4 indices
+ * a step: that kernel is in the vector form, GRID_STRIDE_VEC).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -162,7 +163,7 @@ EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, 
   const float *a = (const float *)(uintptr_t) * (unsigned long long *)params[1];
   long long start = *(long long *)params[2], end = *(long long *)params[3];
   unsigned long long n = (unsigned long long)(end - start);
-  if (bx != 256 || (unsigned long long)gx * bx < n || (gx - 1ull) * bx >= n)
+  if (bx != 256 || 4ull * gx * bx < n || 4ull * (gx - 1ull) * bx >= n)
     return INVALID_VALUE; /* the geometry Kiln promises for a range that fits one grid */
   for (long long i = start; i < end; i++) out[i] = a[i] * 2 + 1;
   return OK;

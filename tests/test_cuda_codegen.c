@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "cuda_backend.h"
+#include "cuda_flat_kernel.h"
 #include "kiln/kiln.h"
 #include "runtime.h"
 #include "test_util.h"
@@ -230,6 +231,11 @@ static void cooperative_form_and_launch_shape(void **state) {
   build_mixed(&k, 1 << 26);
   expect_shape(&k, 0, 1 << 26, CUDA_LAUNCH_GRID_STRIDE, 65535, 256);
   kir_free(&k);
+  build_flat(&k, 5000); /* the vector form: a thread per 4 indices */
+  expect_shape(&k, 0, 5000, CUDA_LAUNCH_GRID_STRIDE_VEC, 5, 256);
+  expect_shape(&k, 0, 1024, CUDA_LAUNCH_GRID_STRIDE_VEC, 1, 256);
+  expect_shape(&k, 3, 1030, CUDA_LAUNCH_GRID_STRIDE_VEC, 2, 256);
+  kir_free(&k);
   build_total(&k, 50); /* an accumulator across the parallel range */
   expect_shape(&k, 0, 50, CUDA_LAUNCH_ONE_THREAD, 1, 1);
   kir_free(&k);
@@ -267,6 +273,72 @@ static void printer_rejects_invalid_ir(void **state) {
   kir_free(&k);
 }
 
+/* The vector form: a flat elementwise kernel (tests/cuda_flat_kernel.h)
+ * checks alignment at entry, moves groups of 4 as float4 / int4 (the
+ * offset loaded at entry and the index constant in the addresses; the
+ * broadcast scalar read per lane), prints its per-element code once per
+ * lane, and leaves the tail and the unaligned case to the scalar
+ * grid-stride loop. Kernels of other shapes keep today's form. */
+static void vector_form(void **state) {
+  (void)state;
+  kir_kernel k;
+  char *src = NULL, err[512];
+  build_flat(&k, 1000);
+  assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+  assert_non_null(strstr(src, "const bool v7_al = (v7_lo & 3LL) == 0 &&"));
+  assert_non_null(strstr(src, "((unsigned long long)(v2 + v6) & 15ull) == 0"));
+  assert_non_null(strstr(src, "((unsigned long long)(v2 + 4LL) & 15ull) == 0"));
+  assert_non_null(strstr(src, "((unsigned long long)(v0) & 15ull) == 0"));
+  assert_non_null(strstr(src, "((unsigned long long)(v3 + v6) & 15ull) == 0"));
+  assert_non_null(strstr(src, "const long long v7_vn = v7_al && v7_hi > v7_lo ? (v7_hi - v7_lo) & ~3LL : 0LL;"));
+  assert_non_null(strstr(src, "v7_g += 4LL * gridDim.x * blockDim.x"));
+  assert_non_null(strstr(src, "const float4 v9_q = *reinterpret_cast<const float4 *>(v2 + (v7_g + v6));"));
+  assert_non_null(strstr(src, "const float4 v13_q = *reinterpret_cast<const float4 *>(v2 + (v7_g + 4LL));"));
+  assert_non_null(strstr(src, "#pragma unroll"));
+  assert_non_null(strstr(src, "const long long v7 = v7_g + kiln_l;"));
+  assert_non_null(strstr(src, "const float v9 = v9_a[kiln_l];"));
+  assert_non_null(strstr(src, "const float v15 = v2[v14];")); /* the broadcast scalar */
+  assert_non_null(strstr(src, "v21_a[kiln_l] = v20;"));
+  assert_non_null(strstr(src, "*reinterpret_cast<float4 *>(v0 + v7_g) = "
+                              "make_float4(v21_a[0], v21_a[1], v21_a[2], v21_a[3]);"));
+  assert_non_null(strstr(src, "*reinterpret_cast<int4 *>(v3 + (v7_g + v6)) = make_int4("));
+  assert_non_null(strstr(src, "for (long long v7 = v7_lo + v7_vn + (long long)blockIdx.x * blockDim.x + threadIdx.x;"));
+  assert_non_null(strstr(src, "v0[v7] = v20;")); /* the scalar loop: the same code */
+  free(src);
+  kir_free(&k);
+
+  /* x[i + a] = x[i + b] + 1 on one F32 buffer: in place (a == b) takes
+   * the vector form; a shifted read, or a broadcast read x[0], of a
+   * buffer the loop writes does not (no lane may read another's write) */
+  for (int shape = 0; shape < 3; shape++) {
+    kir_init(&k, "in place");
+    int x = kir_param(&k, KILN_F32, true);
+    int i = kir_range(&k, 64, true);
+    int at = i;
+    if (shape == 1) at = kir_alu(&k, KIR_ADD, KIR_INDEX, i, kir_const_i(&k, KIR_INDEX, 1), -1);
+    if (shape == 2) at = kir_const_i(&k, KIR_INDEX, 0);
+    kir_store(&k, x, i, kir_alu(&k, KIR_ADD, KILN_F32, kir_load(&k, x, at), kir_const_f(&k, KILN_F32, 1), -1));
+    kir_end(&k, i);
+    assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+    if (shape == 0) assert_non_null(strstr(src, "make_float4("));
+    else assert_null(strstr(src, "float4"));
+    free(src);
+    kir_free(&k);
+  }
+
+  /* not flat (a nested loop), an F16 store, not splittable: no vector form */
+  void (*const others[])(kir_kernel *, int64_t) = {build_mixed, build_total};
+  for (int i = 0; i < 3; i++) {
+    if (i < 2) others[i](&k, 100);
+    else build_row_sum(&k, 5, 8);
+    assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
+    assert_null(strstr(src, "float4"));
+    assert_null(strstr(src, "_vn"));
+    free(src);
+    kir_free(&k);
+  }
+}
+
 /* --------------------------------------------------------------- NVRTC */
 
 static void nvrtc_compiles_hand_built_kernels(void **state) {
@@ -283,6 +355,10 @@ static void nvrtc_compiles_hand_built_kernels(void **state) {
     if (cuda_check_kernel(&k, archs[a], err, sizeof err) != KILN_OK) fail_msg("%s: %s", archs[a], err);
   kir_free(&k);
   build_total(&k, 1000);
+  for (int a = 0; a < 4; a++)
+    if (cuda_check_kernel(&k, archs[a], err, sizeof err) != KILN_OK) fail_msg("%s: %s", archs[a], err);
+  kir_free(&k);
+  build_flat(&k, 1000);
   for (int a = 0; a < 4; a++)
     if (cuda_check_kernel(&k, archs[a], err, sizeof err) != KILN_OK) fail_msg("%s: %s", archs[a], err);
   kir_free(&k);
@@ -541,6 +617,7 @@ int main(void) {
       cmocka_unit_test(printer_output),
       cmocka_unit_test(printer_rejects_invalid_ir),
       cmocka_unit_test(cooperative_form_and_launch_shape),
+      cmocka_unit_test(vector_form),
       cmocka_unit_test(nvrtc_compiles_cooperative_kernels),
       cmocka_unit_test(missing_nvrtc_is_a_device_error),
       cmocka_unit_test(nvrtc_compiles_hand_built_kernels),

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cuda_backend.h"
+#include "cuda_flat_kernel.h"
 #include "cuda_emu_run.h"
 #include "kir.h"
 #include "kiln/kiln.h"
@@ -488,6 +489,132 @@ static void chunk_of_rows(void **state) {
   assert_true(cooperative() - coop0 >= 1);
 }
 
+/* ------------------------------------------------------ the vector form */
+
+/* Lengths around the group of 4, and long ones (several blocks; 4097 is
+ * also split into chunks by the runtime's pool). */
+static const int64_t vec_lens[] = {1, 3, 4, 5, 1023, 4097};
+#define N_VEC_LENS ((int)(sizeof vec_lens / sizeof vec_lens[0]))
+
+/* The flat elementwise kernel of cuda_flat_kernel.h, built for cuda-emu
+ * and called as the runtime calls a chunk [start, end), with every input
+ * and output aligned to 16 bytes or not (off 0 or 1; outputs shifted by
+ * one element): each written element is bit-identical to the scalar
+ * formula in C, the others untouched. */
+static void vector_form_hand_built(void **state) {
+  use_emu();
+  for (int l = 0; l < N_VEC_LENS; l++) {
+    int64_t n = vec_lens[l];
+    kir_kernel k;
+    build_flat(&k, n);
+    cuda_emu_fn fn = NULL;
+    char err[4096];
+    if (cuda_emu_compile(&k, &fn, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+    size_t cap = (size_t)n + 16;
+    float *a = aligned_alloc(64, cap * 4), *out = aligned_alloc(64, cap * 4);
+    int32_t *q = aligned_alloc(64, cap * 4);
+    assert_true(a && out && q);
+    for (size_t i = 0; i < cap; i++) a[i] = (float)(pattern((int64_t)i) * 1000.0);
+    a[0] = 1.5f; /* the broadcast scale: a[0] of the view */
+    const int64_t bounds[][2] = {{0, n}, {0, n - 1}, {1, n}, {4, n}, {2, n / 2}};
+    for (int shift = 0; shift < 4; shift++)
+      for (int b = 0; b < 5; b++) {
+        int64_t off = shift & 1, start = bounds[b][0], end = bounds[b][1];
+        int64_t args[1] = {off};
+        float *o = out + (shift >> 1), *in = a + (shift >> 1);
+        memset(out, 0xff, cap * 4);
+        memset(q, 0xff, cap * 4);
+        void *bufs[] = {o, args, in, q};
+        fn(bufs, start, end);
+        for (int64_t i = 0; i < n; i++) {
+          bool written = i >= start && i < end;
+          volatile float m = in[i + off] * in[i]; /* rounded as the kernel does: no contraction */
+          float t = m + in[4 + i], v = (t != t ? t : t > 0 ? t : 0.0f) * in[0];
+          int32_t want_q = written ? (int32_t)(int64_t)v : -1;
+          uint32_t got_bits, want_bits = 0xffffffffu;
+          if (written) memcpy(&want_bits, &v, 4);
+          memcpy(&got_bits, &o[i], 4);
+          if (got_bits != want_bits || q[i + off] != want_q)
+            fail_msg("n %lld, off %lld, shift %d, [%lld, %lld): element %lld is %g / %d, want %g / %d", (long long)n,
+                     (long long)off, shift >> 1, (long long)start, (long long)end, (long long)i, (double)o[i],
+                     q[i + off], (double)v, want_q);
+        }
+      }
+    free(a);
+    free(out);
+    free(q);
+    kir_free(&k);
+  }
+}
+
+/* relu(a * b + c) * (d / (|d| + 1)) (F32) and a * b + c (I32, wrapping)
+ * over narrow views at offset `off` (passed to the kernel as an argument):
+ * the result of the current backend, malloc'ed (the caller frees). */
+static void *flat_chain(kiln_dtype dt, int64_t n, int64_t off) {
+  double *v = malloc((size_t)(n + 1) * 4 * sizeof *v);
+  assert_non_null(v);
+  for (int64_t i = 0; i < (n + 1) * 4; i++) v[i] = pattern(i) * (dt == KILN_F32 ? 3.0 : 3e6);
+  kiln_scope_begin();
+  kiln_tensor *x[4];
+  for (int j = 0; j < 4; j++) {
+    kiln_tensor *flat = kiln_reshape(from_f64(dt, 1, n + 1, v + j * (n + 1)), 1, &(int64_t){n + 1});
+    x[j] = kiln_narrow(flat, 0, off, n);
+  }
+  kiln_tensor *y = kiln_add(kiln_mul(x[0], x[1]), x[2]);
+  if (dt == KILN_F32) y = kiln_mul(kiln_relu(y), kiln_div(x[3], kiln_add_scalar(kiln_abs(x[3]), 1)));
+  void *got = malloc((size_t)n * 4);
+  assert_non_null(got);
+  if (kiln_read(y, got, (size_t)n * 4) != KILN_OK) fail_msg("read: %s", kiln_last_error());
+  kiln_scope_end();
+  free(v);
+  expect_no_error();
+  return got;
+}
+
+/* The same flat elementwise chains on LLVM and on cuda-emu, aligned (off
+ * 0: the float4 / int4 path) and not (off 1: the scalar loop), bit for
+ * bit. */
+static void vector_form_matches_llvm(void **state) {
+  const kiln_dtype dts[] = {KILN_F32, KILN_I32};
+  for (int d = 0; d < 2; d++)
+    for (int l = 0; l < N_VEC_LENS; l++)
+      for (int64_t off = 0; off < 2; off++) {
+        int64_t n = vec_lens[l];
+        assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
+        void *want = flat_chain(dts[d], n, off);
+        use_emu();
+        void *got = flat_chain(dts[d], n, off);
+        if (memcmp(got, want, (size_t)n * 4) != 0)
+          fail_msg("%s, n %lld, offset %lld: cuda-emu differs from llvm", kiln_dtype_name(dts[d]), (long long)n,
+                   (long long)off);
+        free(got);
+        free(want);
+      }
+}
+
+/* A graph forced on LLVM, then again (same structure, new data) after
+ * switching to cuda-emu, is built by the emulator: the schedule cache
+ * does not hand back the other backend's entry points. */
+static void backend_switch_rebuilds(void **state) {
+  assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) use_emu();
+    cuda_emu_stats s0, s1;
+    cuda_emu_get_stats(&s0);
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_arange(KILN_F32, 0, 37, 1);
+    assert_int_equal(kiln_realize(x), KILN_OK);
+    kiln_tensor *y = kiln_add_scalar(kiln_mul(x, x), 0.5);
+    double want[37];
+    for (int i = 0; i < 37; i++) want[i] = i * i + 0.5;
+    expect_values_tol(y, want, 37, 0);
+    kiln_scope_end();
+    cuda_emu_get_stats(&s1);
+    assert_true(pass == 0 ? s1.kernels == s0.kernels : s1.kernels > s0.kernels);
+  }
+  expect_no_error();
+}
+
 /* ------------------------------------------------ the emulator's threads */
 
 /* What the threads of one emulated block saw. */
@@ -608,6 +735,9 @@ int main(void) {
       cmocka_unit_test_teardown(fused_rows, back_to_llvm),
       cmocka_unit_test_teardown(columns_and_total, back_to_llvm),
       cmocka_unit_test_teardown(chunk_of_rows, back_to_llvm),
+      cmocka_unit_test_teardown(backend_switch_rebuilds, back_to_llvm),
+      cmocka_unit_test_teardown(vector_form_hand_built, back_to_llvm),
+      cmocka_unit_test_teardown(vector_form_matches_llvm, back_to_llvm),
       cmocka_unit_test_teardown(emulated_block_semantics, back_to_llvm),
       cmocka_unit_test_teardown(checked_and_recorded, back_to_llvm),
       cmocka_unit_test_teardown(missing_host_compiler, back_to_llvm),
