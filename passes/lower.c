@@ -714,14 +714,6 @@ static bool root_fits_rows(const graph_node *root, const graph_node *q, int n_ou
   return all_full || all_one;
 }
 
-/* A view that reads src in its own contiguous layout. */
-static bool plain_read(const graph_view *v, const graph_node *src) {
-  graph_view cv = graph_view_contiguous(src->ndim, src->sizes);
-  return v->offset == 0 && v->ndim == cv.ndim &&
-         !memcmp(v->sizes, cv.sizes, sizeof *cv.sizes * (size_t)cv.ndim) &&
-         !memcmp(v->strides, cv.strides, sizeof *cv.strides * (size_t)cv.ndim);
-}
-
 /* Every read of e in n's fused group (row values aside) is at n's own
  * index: the path from n to e is plain reads of nodes of n's sizes.
  * *found: the group reads e at all. */
@@ -730,7 +722,7 @@ static bool reads_in_place(const lower_ctx *c, const graph_node *n, const graph_
     const graph_node *in = n->inputs[i].node;
     if (!is_fused(c, in) || graph_ops[in->op].kind == GRAPH_REDUCE) continue;
     bool same = in->ndim == n->ndim && !memcmp(in->sizes, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
-    if (!same || !plain_read(&n->inputs[i].view, in)) { /* read at another index: must not reach e */
+    if (!same || !pass_plain_view(&n->inputs[i].view, in)) { /* read at another index: must not reach e */
       bool below = false;
       if (in == e || depth >= 16 || !reads_in_place(c, in, e, depth + 1, &below) || below) return false;
       continue;
@@ -760,7 +752,7 @@ static const graph_node *find_spill(const lower_ctx *c) {
     bool elementwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
     bool same = e->ndim == root->ndim && !memcmp(e->sizes, root->sizes, sizeof *e->sizes * (size_t)e->ndim);
     bool found = false;
-    if (is_fused(c, e) && elementwise && !e->fuse_cheap && e->dtype == root->dtype && same && plain_read(v, e) &&
+    if (is_fused(c, e) && elementwise && !e->fuse_cheap && e->dtype == root->dtype && same && pass_plain_view(v, e) &&
         reads_in_place(c, root, e, 0, &found) && found)
       return e;
   }

@@ -104,6 +104,10 @@ typedef struct pass_merged {
 bool pass_merge_loops(const graph_node *root, pass_merged *out);
 void pass_merged_free(pass_merged *m);
 
+/** True when view v reads src in src's own contiguous layout (offset 0,
+ *  src's sizes, contiguous strides). */
+bool pass_plain_view(const graph_view *v, const graph_node *src);
+
 /** True when reductions a and b reduce the same dims of inputs of the same
  *  sizes (they can share a row loop). */
 bool pass_same_rows(const graph_node *a, const graph_node *b);

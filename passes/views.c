@@ -41,7 +41,7 @@ static bool same_sizes(const graph_view *v, const graph_node *root) {
   return v->ndim == root->ndim && memcmp(v->sizes, root->sizes, sizeof v->sizes[0] * (size_t)root->ndim) == 0;
 }
 
-static bool plain_view(const graph_view *v, const graph_node *src) {
+bool pass_plain_view(const graph_view *v, const graph_node *src) {
   if (v->offset != 0 || v->ndim != src->ndim) return false;
   graph_view c = graph_view_contiguous(src->ndim, src->sizes);
   return memcmp(v->sizes, c.sizes, sizeof c.sizes[0] * (size_t)c.ndim) == 0 &&
@@ -64,7 +64,7 @@ static bool collect(group *g, const graph_node *n, const graph_node *root) {
     const graph_view *v = &n->inputs[i].view;
     if (!same_sizes(v, root)) return false;
     if (in->buffer || !in->fused) continue; /* an external read or an inlined source */
-    if (!plain_view(v, in)) return false;
+    if (!pass_plain_view(v, in)) return false;
     if (find(g, in) >= 0) continue;
     if (g->n == MAX_GROUP) return false;
     g->nodes[g->n++] = in;
