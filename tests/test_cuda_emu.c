@@ -510,7 +510,7 @@ static void vector_form_hand_built(void **state) {
     cuda_emu_fn fn = NULL;
     char err[4096];
     if (cuda_emu_compile(&k, &fn, err, sizeof err) != KILN_OK) fail_msg("%s", err);
-    size_t cap = (size_t)n + 16;
+    size_t cap = ((size_t)n + 16 + 15) / 16 * 16; /* aligned_alloc: a multiple of the alignment */
     float *a = aligned_alloc(64, cap * 4), *out = aligned_alloc(64, cap * 4);
     int32_t *q = aligned_alloc(64, cap * 4);
     assert_true(a && out && q);
