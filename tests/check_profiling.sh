@@ -50,4 +50,10 @@ grep -q '^kiln: kernel IR of ' <<<"$dbg" || { echo "FAIL: level 3 kernel IR"; ex
 ! grep -q 'LLVM IR of' <<<"$dbg" || { echo "FAIL: level 3 printed LLVM IR"; exit 1; }
 dbg=$(KILN_DEBUG=4 "$QS" 2>&1 >/dev/null)
 grep -q '^kiln: LLVM IR of ' <<<"$dbg" && grep -q '^define ' <<<"$dbg" || { echo "FAIL: level 4 LLVM IR"; exit 1; }
+# under cuda-emu (when the CUDA toolkit is here), level 4 prints the CUDA C
+if [[ -x /usr/local/cuda/bin/ptxas ]] || command -v ptxas >/dev/null; then
+  dbg=$(KILN_BACKEND=cuda-emu KILN_DEBUG=4 "$QS" 2>&1 >/dev/null)
+  grep -q '^kiln: CUDA C of ' <<<"$dbg" && grep -q '^extern "C" __global__ void ' <<<"$dbg" ||
+    { echo "$dbg" | head -20; echo "FAIL: level 4 CUDA C under cuda-emu"; exit 1; }
+fi
 echo "profiling: DOT renders, trace valid, KILN_DEBUG levels 1-4 as documented"
