@@ -270,8 +270,8 @@ static int body_cost(const kir_uop *u) {
  * e: a long dependent chain per element (W2 of bench/: ten tanh in a row,
  * about 500 vector instructions) fills the core's reorder window with one
  * vector iteration, so iterations do not overlap and the loop runs at the
- * chain's latency; interleaving 4 independent vectors hides it (W2 2.6x
- * faster). Short bodies keep LLVM's own choice (0). */
+ * chain's latency; interleaving 4 independent vectors hides it (W2: 131
+ * ms before, 46 ms after). Short bodies keep LLVM's own choice (0). */
 #define LONG_BODY 150
 static unsigned interleave_count(const kir_kernel *k, int r, int e) {
   int cost = 0;

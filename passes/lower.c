@@ -620,7 +620,7 @@ static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ran
  * are plain (not reassociable) adds in row order: the SLP vectoriser then
  * packs the lanes (one vector load per row, 64 floats = 4 cache lines
  * read in sequence), where a reassociable update let the loop vectoriser
- * vectorise down each column with gathers (W3b of bench/: 3x slower).
+ * vectorise down each column with gathers (W3b of bench/: 9.2 ms then, 2.0 ms now).
  * Each output is the sequential F64 sum of its column. 0 when the pattern
  * does not apply. */
 #define COLS 16 /* scans */

@@ -77,6 +77,15 @@ static void require_device(void) {
   skip();
 }
 
+/* require_device, and NVRTC to build kernels for it, or skip. */
+static void require_device_and_nvrtc(void) {
+  require_device();
+  char why[1024];
+  if (cuda_nvrtc_available(why, sizeof why)) return;
+  print_message("skipped: %s\n", why);
+  skip();
+}
+
 static void missing_libcuda_is_no_device(void **state) {
   (void)state;
   setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
@@ -343,12 +352,7 @@ static void device_tensors_copy_and_reuse(void **state) {
  * tensors stay usable. */
 static void device_kernel_on_cuda_tensor(void **state) {
   (void)state;
-  require_device();
-  char why[1024];
-  if (!cuda_nvrtc_available(why, sizeof why)) {
-    print_message("skipped: %s\n", why);
-    skip();
-  }
+  require_device_and_nvrtc();
   cuda_device_info info;
   assert_non_null(cuda_driver(&info));
   bool fake = strcmp(info.name, "Fake GPU") == 0;
@@ -378,12 +382,7 @@ static void device_kernel_on_cuda_tensor(void **state) {
  * it. */
 static void device_elementwise_kernel(void **state) {
   (void)state;
-  require_device();
-  char why[1024];
-  if (!cuda_nvrtc_available(why, sizeof why)) {
-    print_message("skipped: %s\n", why);
-    skip();
-  }
+  require_device_and_nvrtc();
   enum { N = 1000 };
   float in[N], out[N];
   for (int i = 0; i < N; i++) in[i] = (float)i - 300.0f, out[i] = 0;
@@ -452,12 +451,8 @@ static void load_and_run_affine(char *arch, size_t len) {
  * than every listed arch is a clean KILN_ERR_UNSUPPORTED. */
 static void device_kernel_ptx_fallback(void **state) {
   (void)state;
-  require_device();
-  char why[1024], arch[32], err[1024];
-  if (!cuda_nvrtc_available(why, sizeof why)) {
-    print_message("skipped: %s\n", why);
-    skip();
-  }
+  require_device_and_nvrtc();
+  char arch[32], err[1024];
   module_loads_fn loads = fake_module_loads();
   if (!loads) {
     print_message("skipped: not the fake driver (its compute capability cannot be changed)\n");
