@@ -67,52 +67,109 @@ static __attribute__((noinline)) bool grow_key(keybuf *k, size_t n) {
   return true;
 }
 
-/* Appends n bytes (inlined: the key is built field by field, every force). */
-static inline void put(keybuf *k, const void *x, size_t n) {
-  if (k->len + n > k->cap && !grow_key(k, n)) return;
-  memcpy(k->p + k->len, x, n);
-  k->len += n;
+/* The encoding is compact (most fields are one byte, a view that is the
+ * plain contiguous view of its node is one tag byte) because the key is
+ * built, hashed and compared on every force: W8 of bench/ forces 100
+ * nodes per call. Space for a whole node is reserved once (node_bound),
+ * so the field writes below are unchecked appends through a cursor. */
+_Static_assert(GRAPH_OP_COUNT < 255 && KILN_MAX_DIMS < 256, "ops, dtypes and ranks are one key byte");
+#define VIEW_BOUND (2 + 8 + 16 * KILN_MAX_DIMS)
+#define EXT_BOUND (4 + 8 + 8 * KILN_MAX_DIMS + 16)
+
+static size_t node_bound(const graph_node *n) {
+  return 6 + 8 * KILN_MAX_DIMS + 1 + 24 + VIEW_BOUND + (size_t)n->n_inputs * (4 + VIEW_BOUND + EXT_BOUND);
 }
 
-static void put_i64(keybuf *k, int64_t x) { put(k, &x, sizeof x); }
+static inline unsigned char *put(unsigned char *w, const void *x, size_t n) {
+  memcpy(w, x, n);
+  return w + n;
+}
 
-static void put_view(keybuf *k, const graph_view *v) {
-  put_i64(k, v->ndim);
-  put_i64(k, v->offset);
-  put(k, v->sizes, sizeof *v->sizes * (size_t)v->ndim);
-  put(k, v->strides, sizeof *v->strides * (size_t)v->ndim);
+static inline unsigned char *put_u8(unsigned char *w, int64_t x) {
+  *w = (unsigned char)x;
+  return w + 1;
+}
+
+static inline unsigned char *put_i32(unsigned char *w, int32_t x) { return put(w, &x, sizeof x); }
+
+static unsigned char *put_full_view(unsigned char *w, const graph_view *v) {
+  w = put_u8(w, v->ndim);
+  w = put(w, &v->offset, sizeof v->offset);
+  w = put(w, v->sizes, sizeof *v->sizes * (size_t)v->ndim);
+  return put(w, v->strides, sizeof *v->strides * (size_t)v->ndim);
+}
+
+/* True when v is exactly the contiguous view of in's [sizes] at offset 0
+ * (strides of size-1 dims included), so tag 0 alone describes it. */
+static bool is_plain_view(const graph_view *v, const graph_node *in) {
+  if (v->ndim != in->ndim || v->offset != 0) return false;
+  int64_t stride = 1;
+  for (int d = v->ndim - 1; d >= 0; d--) {
+    if (v->sizes[d] != in->sizes[d] || v->strides[d] != stride) return false;
+    stride *= in->sizes[d] > 1 ? in->sizes[d] : 1;
+  }
+  return true;
+}
+
+static unsigned char *put_view(unsigned char *w, const graph_view *v, const graph_node *in) {
+  if (in && is_plain_view(v, in)) return put_u8(w, 0);
+  return put_full_view(put_u8(w, 1), v);
 }
 
 /* An input not in the schedule: numbered by first use (sched_mark =
- * ext_epoch, sched_pos = its number) and described once. */
-static int64_t external_ref(keybuf *k, graph_node *in, int ext_epoch, int *n_ext) {
-  if (in->sched_mark == ext_epoch) return -1 - (int64_t)in->sched_pos;
-  in->sched_mark = ext_epoch;
-  in->sched_pos = (*n_ext)++;
-  int64_t desc[4] = {in->buffer ? -1 : (int64_t)in->op, in->dtype, in->numel, in->device};
-  put(k, desc, sizeof desc);
-  if (!in->buffer && in->op == GRAPH_OP_ARANGE) { /* compiled into the kernel */
-    put(k, &in->attr.scalar, sizeof(double));
-    put(k, &in->attr.scalar2, sizeof(double));
+ * ext_epoch, sched_pos = its number) and described once, with its sizes
+ * (a plain view of it refers to them). */
+static unsigned char *external_ref(unsigned char *w, graph_node *in, int ext_epoch, int *n_ext, int32_t *ref) {
+  if (in->sched_mark != ext_epoch) {
+    in->sched_mark = ext_epoch;
+    in->sched_pos = (*n_ext)++;
+    w = put_u8(w, in->buffer ? 255 : in->op);
+    w = put_u8(w, in->dtype);
+    w = put_u8(w, in->device);
+    w = put_u8(w, in->ndim);
+    w = put(w, &in->numel, sizeof in->numel);
+    w = put(w, in->sizes, sizeof *in->sizes * (size_t)in->ndim);
+    if (!in->buffer && in->op == GRAPH_OP_ARANGE) { /* compiled into the kernel */
+      w = put(w, &in->attr.scalar, sizeof(double));
+      w = put(w, &in->attr.scalar2, sizeof(double));
+    }
   }
-  return -1 - (int64_t)in->sched_pos;
+  *ref = -1 - in->sched_pos;
+  return w;
+}
+
+/* Scalar attributes (compiled in for CLAMP and materialized sources) and
+ * the reduce mask: a flag byte says which are nonzero, only those follow. */
+static unsigned char *put_attrs(unsigned char *w, const graph_node *n) {
+  uint64_t s1, s2;
+  memcpy(&s1, &n->attr.scalar, sizeof s1);
+  memcpy(&s2, &n->attr.scalar2, sizeof s2);
+  w = put_u8(w, (s1 != 0) | (s2 != 0) << 1 | (n->attr.reduce_mask != 0) << 2);
+  if (s1) w = put(w, &s1, sizeof s1);
+  if (s2) w = put(w, &s2, sizeof s2);
+  if (n->attr.reduce_mask) w = put(w, &n->attr.reduce_mask, sizeof n->attr.reduce_mask);
+  return w;
 }
 
 static void put_node(keybuf *k, graph_node *n, int order_epoch, int ext_epoch, int *n_ext) {
-  int64_t where = n->device == KILN_CUDA ? 1 + rt_device_next_is_real() : 0; /* CPU, emulated or real device */
-  int64_t head[7] = {n->op, n->dtype, n->cdtype, n->ndim, n->n_inputs, n->numel, where};
-  put(k, head, sizeof head);
-  put(k, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
-  put(k, &n->attr.scalar, sizeof(double)); /* compiled in for CLAMP and materialized sources */
-  put(k, &n->attr.scalar2, sizeof(double));
-  put_i64(k, n->attr.reduce_mask);
-  if (n->op == GRAPH_OP_ASSIGN) put_view(k, &n->attr.region);
+  size_t bound = node_bound(n);
+  if (k->len + bound > k->cap && !grow_key(k, bound)) return;
+  unsigned char *w = k->p + k->len;
+  int where = n->device == KILN_CUDA ? 1 + rt_device_next_is_real() : 0; /* CPU, emulated or real device */
+  unsigned char head[6] = {(unsigned char)n->op, (unsigned char)n->dtype, (unsigned char)n->cdtype,
+                           (unsigned char)n->ndim, (unsigned char)n->n_inputs, (unsigned char)where};
+  w = put(w, head, sizeof head);
+  w = put(w, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
+  w = put_attrs(w, n);
+  if (n->op == GRAPH_OP_ASSIGN) w = put_full_view(w, &n->attr.region);
   for (int i = 0; i < n->n_inputs; i++) {
     graph_node *in = n->inputs[i].node;
-    bool in_order = in->sched_mark == order_epoch && !in->buffer;
-    put_i64(k, in_order ? in->sched_pos : external_ref(k, in, ext_epoch, n_ext));
-    put_view(k, &n->inputs[i].view);
+    int32_t ref = in->sched_pos;
+    if (in->sched_mark != order_epoch || in->buffer) w = external_ref(w, in, ext_epoch, n_ext, &ref);
+    w = put_i32(w, ref);
+    w = put_view(w, &n->inputs[i].view, in);
   }
+  k->len = (size_t)(w - k->p);
 }
 
 /* The key is built in a per-thread buffer that is kept between forces
@@ -137,12 +194,17 @@ const unsigned char *rt_schedule_key(graph_node *const *order, int n, graph_node
   k->len = 0;
   k->oom = false;
   int n_ext = 0;
-  int64_t head[3] = {n, fusion, rt_backend_is_emu()}; /* a schedule holds one backend's entry points */
-  put(k, head, sizeof head);
+  size_t head_bytes = 12 + 4 * (size_t)n_roots;
+  if (head_bytes > k->cap && !grow_key(k, head_bytes)) return NULL;
+  unsigned char *w = put_i32(k->p, n);
+  w = put_i32(w, n_roots);
+  w = put_u8(w, fusion);
+  w = put_u8(w, rt_backend_is_emu()); /* a schedule holds one backend's entry points */
   for (int r = 0; r < n_roots; r++) {
     bool in_order = roots[r] && !roots[r]->buffer && roots[r]->sched_mark == order_epoch;
-    put_i64(k, in_order ? roots[r]->sched_pos : -1);
+    w = put_i32(w, in_order ? roots[r]->sched_pos : -1);
   }
+  k->len = (size_t)(w - k->p);
   for (int i = 0; i < n; i++) put_node(k, order[i], order_epoch, ext_epoch, &n_ext);
   if (k->p != before) own_key_buf();
   *len = k->len;

@@ -78,6 +78,40 @@ static void different_structure_misses(void **state) {
   expect_no_error();
 }
 
+/* Forces y and checks that it missed the schedule cache. */
+static void expect_miss(kiln_tensor *y, const double *want, int64_t n) {
+  int64_t hits = rt_schedule_hits();
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  assert_int_equal(rt_schedule_hits(), hits);
+  expect_values_tol(y, want, n, 0);
+}
+
+/* The key's compact encoding still tells apart what lowering reads: a
+ * plain view from a transposed one of the same sizes, inputs of equal
+ * numel but other sizes, a scalar attribute that is zero (left out of the
+ * key) from one that is not, -0.0 from 0.0, and the reduced dims. */
+static void key_tells_apart(void **state) {
+  kiln_scope_begin();
+  int64_t sq[2] = {2, 2};
+  /* computed, so their nodes are [2, 2] and a view of all of a is plain */
+  kiln_tensor *a = kiln_add_scalar(kiln_reshape(data(4, -1), 2, sq), 1);
+  kiln_tensor *b = kiln_add_scalar(kiln_reshape(data(4, 9), 2, sq), 1);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  assert_int_equal(kiln_realize(b), KILN_OK);
+  assert_int_equal(kiln_realize(kiln_add(a, b)), KILN_OK);
+  expect_miss(kiln_add(kiln_t(a), b), (double[]){10, 13, 13, 16}, 4);
+  kiln_tensor *a4 = data(4, 0), *b4 = data(4, 10); /* [4], not [2, 2]: same bytes otherwise */
+  expect_miss(kiln_add(a4, b4), (double[]){10, 12, 14, 16}, 4);
+  kiln_tensor *c = data(4, -2);
+  assert_int_equal(kiln_realize(kiln_clamp(c, 0, 5)), KILN_OK);
+  expect_miss(kiln_clamp(c, 0.5, 5), (double[]){0.5, 0.5, 0.5, 1}, 4);
+  expect_miss(kiln_clamp(c, -0.0, 5), (double[]){-0.0, -0.0, 0, 1}, 4);
+  assert_int_equal(kiln_realize(kiln_sum(a, 1, (int[]){0}, false)), KILN_OK);
+  expect_miss(kiln_sum(a, 1, (int[]){1}, false), (double[]){1, 5}, 2);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 /* SGD-style in-place updates repeated: p -= 0.5 * g, each step a hit,
  * each writing into p's one buffer. */
 static void in_place_updates_hit(void **state) {
@@ -121,6 +155,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(same_structure_new_data_hits),
       cmocka_unit_test(different_structure_misses),
+      cmocka_unit_test(key_tells_apart),
       cmocka_unit_test(in_place_updates_hit),
       cmocka_unit_test(repeated_chain_hits),
   };
