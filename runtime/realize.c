@@ -95,22 +95,32 @@ static bool collect(graph_node *const *roots, int n, node_list *order) {
   return ok;
 }
 
-/* The schedule of a request: the pending nodes in post-order, simplified
- * (with fusion on) and collected again when simplification changed the
- * graph, so dead nodes drop out; node->sched_pos = position. */
-static bool schedule(graph_node *const *roots, int n, node_list *order) {
-  if (!collect(roots, n, order)) return false;
+static void number(node_list *order) {
+  for (int i = 0; i < order->n; i++) order->items[i]->sched_pos = i;
+}
+
+/* Simplifies a collected order (with fusion on); when that changed the
+ * graph, collects it again, so dead nodes drop out, and returns true.
+ * Positions (node->sched_pos) are renumbered either way. */
+static bool simplify(graph_node *const *roots, int n, node_list *order, bool *oom) {
   graph_node **dropped = NULL;
   int n_dropped = fusion_enabled() ? pass_simplify(order->items, order->n, roots, n, &dropped) : 0;
-  bool ok = true;
   if (n_dropped > 0) {
     order->n = 0;
-    ok = collect(roots, n, order);
+    *oom = !collect(roots, n, order);
     for (int i = 0; i < n_dropped; i++) graph_node_release(dropped[i]); /* none is in the new order */
   }
   free(dropped);
-  for (int i = 0; ok && i < order->n; i++) order->items[i]->sched_pos = i;
-  return ok;
+  number(order);
+  return n_dropped > 0;
+}
+
+/* The schedule of a request: the pending nodes in post-order, simplified;
+ * node->sched_pos = position. */
+static bool schedule(graph_node *const *roots, int n, node_list *order) {
+  bool oom = !collect(roots, n, order);
+  if (!oom) simplify(roots, n, order, &oom);
+  return !oom;
 }
 
 int rt_plan(graph_node *const *roots, int n, bool passes, graph_node ***order, int *n_order) {
@@ -119,7 +129,7 @@ int rt_plan(graph_node *const *roots, int n, bool passes, graph_node ***order, i
     free(l.items);
     return KILN_ERR_OOM;
   }
-  for (int i = 0; i < l.n; i++) l.items[i]->sched_pos = i;
+  number(&l);
   if (passes) pass_fuse(l.items, l.n, roots, n, fusion_enabled());
   *order = l.items;
   *n_order = l.n;
@@ -590,25 +600,52 @@ static _Thread_local int nesting;
  * printed as it is lowered). */
 static bool use_schedule_cache(void) { return nesting == 0 && rt_debug_level() < 3; }
 
+/* Looks the collected order up in the schedule cache (run->cached). */
+static const unsigned char *find_schedule(graph_node *const *nodes, int n, const node_list *order, sched_run *run,
+                                          size_t *key_len) {
+  int order_epoch = sched_epoch;
+  const unsigned char *key =
+      rt_schedule_key(order->items, order->n, nodes, n, fusion_enabled(), order_epoch, ++sched_epoch, key_len);
+  run->cached = key ? rt_schedule_find(key, *key_len) : NULL;
+  return key;
+}
+
+/* The schedule cache is looked up before simplification: a hit means the
+ * graph has the structure of one that simplification left unchanged (a
+ * schedule is cached under the key of the graph fusion ran on), so it is
+ * skipped. That is exact: which rewrites apply depends on the structure
+ * alone, except the identities x*1, x/1, x-0 on fill values, which are
+ * not in the key and compute the same values unrewritten. On a miss the
+ * graph is simplified and, when that changed it, looked up again. */
+static bool plan(graph_node *const *nodes, int n, node_list *order, sched_run *run, const unsigned char **key,
+                 size_t *key_len) {
+  if (!collect(nodes, n, order)) return false;
+  number(order);
+  if (run->cacheable) *key = find_schedule(nodes, n, order, run, key_len);
+  if (run->cached) {
+    run->cacheable = false; /* nothing new to cache */
+    return true;
+  }
+  bool oom = false;
+  if (simplify(nodes, n, order, &oom) && run->cacheable && !oom) *key = find_schedule(nodes, n, order, run, key_len);
+  run->cacheable = run->cacheable && *key && !run->cached;
+  return !oom;
+}
+
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   int ready = rt_backend_ready(err, errlen);
   if (ready != KILN_OK) return ready;
   rt_alloc_install();
   node_list order = {0};
-  if (!schedule(nodes, n, &order)) {
+  sched_run run = {.cacheable = use_schedule_cache()};
+  size_t key_len = 0;
+  const unsigned char *key = NULL;
+  if (!plan(nodes, n, &order, &run, &key, &key_len)) {
     free(order.items);
     snprintf(err, errlen, "out of memory scheduling %d nodes", n);
     return KILN_ERR_OOM;
   }
-  sched_run run = {.order = order.items, .cacheable = use_schedule_cache()};
-  size_t key_len = 0;
-  const unsigned char *key = NULL;
-  if (run.cacheable) {
-    int order_epoch = sched_epoch;
-    key = rt_schedule_key(order.items, order.n, nodes, n, fusion_enabled(), order_epoch, ++sched_epoch, &key_len);
-    run.cached = key ? rt_schedule_find(key, key_len) : NULL;
-    run.cacheable = key && !run.cached;
-  }
+  run.order = order.items;
   /* No retains needed: running a node drops only its inputs, which come
    * earlier in post-order; every node still to run is held by a consumer
    * still to run or by a root (held by the caller). */

@@ -112,6 +112,38 @@ static void key_tells_apart(void **state) {
   expect_no_error();
 }
 
+/* The cache is looked up before simplification, then after it when it
+ * changed the graph. (x*s)+b with s = 1 simplifies to x+b; with s = 2 it
+ * does not, and is cached unsimplified; with s = 1 again that entry is a
+ * hit (the multiply by 1 then runs, with the same values). a*b + a*b is
+ * simplified (CSE) on every force, and hits after simplifying. */
+static void lookup_before_and_after_simplify(void **state) {
+  rt_set_fusion(1); /* the simplifier runs with fusion on (KILN_FUSE=0 skips the passes) */
+  kiln_scope_begin();
+  kiln_tensor *x = data(4, 1), *b = data(4, 10);
+  x = kiln_reshape(x, 2, (int64_t[]){1, 4}); /* a shape no other test forces */
+  double s[3] = {1, 2, 1};
+  for (int rep = 0; rep < 3; rep++) {
+      int64_t hits = rt_schedule_hits();
+    kiln_tensor *y = kiln_add(kiln_mul_scalar(x, s[rep]), b);
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    assert_int_equal(rt_schedule_hits(), hits + (rep == 2));
+    double want[4];
+    for (int i = 0; i < 4; i++) want[i] = s[rep] * (1 + i) + 10 + i;
+    expect_values_tol(y, want, 4, 0);
+  }
+  for (int rep = 0; rep < 3; rep++) {
+    int64_t hits = rt_schedule_hits();
+    kiln_tensor *y = kiln_add(kiln_mul(x, b), kiln_mul(x, b));
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    assert_int_equal(rt_schedule_hits(), hits + (rep > 0));
+    expect_values_tol(y, (double[]){20, 44, 72, 104}, 4, 0);
+  }
+  kiln_scope_end();
+  rt_set_fusion(-1);
+  expect_no_error();
+}
+
 /* SGD-style in-place updates repeated: p -= 0.5 * g, each step a hit,
  * each writing into p's one buffer. */
 static void in_place_updates_hit(void **state) {
@@ -156,6 +188,7 @@ int main(void) {
       cmocka_unit_test(same_structure_new_data_hits),
       cmocka_unit_test(different_structure_misses),
       cmocka_unit_test(key_tells_apart),
+      cmocka_unit_test(lookup_before_and_after_simplify),
       cmocka_unit_test(in_place_updates_hit),
       cmocka_unit_test(repeated_chain_hits),
   };
