@@ -6,6 +6,7 @@
 #ifndef KILN_LLVM_INTERNAL_H
 #define KILN_LLVM_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <llvm-c/Core.h>
@@ -28,5 +29,15 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
  *  *failed if an LLVM intrinsic could not be declared. */
 LLVMValueRef llvm_math_f32(LLVMBuilderRef b, LLVMModuleRef mod, kir_op op, LLVMValueRef a, LLVMValueRef c,
                            bool *failed);
+
+/* Streaming stores (llvm_stream.c). */
+/** Tags a store lowered from a nontemporal kernel IR STORE. */
+void llvm_stream_tag_store(LLVMValueRef store);
+/** Emits llvm.assume(true) ["align"(ptr, align)] at b's insertion point;
+ *  false when the intrinsic is missing. */
+bool llvm_assume_aligned(LLVMBuilderRef b, LLVMModuleRef mod, LLVMValueRef ptr, unsigned align);
+/** After optimisation: sets !nontemporal on the tagged vector stores whose
+ *  alignment covers their size; returns how many. */
+int llvm_stream_mark(LLVMModuleRef mod);
 
 #endif /* KILN_LLVM_INTERNAL_H */

@@ -225,6 +225,7 @@ static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRe
   if (rc == KILN_OK && !llvm_lower_kernel(k, mod, sym, lerr, sizeof lerr)) rc = set_err(err, errlen, k->name, lerr, NULL);
   if (rc == KILN_OK) prefer_vector_width(mod, ctx);
   if (rc == KILN_OK) rc = optimise(mod, tm, k->name, err, errlen);
+  if (rc == KILN_OK) llvm_stream_mark(mod);
   if (rc == KILN_OK && ir_text) {
     char *s = LLVMPrintModuleToString(mod);
     *ir_text = dup_str(s);

@@ -10,7 +10,9 @@
  *  - RANGE: a header block with an i64 phi (lo from the preheader, i+1 from
  *    the latch), `i < hi` branching to the body or the exit; END adds the
  *    latch and continues in the exit block. The first RANGE flagged
- *    parallel iterates [max(start,0), min(end,extent)).
+ *    parallel iterates [max(start,0), min(end,extent)) (in a kernel with
+ *    nontemporal stores, innermost, both rounded down to multiples of 64
+ *    except the extent: llvm_stream.c).
  * Register types: BOOL i1 (i8 in memory), U8/I8 i8, I16 i16, I32 i32,
  * I64/INDEX i64, F16 half, BF16 i16 (bits; converted with integer code),
  * F32 float, F64 double. U8 and BOOL are unsigned. Nothing traps: integer
@@ -40,6 +42,8 @@ typedef struct lower_ctx {
   LLVMValueRef *vals; /* per uop: its value (an ACC: its alloca) */
   loop_info *loops;   /* per RANGE uop */
   bool parallel_done; /* the first parallel RANGE has been lowered */
+  bool streaming;     /* the kernel has nontemporal stores (llvm_stream.c) */
+  bool stream_param[KIR_MAX_PARAMS]; /* PARAM index: a nontemporal store writes it */
   bool failed;        /* an intrinsic was missing (a bug in this file) */
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
 } lower_ctx;
@@ -212,7 +216,9 @@ static LLVMValueRef lower_param(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, c->bufs, &idx, 1, "");
   char name[16];
   snprintf(name, sizeof name, "p%d", (int)u->ival);
-  return LLVMBuildLoad2(c->b, c->ptr, p, name);
+  LLVMValueRef buf = LLVMBuildLoad2(c->b, c->ptr, p, name);
+  if (c->stream_param[u->ival] && !llvm_assume_aligned(c->b, c->mod, buf, 64)) c->failed = true;
+  return buf;
 }
 
 static LLVMValueRef lower_const(lower_ctx *c, const kir_uop *u) {
@@ -231,6 +237,27 @@ static LLVMValueRef call_i64(lower_ctx *c, const char *name, LLVMValueRef a, LLV
   return call_intrinsic(c, name, c->i64, args, 2);
 }
 
+/* True when RANGE uop r opens no other loop before its END. */
+static bool innermost(const kir_kernel *k, int r) {
+  for (int i = r + 1; i < k->n_uops; i++) {
+    if (k->uops[i].op == KIR_RANGE) return false;
+    if (k->uops[i].op == KIR_END && k->uops[i].src[0] == r) return true;
+  }
+  return true;
+}
+
+/* A streaming kernel's chunk [lo, hi) of its innermost parallel range
+ * starts at a multiple of 64 elements (and ends at one, or at the extent):
+ * neighbouring chunks still meet, and every vector store of the
+ * vectorised loop is aligned to its size. */
+#define STREAM_CHUNK 64
+static void align_chunk(lower_ctx *c, LLVMValueRef *lo, LLVMValueRef *hi, int64_t extent) {
+  LLVMValueRef mask = cint(c->i64, (unsigned long long)-STREAM_CHUNK), ext = cint(c->i64, (unsigned long long)extent);
+  *lo = LLVMBuildAnd(c->b, *lo, mask, "");
+  LLVMValueRef whole = LLVMBuildICmp(c->b, LLVMIntSGE, *hi, ext, "");
+  *hi = LLVMBuildSelect(c->b, whole, ext, LLVMBuildAnd(c->b, *hi, mask, ""), "");
+}
+
 static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
   int i = (int)(u - c->k->uops);
   LLVMValueRef lo = cint(c->i64, 0), hi = cint(c->i64, (unsigned long long)u->ival);
@@ -238,6 +265,7 @@ static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
     c->parallel_done = true;
     lo = call_i64(c, "llvm.smax", c->start, lo);
     hi = call_i64(c, "llvm.smin", c->end, hi);
+    if (c->streaming && innermost(c->k, i)) align_chunk(c, &lo, &hi, u->ival);
   }
   LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(c->b));
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(c->b);
@@ -339,11 +367,7 @@ static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef v = val(c, u->src[2]);
   if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
-  if (u->nontemporal) {
-    LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(c->ctx), 1, false));
-    LLVMSetMetadata(st, LLVMGetMDKindIDInContext(c->ctx, "nontemporal", 11),
-                    LLVMMetadataAsValue(c->ctx, LLVMMDNodeInContext2(c->ctx, &one, 1)));
-  }
+  if (u->nontemporal) llvm_stream_tag_store(st);
   return NULL;
 }
 
@@ -491,6 +515,16 @@ static void init_types(lower_ctx *c) {
   c->ptr = LLVMPointerTypeInContext(x, 0);
 }
 
+/* Which buffers nontemporal stores write (kir.h: they are 64-byte aligned). */
+static void find_streams(lower_ctx *c) {
+  for (int i = 0; i < c->k->n_uops; i++) {
+    const kir_uop *u = &c->k->uops[i];
+    if (u->op != KIR_STORE || !u->nontemporal) continue;
+    c->streaming = true;
+    c->stream_param[c->k->uops[u->src[0]].ival] = true;
+  }
+}
+
 /* Declares the kernel, its entry block (allocas) and first code block. */
 static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
   LLVMTypeRef params[3] = {c->ptr, c->i64, c->i64};
@@ -527,6 +561,7 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
     return NULL;
   }
   init_types(&c);
+  find_streams(&c);
   c.b = LLVMCreateBuilderInContext(c.ctx);
   c.ab = LLVMCreateBuilderInContext(c.ctx);
   LLVMValueRef fn = begin_function(&c, fname);
@@ -535,6 +570,9 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
     if (k->uops[i].reassoc && c.vals[i] && LLVMCanValueUseFastMathFlags(c.vals[i]))
       LLVMSetFastMathFlags(c.vals[i], LLVMFastMathAllowReassoc);
   }
+  /* streaming stores are weakly ordered: drain them before the pool
+   * reports the chunk done (seq_cst is MFENCE on x86) */
+  if (c.streaming) LLVMBuildFence(c.b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
   LLVMBuildRetVoid(c.b);
   LLVMDisposeBuilder(c.b);
   LLVMDisposeBuilder(c.ab);

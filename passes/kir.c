@@ -225,6 +225,11 @@ void kir_store(kir_kernel *k, int param, int index, int value) {
   push_src(k, KIR_STORE, KIR_VOID, param, index, value);
 }
 
+void kir_store_streaming(kir_kernel *k, int param, int index, int value) {
+  kir_store(k, param, index, value);
+  if (!k->oom) k->uops[k->n_uops - 1].nontemporal = true;
+}
+
 void kir_set_reassoc(kir_kernel *k, int u) {
   if (u >= 0 && u < k->n_uops) k->uops[u].reassoc = true;
 }

@@ -79,10 +79,10 @@ typedef struct kir_uop {
                        so the backend can vectorise them: the order of a
                        sum then depends on the vector width, never on
                        the thread count) */
-  bool nontemporal; /* STORE: a streaming store that bypasses the caches.
-                       Lowering sets it on no store today: LLVM's loop
-                       vectoriser will not vectorise a loop with an
-                       unaligned nontemporal store (see lower.c). */
+  bool nontemporal; /* STORE: a streaming store (kir_store_streaming):
+                       its buffer is 64-byte aligned, and the backend may
+                       bypass the caches for the stores it can prove
+                       vector-aligned */
 } kir_uop;
 
 typedef struct kir_kernel {
@@ -111,6 +111,13 @@ int kir_acc(kir_kernel *k, kiln_dtype type, int init);
 void kir_acc_set(kir_kernel *k, int acc, int value);
 int kir_load(kir_kernel *k, int param, int index);
 void kir_store(kir_kernel *k, int param, int index, int value);
+/** A STORE flagged nontemporal, for outputs too large for the caches. The
+ *  caller guarantees the buffer of `param` is 64-byte aligned (the CPU
+ *  backend tells LLVM so). The CPU backend then rounds the first parallel
+ *  range's chunk bounds to multiples of 64 when that range is innermost,
+ *  and streams the vector stores LLVM proves aligned; the CUDA backend
+ *  ignores the flag. */
+void kir_store_streaming(kir_kernel *k, int param, int index, int value);
 int kir_cast(kir_kernel *k, kiln_dtype type, int a);
 int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c);
 /** Marks ALU uop u as reassociable (see kir_uop.reassoc). */

@@ -18,6 +18,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lower.h"
@@ -452,13 +453,43 @@ static void close_ranges(kir_kernel *k, int ndim, const int *ranges) {
     if (ranges[d] >= 0) kir_end(k, ranges[d]);
 }
 
-/* Stores are plain (cached) stores. Streaming (nontemporal) stores of large
- * outputs were tried and removed: LLVM's loop vectoriser refuses a loop
- * whose nontemporal store is not provably vector-aligned, so every such
- * kernel ran scalar (W1 of bench/ went from 10.6 ms to 78 ms). */
+/* Outputs of at least this many bytes (KILN_STREAM_BYTES; 0: none) are
+ * written with streaming stores: they do not stay in the caches anyway,
+ * and a cached store first reads every line it writes. Measured on the
+ * development machine (bench/): W1 and W7, 64 MiB outputs, ran 7% and 11%
+ * faster; W5, whose 32 MiB output a repeated run finds in the cache, 20%
+ * slower when streamed. Hence 64 MiB. */
+static int64_t stream_bytes(void) {
+  static int64_t bytes = -1;
+  if (bytes < 0) {
+    const char *e = getenv("KILN_STREAM_BYTES");
+    bytes = e ? atoll(e) : INT64_C(64) << 20;
+    if (bytes < 0) bytes = 0;
+  }
+  return bytes;
+}
+
+/* n's buffer is large enough for streaming stores. */
+static bool streams(const graph_node *n) {
+  int64_t limit = stream_bytes();
+  return limit > 0 && n->numel * graph_dtypes[n->dtype].size >= limit;
+}
+
+/* Stores n's value at its contiguous index, streaming when n's buffer is
+ * large (it is a fresh allocation, 64-byte aligned, as kir.h requires).
+ * A row kernel that kept a value in the output for its epilogue
+ * (find_spill) reads the output back: those lines are in the cache
+ * already, and its stores stay plain. */
+static void store_node(lower_ctx *c, const graph_node *n, int param, const int *ranges, int value) {
+  graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
+  int idx = view_index(c->k, &flat, ranges, -1);
+  value = pass_cast_to(c->k, n->dtype, value);
+  if (streams(n) && !c->spill_stored) kir_store_streaming(c->k, param, idx, value);
+  else kir_store(c->k, param, idx, value);
+}
+
 static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
-  graph_view out = graph_view_contiguous(c->root->ndim, c->root->sizes);
-  kir_store(c->k, c->out, view_index(c->k, &out, ranges, -1), pass_cast_to(c->k, c->root->dtype, value));
+  store_node(c, c->root, c->out, ranges, value);
 }
 
 /* Tile edge for transposed reads. */
@@ -505,8 +536,7 @@ static int lower_elementwise(lower_ctx *c) {
     const graph_node *s = c->b->outputs[j];
     int v = value_at(c, s, ranges);
     if (v < 0) return KILN_ERR_UNSUPPORTED;
-    graph_view flat = graph_view_contiguous(s->ndim, s->sizes);
-    kir_store(k, c->store_param[j], view_index(k, &flat, ranges, -1), pass_cast_to(k, s->dtype, v));
+    store_node(c, s, c->store_param[j], ranges, v);
   }
   close_ranges(k, n_loops, loops);
   return KILN_OK;

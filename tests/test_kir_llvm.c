@@ -283,6 +283,19 @@ static int count_lines(const char *text, const char *needle) {
   return n;
 }
 
+/* Lines of text containing both a and b (each line under 1 KiB). */
+static int count_lines_with(const char *text, const char *a, const char *b) {
+  int n = 0;
+  char line[1024];
+  for (const char *p = text; *p;) {
+    size_t len = strcspn(p, "\n");
+    snprintf(line, sizeof line, "%.*s", (int)len, p);
+    n += strstr(line, a) && strstr(line, b);
+    p += len + (p[len] == '\n');
+  }
+  return n;
+}
+
 /* A long dependent chain per element (ten tanh, as W2 of bench/) is
  * interleaved 4 ways: four times the vector divisions of one chain in the
  * optimised IR; values as computed one element at a time. */
@@ -316,6 +329,47 @@ static void test_long_body_interleaved(void **state) {
     for (int r = 0; r < 10; r++) want = tanh((double)(float)((double)(float)(want * (double)1.0001f)) + 0.5);
     assert_true(fabs(got[j] - want) < 1e-5);
   }
+  kir_free(&k);
+}
+
+/* Streaming stores: the optimised IR streams the vector stores of the
+ * flagged output (and only those: the counter's stores stay plain) and
+ * fences before returning; chunks whose bounds are not multiples of 64
+ * are rounded, and still write every element exactly once. */
+static void test_streaming_stores(void **state) {
+  (void)state;
+  enum { N = 4099 };
+  kir_kernel k;
+  kir_init(&k, "stream");
+  int po = kir_param(&k, KILN_F32, true), pc = kir_param(&k, KILN_I32, true), pi = kir_param(&k, KILN_F32, false);
+  int i = kir_range(&k, N, true);
+  int x = kir_alu(&k, KIR_MUL, KILN_F32, kir_load(&k, pi, i), kir_const_f(&k, KILN_F32, 2.0), -1);
+  kir_store_streaming(&k, po, i, kir_alu(&k, KIR_ADD, KILN_F32, x, kir_const_f(&k, KILN_F32, 1.0), -1));
+  kir_store(&k, pc, i, kir_alu(&k, KIR_ADD, KILN_I32, kir_load(&k, pc, i), kir_const_i(&k, KILN_I32, 1), -1));
+  kir_end(&k, i);
+  assert_null(kir_verify(&k));
+  char err[512] = "", *ir = NULL;
+  llvm_kernel_fn fn = NULL;
+  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  int vec_stores = count_lines(ir, "store <16 x float>");
+  assert_true(vec_stores > 0);
+  assert_int_equal(count_lines_with(ir, "store <16 x float>", "!nontemporal"), vec_stores);
+  assert_true(count_lines(ir, "store <16 x i32>") > 0);
+  assert_int_equal(count_lines_with(ir, "x i32>", "!nontemporal"), 0);
+  assert_int_equal(count_lines_with(ir, "store float", "!nontemporal"), 0); /* the scalar remainder */
+  assert_int_equal(count_lines(ir, "fence seq_cst"), 1);
+  free(ir);
+  float *out = aligned_alloc(64, sizeof(float) * 4160), in[N];
+  int32_t cnt[N];
+  memset(cnt, 0, sizeof cnt);
+  for (int j = 0; j < N; j++) in[j] = (float)j - 2000.5f;
+  int64_t bounds[] = {0, 100, 1000, 1001, 1001, 2050, N};
+  for (int c = 0; c + 1 < (int)(sizeof bounds / sizeof *bounds); c++) fn((void *[]){out, cnt, in}, bounds[c], bounds[c + 1]);
+  for (int j = 0; j < N; j++) {
+    assert_int_equal(cnt[j], 1);
+    assert_true(out[j] == in[j] * 2.0f + 1.0f);
+  }
+  free(out);
   kir_free(&k);
 }
 
@@ -804,6 +858,7 @@ int main(void) {
       cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_to_string),
       cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_threads),
       cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_time), cmocka_unit_test(test_long_body_interleaved),
+      cmocka_unit_test(test_streaming_stores),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }
