@@ -30,6 +30,10 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
 LLVMValueRef llvm_math_f32(LLVMBuilderRef b, LLVMModuleRef mod, kir_op op, LLVMValueRef a, LLVMValueRef c,
                            bool *failed);
 
+/** True when kernels ask for 512-bit vectors (llvm_jit.c: AVX-512 hosts,
+ *  or KILN_VECTOR_BITS=512); valid once the host target is set up. */
+bool llvm_wide_vectors(void);
+
 /* Streaming stores (llvm_stream.c). */
 /** Tags a store lowered from a nontemporal kernel IR STORE. */
 void llvm_stream_tag_store(LLVMValueRef store);

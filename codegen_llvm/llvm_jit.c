@@ -197,13 +197,17 @@ static int emit_object(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *k
 /* Vector width the loop vectoriser aims for: 512 bits where the host has
  * AVX-512 (LLVM's default for such CPUs is 256, which halves the lanes of
  * every kernel whose reductions accumulate in F64), else its default. */
-static void prefer_vector_width(LLVMModuleRef mod, LLVMContextRef ctx) {
+bool llvm_wide_vectors(void) {
   static int wide = -1;
   if (wide < 0) {
     const char *env = getenv("KILN_VECTOR_BITS");
-    wide = env ? strcmp(env, "512") == 0 : strstr(g.features, "+avx512f") != NULL;
+    wide = env ? strcmp(env, "512") == 0 : g.features && strstr(g.features, "+avx512f") != NULL;
   }
-  if (!wide) return;
+  return wide;
+}
+
+static void prefer_vector_width(LLVMModuleRef mod, LLVMContextRef ctx) {
+  if (!llvm_wide_vectors()) return;
   static const char key[] = "prefer-vector-width", value[] = "512";
   for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
     if (!LLVMIsDeclaration(f))

@@ -23,6 +23,7 @@
 
 #include "kir.h"
 #include "llvm_backend.h"
+#include "llvm_internal.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -589,6 +590,48 @@ static void test_sum_acc(void **state) {
   kir_free(&k);
 }
 
+/* Softmax's sum pass: exp of F32 values summed into an F64 accumulator
+ * (reassociable). With 512-bit vectors the loop runs 16 lanes, so the F32
+ * math is on whole vectors (<16 x float>), not the 8 lanes F64 would pick;
+ * the sums equal a sequential F64 sum to rounding. */
+static void test_mixed_width(void **state) {
+  (void)state;
+  enum { R = 5, C = 1000 };
+  static float x[R * C];
+  double out[R];
+  for (int i = 0; i < R * C; i++) x[i] = (float)sin(i) * 3.0f;
+  kir_kernel k;
+  kir_init(&k, "sum_exp");
+  int po = kir_param(&k, KILN_F64, true), px = kir_param(&k, KILN_F32, false);
+  int r = kir_range(&k, R, true);
+  int acc = kir_acc(&k, KILN_F64, kir_const_f(&k, KILN_F64, 0.0));
+  int base = kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, C), -1);
+  int c = kir_range(&k, C, false);
+  int e = kir_alu(&k, KIR_EXP, KILN_F32, kir_load(&k, px, kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1)), -1, -1);
+  int upd = kir_alu(&k, KIR_ADD, KILN_F64, acc, kir_cast(&k, KILN_F64, e), -1);
+  kir_set_reassoc(&k, upd);
+  kir_acc_set(&k, acc, upd);
+  kir_end(&k, c);
+  kir_store(&k, po, r, acc);
+  kir_end(&k, r);
+  assert_null(kir_verify(&k));
+  char err[512] = "", *ir = NULL;
+  llvm_kernel_fn fn = NULL;
+  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  if (llvm_wide_vectors()) {
+    assert_true(count_lines(ir, "<16 x float>") > 0);
+    assert_int_equal(count_lines(ir, "<8 x float>"), 0);
+  }
+  free(ir);
+  fn((void *[]){out, x}, 0, R);
+  for (int i = 0; i < R; i++) {
+    double s = 0.0;
+    for (int j = 0; j < C; j++) s += exp((double)x[i * C + j]);
+    assert_true(fabs(out[i] - s) <= 1e-6 * s);
+  }
+  kir_free(&k);
+}
+
 /* argmax over x[0..N) with two ACCs (best value, best index) and WHERE. */
 static void test_argmax(void **state) {
   (void)state;
@@ -854,6 +897,7 @@ int main(void) {
       cmocka_unit_test(test_math),            cmocka_unit_test(test_float_alu),
       cmocka_unit_test(test_casts),           cmocka_unit_test(test_half_conversions),
       cmocka_unit_test(test_bool),            cmocka_unit_test(test_sum_acc),
+      cmocka_unit_test(test_mixed_width),
       cmocka_unit_test(test_argmax),          cmocka_unit_test(test_parallel_chunks),
       cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_to_string),
       cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_threads),
