@@ -52,7 +52,10 @@
  *     other kernel, and r stores
  *     at most PASS_MAX_OUTPUTS nodes. The host is the last such kernel
  *     before p's first reader, at most HOST_WINDOW positions ahead, so
- *     siblings gather in one kernel (a+b, a-b, a*b: one kernel).
+ *     siblings gather in one kernel (a+b, a-b, a*b: one kernel). A p that
+ *     stores others already hands them on to its host when no kernel in
+ *     between reads them (a chain: exp(a), exp(a)*2 + b and a comparison
+ *     of both, forced together, are one kernel).
  * Fused nodes are never realized; a later request recomputes them from
  * their inputs, which they keep alive.
  */
@@ -265,6 +268,22 @@ static graph_node *find_host(graph_node *const *order, int n, int i, const int *
   return host;
 }
 
+/* p already stores other nodes (p->stores) and is to be stored by host:
+ * they move along when the host has room for all and no kernel before the
+ * host other than p's reads one of them from its buffer (what p's kernel
+ * computed, the host computes inline). */
+static bool stores_can_move(graph_node *const *order, const int *first, const int *last, const graph_node *p,
+                            const graph_node *host) {
+  if (n_stores(host) + 1 + n_stores(p) > PASS_MAX_OUTPUTS) return false;
+  int at = p->sched_pos;
+  for (const graph_node *s = p->stores; s; s = s->store_next)
+    for (int j = s->sched_pos + 1; j < host->sched_pos; j++) {
+      bool in_p = order[j] == p || order[j]->store_host == p || (first[j] == at && last[j] == at);
+      if (reads(order[j], s) && !in_p && first[j] < host->sched_pos) return false;
+    }
+  return true;
+}
+
 static void plan_outputs(graph_node *const *order, int n, graph_node *const *roots, int n_roots) {
   if (n <= 0) return;
   int *first = malloc(sizeof *first * (size_t)n * 2);
@@ -273,10 +292,17 @@ static void plan_outputs(graph_node *const *order, int n, graph_node *const *roo
   kernel_span(order, n, first, last);
   for (int i = 0; i < n; i++) {
     graph_node *p = order[i];
-    if (!plain_kernel(p) || p->stores || p->store_host) continue;
+    if (!plain_kernel(p) || p->store_host) continue;
     bool later;
     graph_node *host = find_host(order, n, i, first, last, &later);
-    if (host && (later || is_root(p, roots, n_roots))) store_in(p, host);
+    if (!host || !(later || is_root(p, roots, n_roots))) continue;
+    if (p->stores && !stores_can_move(order, first, last, p, host)) continue;
+    for (graph_node *s = p->stores, *next; s; s = next) { /* a chain: p's stores go to the host too */
+      next = s->store_next;
+      store_in(s, host);
+    }
+    p->stores = NULL;
+    store_in(p, host);
   }
   free(first);
 }

@@ -263,8 +263,9 @@ static int and_a_third(kiln_tensor *const *in, kiln_tensor **out) {
 static void forced_producer_is_stored_by_its_reader(void **state) {
   check_many(producer_and_reader, 2, (int64_t[]){5, 6, 7}, 3, KILN_F32, 1);
   check_many(producer_and_reader, 2, (int64_t[]){333}, 1, KILN_BF16, 1);
-  /* a kernel that stores another's result is not stored itself: 2 kernels */
-  check_many(and_a_third, 2, (int64_t[]){5, 6, 7}, 3, KILN_F32, 2);
+  /* a chain: the kernel that stores exp(a) is stored by the comparison's */
+  check_many(and_a_third, 2, (int64_t[]){5, 6, 7}, 3, KILN_F32, 1);
+  check_many(and_a_third, 2, (int64_t[]){1001}, 1, KILN_F64, 1);
 }
 
 static int different_sizes(kiln_tensor *const *in, kiln_tensor **out) {
@@ -287,6 +288,21 @@ static int reader_in_between(kiln_tensor *const *in, kiln_tensor **out) {
 }
 static void reader_between_producer_and_host(void **state) {
   check_many(reader_in_between, 2, (int64_t[]){8, 8}, 2, KILN_F32, 0);
+}
+
+/* A chain whose middle link's stored node is read from its buffer in
+ * between (the row sum of e): e stays where its buffer is needed first. */
+static int chain_read_in_between(kiln_tensor *const *in, kiln_tensor **out) {
+  int last = -1;
+  out[0] = kiln_exp(in[0]);
+  out[1] = kiln_add(kiln_mul_scalar(out[0], 2), in[1]);
+  out[2] = kiln_sum(out[0], 1, &last, true);
+  out[3] = kiln_add(kiln_to_dtype(kiln_gt(out[0], out[1]), KILN_F32), out[2]);
+  return 4;
+}
+static void chain_with_a_reader_in_between(void **state) {
+  check_many(chain_read_in_between, 2, (int64_t[]){8, 8}, 2, KILN_F32, 0);
+  check_many(chain_read_in_between, 2, (int64_t[]){3, 70}, 2, KILN_F64, 0);
 }
 
 /* 20 + 12 + 1 distinct inputs: more than one kernel takes, so the host is
@@ -332,6 +348,7 @@ int main(void) {
       cmocka_unit_test(forced_producer_is_stored_by_its_reader),
       cmocka_unit_test(producer_with_other_readers_gets_its_buffer),
       cmocka_unit_test(reader_between_producer_and_host),
+      cmocka_unit_test(chain_with_a_reader_in_between),
       cmocka_unit_test(multi_output_too_wide_falls_back),
       cmocka_unit_test(multi_output_schedule_cache),
   };
