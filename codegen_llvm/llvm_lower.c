@@ -32,8 +32,9 @@ typedef struct loop_info {
 } loop_info;
 
 typedef struct tile_stage {
-  LLVMValueRef buf; /* [w*w] elements: the tile, transposed */
+  LLVMValueRef buf; /* [w*w] elements: the tile, transposed; or [w]: one row */
   int row;          /* RANGE uop of the tile's row loop */
+  bool one_row;     /* a load that does not depend on the row (see stage_row) */
 } tile_stage;
 
 typedef struct lower_ctx {
@@ -287,23 +288,47 @@ static unsigned mem_bytes(LLVMTypeRef t) {
   }
 }
 
-/* Transposes the w x w tile rows[] (w a power of two) in place: at level
- * d = 1, 2, ..., w/2 the off-diagonal d x d blocks of every 2d x 2d block
- * swap, two shufflevectors per pair of rows (r, r + d). */
+/* Shuffles rows r and r + d of rows[] with masks lo and hi (w lanes). */
+static void shuffle_pair(lower_ctx *c, LLVMValueRef *rows, unsigned r, unsigned d, const unsigned *lo,
+                         const unsigned *hi, unsigned w) {
+  LLVMValueRef mlo[64], mhi[64];
+  for (unsigned j = 0; j < w; j++) {
+    mlo[j] = cint(c->i32, lo[j]);
+    mhi[j] = cint(c->i32, hi[j]);
+  }
+  LLVMValueRef a = rows[r], b = rows[r + d];
+  rows[r] = LLVMBuildShuffleVector(c->b, a, b, LLVMConstVector(mlo, w), "");
+  rows[r + d] = LLVMBuildShuffleVector(c->b, a, b, LLVMConstVector(mhi, w), "");
+}
+
+/* Transposes the w x w tile rows[] (w a power of two, >= 4) in place, in
+ * log2(w) levels of one shufflevector per row. Level 1 interleaves rows
+ * (r, r + 1) element by element within groups of 4 lanes (x86's unpack);
+ * level d = 2, 4, ..., w/2 swaps the off-diagonal d x d blocks of rows
+ * (r, r + d). Afterwards row p holds column p with bits 0 and 1 swapped.
+ * Level 1 is x86's unpack; block swaps there too (the textbook form) ran
+ * 3x slower in a C version of the W7 kernel built by clang 14, though
+ * LLVM 19 compiled both forms here to the same instructions. */
 static void transpose_tile(lower_ctx *c, LLVMValueRef *rows, unsigned w) {
-  LLVMValueRef lo[64], hi[64];
-  for (unsigned d = 1; d < w; d *= 2) {
+  unsigned lo[64], hi[64];
+  for (unsigned j = 0; j < w; j++) { /* group g = j & ~3, lane q = j & 3 */
+    unsigned g = j & ~3u, q = j & 3u;
+    lo[j] = (q & 1 ? w : 0) + g + q / 2;     /* a[g], b[g], a[g+1], b[g+1] */
+    hi[j] = (q & 1 ? w : 0) + g + 2 + q / 2; /* a[g+2], b[g+2], a[g+3], b[g+3] */
+  }
+  for (unsigned r = 0; r < w; r += 2) shuffle_pair(c, rows, r, 1, lo, hi, w);
+  for (unsigned d = 2; d < w; d *= 2) {
     for (unsigned j = 0; j < w; j++) {
-      lo[j] = cint(c->i32, (j & d) ? w + j - d : j); /* row r keeps its left half, gets r + d's */
-      hi[j] = cint(c->i32, (j & d) ? w + j : j + d); /* row r + d gets r's right half */
+      lo[j] = (j & d) ? w + j - d : j; /* row r keeps its left half, gets r + d's */
+      hi[j] = (j & d) ? w + j : j + d; /* row r + d gets r's right half */
     }
-    LLVMValueRef mlo = LLVMConstVector(lo, w), mhi = LLVMConstVector(hi, w);
-    for (unsigned r = 0; r < w; r++) {
-      if (r & d) continue;
-      LLVMValueRef a = rows[r], b = rows[r + d];
-      rows[r] = LLVMBuildShuffleVector(c->b, a, b, mlo, "");
-      rows[r + d] = LLVMBuildShuffleVector(c->b, a, b, mhi, "");
-    }
+    for (unsigned r = 0; r < w; r++)
+      if (!(r & d)) shuffle_pair(c, rows, r, d, lo, hi, w);
+  }
+  for (unsigned p = 0; p < w; p += 4) { /* rows p + 1 and p + 2 hold each other's column */
+    LLVMValueRef t = rows[p + 1];
+    rows[p + 1] = rows[p + 2];
+    rows[p + 2] = t;
   }
 }
 
@@ -328,27 +353,66 @@ static void stage_tile(lower_ctx *c, int l, int r, unsigned w) {
     LLVMValueRef st = LLVMBuildStore(c->b, rows[row], LLVMBuildInBoundsGEP2(c->b, mt, buf, &idx, 1, ""));
     LLVMSetAlignment(st, bytes);
   }
-  c->stage[l] = (tile_stage){buf, r};
+  c->stage[l] = (tile_stage){buf, r, false};
+}
+
+/* True when uop i (tile_evaluable) depends on the tile's row loop r. */
+static bool tile_depends_on_row(const kir_kernel *k, int i, int r) {
+  const kir_uop *u = &k->uops[i];
+  if (i == r) return true;
+  if (i < r || u->op == KIR_CONST || i == r + 1) return false;
+  return tile_depends_on_row(k, u->src[0], r) || tile_depends_on_row(k, u->src[1], r);
+}
+
+/* A load in a staged tile's column loop whose index depends on the column
+ * only (W7's b[j]) is read once per tile into a w-element stack buffer
+ * that the loop reads at the column: left in the loop, the vectoriser
+ * reloads it after every row's store, and those reloads behind the stores
+ * doubled the W7 kernel's time (22 -> 10.7 ms on one thread, outside
+ * Kiln, with the same buffers). */
+static void stage_row(lower_ctx *c, int l, int r, unsigned w) {
+  const kir_uop *u = &c->k->uops[l];
+  LLVMTypeRef mt = mem_type(c, c->k->uops[u->src[0]].elem);
+  LLVMValueRef buf = LLVMBuildAlloca(c->ab, LLVMArrayType2(mt, w), "row");
+  LLVMSetAlignment(buf, 64);
+  for (unsigned col = 0; col < w; col++) {
+    LLVMValueRef idx = tile_eval(c, u->src[1], r, col), at = cint(c->i64, col);
+    LLVMValueRef v = LLVMBuildLoad2(c->b, mt, LLVMBuildInBoundsGEP2(c->b, mt, val(c, u->src[0]), &idx, 1, ""), "");
+    LLVMBuildStore(c->b, v, LLVMBuildInBoundsGEP2(c->b, mt, buf, &at, 1, ""));
+  }
+  c->stage[l] = (tile_stage){buf, r, true};
 }
 
 /* At the preheader of RANGE uop r: when r is a tile's row loop (the next
- * uop opens its column loop, of the same extent w, a power of two up to
- * 64), stages every transposed LOAD directly inside the column loop. */
+ * uop opens its column loop, of the same extent w, a power of two from 4
+ * to 64), stages every transposed LOAD directly inside the column loop. */
 static void stage_tiles(lower_ctx *c, int r) {
   const kir_kernel *k = c->k;
   if (r + 1 >= k->n_uops || k->uops[r + 1].op != KIR_RANGE) return;
   int64_t w = k->uops[r].ival;
-  if (k->uops[r + 1].ival != w || w < 2 || w > 64 || (w & (w - 1))) return;
+  if (k->uops[r + 1].ival != w || w < 4 || w > 64 || (w & (w - 1))) return;
   int depth = 0;
   for (int i = r + 2; i < k->n_uops; i++) {
     const kir_uop *u = &k->uops[i];
     if (u->op == KIR_RANGE) depth++;
-    else if (u->op == KIR_END && u->src[0] == r + 1) return;
+    else if (u->op == KIR_END && u->src[0] == r + 1) break;
     else if (u->op == KIR_END) depth--;
     else if (depth == 0 && u->op == KIR_LOAD && u->transposed && u->src[0] < r && tile_evaluable(k, u->src[1], r)) {
       stage_tile(c, i, r, (unsigned)w);
       c->loops[r + 1].tile_col = true;
     }
+  }
+  if (!c->loops[r + 1].tile_col) return;
+  depth = 0;
+  for (int i = r + 2; i < k->n_uops; i++) { /* then the loads that follow the columns only */
+    const kir_uop *u = &k->uops[i];
+    if (u->op == KIR_RANGE) depth++;
+    else if (u->op == KIR_END && u->src[0] == r + 1) return;
+    else if (u->op == KIR_END) depth--;
+    else if (depth == 0 && u->op == KIR_LOAD && !u->transposed && u->src[0] < r &&
+             !k->param_written[k->uops[u->src[0]].ival] && tile_evaluable(k, u->src[1], r) &&
+             !tile_depends_on_row(k, u->src[1], r))
+      stage_row(c, i, r, (unsigned)w);
   }
 }
 
@@ -489,12 +553,12 @@ static void tag_tile_access(lower_ctx *c, const kir_uop *u, LLVMValueRef inst) {
   LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "noalias", 7), st ? c->scope_in : c->scope_out);
 }
 
-/* A staged transposed LOAD reads element (r, c) of its tile's buffer. */
+/* A staged LOAD reads element (r, c) of its tile's buffer, or c of its row's. */
 static LLVMValueRef staged_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
   const tile_stage *s = &c->stage[u - c->k->uops];
   *mt = mem_type(c, c->k->uops[u->src[0]].elem);
-  LLVMValueRef w = cint(c->i64, (unsigned long long)c->k->uops[s->row].ival);
-  LLVMValueRef idx = LLVMBuildNSWAdd(c->b, LLVMBuildNSWMul(c->b, c->vals[s->row], w, ""), c->vals[s->row + 1], "");
+  LLVMValueRef w = cint(c->i64, (unsigned long long)c->k->uops[s->row].ival), idx = c->vals[s->row + 1];
+  if (!s->one_row) idx = LLVMBuildNSWAdd(c->b, LLVMBuildNSWMul(c->b, c->vals[s->row], w, ""), idx, "");
   return LLVMBuildInBoundsGEP2(c->b, *mt, s->buf, &idx, 1, "");
 }
 
