@@ -28,14 +28,7 @@
 typedef struct loop_info {
   LLVMValueRef phi;
   LLVMBasicBlockRef header, exit;
-  bool tile_col; /* the column loop of a staged tile (see stage_tiles) */
 } loop_info;
-
-typedef struct tile_stage {
-  LLVMValueRef buf; /* [w*w] elements: the tile, transposed; or [w]: one row */
-  int row;          /* RANGE uop of the tile's row loop */
-  bool one_row;     /* a load that does not depend on the row (see stage_row) */
-} tile_stage;
 
 typedef struct lower_ctx {
   const kir_kernel *k;
@@ -46,10 +39,7 @@ typedef struct lower_ctx {
   LLVMValueRef bufs, start, end;
   LLVMValueRef *vals; /* per uop: its value (an ACC: its alloca) */
   loop_info *loops;   /* per RANGE uop */
-  tile_stage *stage;  /* per transposed LOAD uop read from a staged tile */
   bool parallel_done; /* the first parallel RANGE has been lowered */
-  int tile_col;       /* RANGE uop of the staged tile column loop being lowered, or -1 */
-  LLVMValueRef scope_in, scope_out; /* alias-scope lists (see tile_scopes), built on first use */
   bool failed;        /* an intrinsic was missing (a bug in this file) */
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
 } lower_ctx;
@@ -241,183 +231,7 @@ static LLVMValueRef call_i64(lower_ctx *c, const char *name, LLVMValueRef a, LLV
   return call_intrinsic(c, name, c->i64, args, 2);
 }
 
-/* ------------------------------------------------- transposed tiles */
-
-/* A LOAD flagged transposed (kir.h) inside a tile's row loop R (extent w)
- * and column loop C reads element idx(0, c) + r at (r, c): the tile is w
- * runs of w contiguous elements, one run per column. Gathering a column
- * at a time (what the loop vectoriser makes of the strided read) touches
- * w rows of the input per vector; instead, before R, the w runs are
- * loaded as vectors, transposed with shufflevectors and stored to a
- * w x w stack buffer, and the LOAD reads buffer[r * w + c], which the
- * vectoriser turns into plain vector loads along C. Only index arithmetic
- * (ADD SUB MUL of index values and constants) between R and the LOAD can
- * be re-evaluated before R; anything else leaves the LOAD as it is. */
-
-/* True when uop i can be evaluated before the loop of RANGE uop r with
- * r and r + 1 (the tile's loops) at chosen values. */
-static bool tile_evaluable(const kir_kernel *k, int i, int r) {
-  const kir_uop *u = &k->uops[i];
-  if (i < r) return u->op != KIR_ACC;
-  if (i == r || i == r + 1) return true;
-  if (u->op == KIR_CONST) return true;
-  if (u->type != KIR_INDEX || (u->op != KIR_ADD && u->op != KIR_SUB && u->op != KIR_MUL)) return false;
-  return tile_evaluable(k, u->src[0], r) && tile_evaluable(k, u->src[1], r);
-}
-
-/* Uop i (tile_evaluable) at row 0 and column col, at the insertion point. */
-static LLVMValueRef tile_eval(lower_ctx *c, int i, int r, unsigned col) {
-  const kir_uop *u = &c->k->uops[i];
-  if (i < r) return val(c, i);
-  if (i == r) return cint(c->i64, 0);
-  if (i == r + 1) return cint(c->i64, col);
-  if (u->op == KIR_CONST) return lower_const(c, u);
-  LLVMValueRef a = tile_eval(c, u->src[0], r, col), b = tile_eval(c, u->src[1], r, col);
-  LLVMValueRef v = LLVMBuildBinOp(c->b, lowerings[u->op].iop, a, b, "");
-  if (LLVMIsAInstruction(v)) LLVMSetNSW(v, 1);
-  return v;
-}
-
-/* Bytes of one element of memory type t. */
-static unsigned mem_bytes(LLVMTypeRef t) {
-  switch (LLVMGetTypeKind(t)) {
-  case LLVMHalfTypeKind: return 2;
-  case LLVMFloatTypeKind: return 4;
-  case LLVMDoubleTypeKind: return 8;
-  default: return LLVMGetIntTypeWidth(t) / 8;
-  }
-}
-
-/* Shuffles rows r and r + d of rows[] with masks lo and hi (w lanes). */
-static void shuffle_pair(lower_ctx *c, LLVMValueRef *rows, unsigned r, unsigned d, const unsigned *lo,
-                         const unsigned *hi, unsigned w) {
-  LLVMValueRef mlo[64], mhi[64];
-  for (unsigned j = 0; j < w; j++) {
-    mlo[j] = cint(c->i32, lo[j]);
-    mhi[j] = cint(c->i32, hi[j]);
-  }
-  LLVMValueRef a = rows[r], b = rows[r + d];
-  rows[r] = LLVMBuildShuffleVector(c->b, a, b, LLVMConstVector(mlo, w), "");
-  rows[r + d] = LLVMBuildShuffleVector(c->b, a, b, LLVMConstVector(mhi, w), "");
-}
-
-/* Transposes the w x w tile rows[] (w a power of two, >= 4) in place, in
- * log2(w) levels of one shufflevector per row. Level 1 interleaves rows
- * (r, r + 1) element by element within groups of 4 lanes (x86's unpack);
- * level d = 2, 4, ..., w/2 swaps the off-diagonal d x d blocks of rows
- * (r, r + d). Afterwards row p holds column p with bits 0 and 1 swapped.
- * Level 1 is x86's unpack; block swaps there too (the textbook form) ran
- * 3x slower in a C version of the W7 kernel built by clang 14, though
- * LLVM 19 compiled both forms here to the same instructions. */
-static void transpose_tile(lower_ctx *c, LLVMValueRef *rows, unsigned w) {
-  unsigned lo[64], hi[64];
-  for (unsigned j = 0; j < w; j++) { /* group g = j & ~3, lane q = j & 3 */
-    unsigned g = j & ~3u, q = j & 3u;
-    lo[j] = (q & 1 ? w : 0) + g + q / 2;     /* a[g], b[g], a[g+1], b[g+1] */
-    hi[j] = (q & 1 ? w : 0) + g + 2 + q / 2; /* a[g+2], b[g+2], a[g+3], b[g+3] */
-  }
-  for (unsigned r = 0; r < w; r += 2) shuffle_pair(c, rows, r, 1, lo, hi, w);
-  for (unsigned d = 2; d < w; d *= 2) {
-    for (unsigned j = 0; j < w; j++) {
-      lo[j] = (j & d) ? w + j - d : j; /* row r keeps its left half, gets r + d's */
-      hi[j] = (j & d) ? w + j : j + d; /* row r + d gets r's right half */
-    }
-    for (unsigned r = 0; r < w; r++)
-      if (!(r & d)) shuffle_pair(c, rows, r, d, lo, hi, w);
-  }
-  for (unsigned p = 0; p < w; p += 4) { /* rows p + 1 and p + 2 hold each other's column */
-    LLVMValueRef t = rows[p + 1];
-    rows[p + 1] = rows[p + 2];
-    rows[p + 2] = t;
-  }
-}
-
-/* Loads the tile of transposed LOAD uop l (row loop r, extent w) at the
- * insertion point, transposed into a stack buffer (c->stage[l]). */
-static void stage_tile(lower_ctx *c, int l, int r, unsigned w) {
-  const kir_uop *u = &c->k->uops[l];
-  LLVMTypeRef mt = mem_type(c, c->k->uops[u->src[0]].elem), vt = LLVMVectorType(mt, w);
-  unsigned bytes = mem_bytes(mt);
-  LLVMValueRef rows[64];
-  for (unsigned col = 0; col < w; col++) { /* run col: elements (0..w-1, col) */
-    LLVMValueRef idx = tile_eval(c, u->src[1], r, col);
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, mt, val(c, u->src[0]), &idx, 1, "");
-    rows[col] = LLVMBuildLoad2(c->b, vt, p, "");
-    LLVMSetAlignment(rows[col], bytes);
-  }
-  transpose_tile(c, rows, w); /* rows[row]: elements (row, 0..w-1) */
-  LLVMValueRef buf = LLVMBuildAlloca(c->ab, LLVMArrayType2(mt, (uint64_t)w * w), "tile");
-  LLVMSetAlignment(buf, 64);
-  for (unsigned row = 0; row < w; row++) {
-    LLVMValueRef idx = cint(c->i64, (unsigned long long)row * w);
-    LLVMValueRef st = LLVMBuildStore(c->b, rows[row], LLVMBuildInBoundsGEP2(c->b, mt, buf, &idx, 1, ""));
-    LLVMSetAlignment(st, bytes);
-  }
-  c->stage[l] = (tile_stage){buf, r, false};
-}
-
-/* True when uop i (tile_evaluable) depends on the tile's row loop r. */
-static bool tile_depends_on_row(const kir_kernel *k, int i, int r) {
-  const kir_uop *u = &k->uops[i];
-  if (i == r) return true;
-  if (i < r || u->op == KIR_CONST || i == r + 1) return false;
-  return tile_depends_on_row(k, u->src[0], r) || tile_depends_on_row(k, u->src[1], r);
-}
-
-/* A load in a staged tile's column loop whose index depends on the column
- * only (W7's b[j]) is read once per tile into a w-element stack buffer
- * that the loop reads at the column: left in the loop, the vectoriser
- * reloads it after every row's store, and those reloads behind the stores
- * doubled the W7 kernel's time (22 -> 10.7 ms on one thread, outside
- * Kiln, with the same buffers). */
-static void stage_row(lower_ctx *c, int l, int r, unsigned w) {
-  const kir_uop *u = &c->k->uops[l];
-  LLVMTypeRef mt = mem_type(c, c->k->uops[u->src[0]].elem);
-  LLVMValueRef buf = LLVMBuildAlloca(c->ab, LLVMArrayType2(mt, w), "row");
-  LLVMSetAlignment(buf, 64);
-  for (unsigned col = 0; col < w; col++) {
-    LLVMValueRef idx = tile_eval(c, u->src[1], r, col), at = cint(c->i64, col);
-    LLVMValueRef v = LLVMBuildLoad2(c->b, mt, LLVMBuildInBoundsGEP2(c->b, mt, val(c, u->src[0]), &idx, 1, ""), "");
-    LLVMBuildStore(c->b, v, LLVMBuildInBoundsGEP2(c->b, mt, buf, &at, 1, ""));
-  }
-  c->stage[l] = (tile_stage){buf, r, true};
-}
-
-/* At the preheader of RANGE uop r: when r is a tile's row loop (the next
- * uop opens its column loop, of the same extent w, a power of two from 4
- * to 64), stages every transposed LOAD directly inside the column loop. */
-static void stage_tiles(lower_ctx *c, int r) {
-  const kir_kernel *k = c->k;
-  if (r + 1 >= k->n_uops || k->uops[r + 1].op != KIR_RANGE) return;
-  int64_t w = k->uops[r].ival;
-  if (k->uops[r + 1].ival != w || w < 4 || w > 64 || (w & (w - 1))) return;
-  int depth = 0;
-  for (int i = r + 2; i < k->n_uops; i++) {
-    const kir_uop *u = &k->uops[i];
-    if (u->op == KIR_RANGE) depth++;
-    else if (u->op == KIR_END && u->src[0] == r + 1) break;
-    else if (u->op == KIR_END) depth--;
-    else if (depth == 0 && u->op == KIR_LOAD && u->transposed && u->src[0] < r && tile_evaluable(k, u->src[1], r)) {
-      stage_tile(c, i, r, (unsigned)w);
-      c->loops[r + 1].tile_col = true;
-    }
-  }
-  if (!c->loops[r + 1].tile_col) return;
-  depth = 0;
-  for (int i = r + 2; i < k->n_uops; i++) { /* then the loads that follow the columns only */
-    const kir_uop *u = &k->uops[i];
-    if (u->op == KIR_RANGE) depth++;
-    else if (u->op == KIR_END && u->src[0] == r + 1) return;
-    else if (u->op == KIR_END) depth--;
-    else if (depth == 0 && u->op == KIR_LOAD && !u->transposed && u->src[0] < r &&
-             !k->param_written[k->uops[u->src[0]].ival] && tile_evaluable(k, u->src[1], r) &&
-             !tile_depends_on_row(k, u->src[1], r))
-      stage_row(c, i, r, (unsigned)w);
-  }
-}
-
 static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
-  stage_tiles(c, (int)(u - c->k->uops));
   int i = (int)(u - c->k->uops);
   LLVMValueRef lo = cint(c->i64, 0), hi = cint(c->i64, (unsigned long long)u->ival);
   if (u->parallel && !c->parallel_done) {
@@ -436,10 +250,7 @@ static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
   LLVMAddIncoming(phi, &lo, &pre, 1);
   LLVMBuildCondBr(c->b, LLVMBuildICmp(c->b, LLVMIntSLT, phi, hi, ""), body, exit);
   LLVMPositionBuilderAtEnd(c->b, body);
-  if (c->loops[i].tile_col) c->tile_col = i;
-  c->loops[i].phi = phi;
-  c->loops[i].header = header;
-  c->loops[i].exit = exit;
+  c->loops[i] = (loop_info){phi, header, exit};
   return phi;
 }
 
@@ -471,13 +282,14 @@ static unsigned interleave_count(const kir_kernel *k, int r, int e) {
   return cost >= LONG_BODY ? 4 : 0;
 }
 
-/* Attaches !llvm.loop !{self, !{key, i32 n}} (n >= 0) or !{self, !{key}}
- * (n < 0) to the latch branch. */
-static void set_loop_hint(lower_ctx *c, LLVMValueRef br, const char *key, int n) {
-  LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, strlen(key)),
-                             n >= 0 ? LLVMValueAsMetadata(cint(c->i32, (unsigned)n)) : NULL};
+/* Attaches !llvm.loop !{self, !{"llvm.loop.interleave.count", i32 n}} to
+ * the latch branch. */
+static void set_interleave(lower_ctx *c, LLVMValueRef br, unsigned n) {
+  static const char key[] = "llvm.loop.interleave.count";
+  LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, sizeof key - 1),
+                             LLVMValueAsMetadata(cint(c->i32, n))};
   LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
-  LLVMMetadataRef ops[2] = {self, LLVMMDNodeInContext2(c->ctx, hint, n >= 0 ? 2 : 1)};
+  LLVMMetadataRef ops[2] = {self, LLVMMDNodeInContext2(c->ctx, hint, 2)};
   LLVMMetadataRef loop = LLVMMDNodeInContext2(c->ctx, ops, 2);
   LLVMMetadataReplaceAllUsesWith(self, loop);
   LLVMSetMetadata(br, LLVMGetMDKindIDInContext(c->ctx, "llvm.loop", 9), LLVMMetadataAsValue(c->ctx, loop));
@@ -489,12 +301,7 @@ static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
   LLVMValueRef br = LLVMBuildBr(c->b, l->header);
   unsigned n = interleave_count(c->k, u->src[0], (int)(u - c->k->uops));
-  if (n && !l->tile_col) set_loop_hint(c, br, "llvm.loop.interleave.count", (int)n);
-  /* A staged tile's column loop must stay a loop until the vectoriser
-   * turns it into vector loads and stores: fully unrolled first, its outer
-   * row loop would be vectorised instead, with gathers and scatters. */
-  if (l->tile_col) set_loop_hint(c, br, "llvm.loop.unroll.disable", -1);
-  if (u->src[0] == c->tile_col) c->tile_col = -1;
+  if (n) set_interleave(c, br, n);
   LLVMAddIncoming(l->phi, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(c->b, l->exit);
   return NULL;
@@ -518,56 +325,10 @@ static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt)
   return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
 }
 
-/* Inside a staged tile's column loop, loads of buffers the kernel does
- * not write get alias scope "in" and stores scope "out", each declared
- * not to alias the other: tiles are only made by elementwise kernels,
- * whose outputs are fresh buffers (only an ASSIGN writes in place,
- * runtime/realize.c), so no store can change a loaded input. The loop
- * vectoriser then needs no runtime overlap check, which it would
- * otherwise repeat before every row of every tile. */
-static LLVMMetadataRef self_ref_node(lower_ctx *c, LLVMMetadataRef *ops, size_t n) {
-  LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
-  ops[0] = self;
-  LLVMMetadataRef node = LLVMMDNodeInContext2(c->ctx, ops, n);
-  LLVMMetadataReplaceAllUsesWith(self, node);
-  return node;
-}
-
-static void tile_scopes(lower_ctx *c) {
-  LLVMMetadataRef ops[3] = {NULL, LLVMMDStringInContext2(c->ctx, "kiln tile", 9), NULL};
-  LLVMMetadataRef domain = self_ref_node(c, ops, 2);
-  LLVMMetadataRef in[3] = {NULL, domain, LLVMMDStringInContext2(c->ctx, "in", 2)};
-  LLVMMetadataRef out[3] = {NULL, domain, LLVMMDStringInContext2(c->ctx, "out", 3)};
-  LLVMMetadataRef scope_in = self_ref_node(c, in, 3), scope_out = self_ref_node(c, out, 3);
-  c->scope_in = LLVMMetadataAsValue(c->ctx, LLVMMDNodeInContext2(c->ctx, &scope_in, 1));
-  c->scope_out = LLVMMetadataAsValue(c->ctx, LLVMMDNodeInContext2(c->ctx, &scope_out, 1));
-}
-
-/* Memory access inst of uop u (LOAD or STORE), inside a tile column loop:
- * tags it with its scope (see tile_scopes). */
-static void tag_tile_access(lower_ctx *c, const kir_uop *u, LLVMValueRef inst) {
-  if (c->tile_col < 0 || (u->op == KIR_LOAD && c->k->param_written[c->k->uops[u->src[0]].ival])) return;
-  if (!c->scope_in) tile_scopes(c);
-  bool st = u->op == KIR_STORE;
-  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "alias.scope", 11), st ? c->scope_out : c->scope_in);
-  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "noalias", 7), st ? c->scope_in : c->scope_out);
-}
-
-/* A staged LOAD reads element (r, c) of its tile's buffer, or c of its row's. */
-static LLVMValueRef staged_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
-  const tile_stage *s = &c->stage[u - c->k->uops];
-  *mt = mem_type(c, c->k->uops[u->src[0]].elem);
-  LLVMValueRef w = cint(c->i64, (unsigned long long)c->k->uops[s->row].ival), idx = c->vals[s->row + 1];
-  if (!s->one_row) idx = LLVMBuildNSWAdd(c->b, LLVMBuildNSWMul(c->b, c->vals[s->row], w, ""), idx, "");
-  return LLVMBuildInBoundsGEP2(c->b, *mt, s->buf, &idx, 1, "");
-}
-
 static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
-  bool staged = c->stage[u - c->k->uops].buf != NULL;
-  LLVMValueRef p = staged ? staged_ptr(c, u, &mt) : element_ptr(c, u, &mt);
+  LLVMValueRef p = element_ptr(c, u, &mt);
   LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
-  if (!staged) tag_tile_access(c, u, v);
   if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
   return v;
 }
@@ -578,7 +339,6 @@ static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef v = val(c, u->src[2]);
   if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
-  tag_tile_access(c, u, st);
   if (u->nontemporal) {
     LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(c->ctx), 1, false));
     LLVMSetMetadata(st, LLVMGetMDKindIDInContext(c->ctx, "nontemporal", 11),
@@ -756,15 +516,13 @@ static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
 
 LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const char *fname, char *err,
                                size_t errlen) {
-  lower_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod), .tile_col = -1};
+  lower_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod)};
   size_t n = (size_t)k->n_uops + 1;
   c.vals = calloc(n, sizeof *c.vals);
   c.loops = calloc(n, sizeof *c.loops);
-  c.stage = calloc(n, sizeof *c.stage);
-  if (!c.vals || !c.loops || !c.stage) {
+  if (!c.vals || !c.loops) {
     free(c.vals);
     free(c.loops);
-    free(c.stage);
     snprintf(err, errlen, "out of memory lowering %s", k->name);
     return NULL;
   }
@@ -782,7 +540,6 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
   LLVMDisposeBuilder(c.ab);
   free(c.vals);
   free(c.loops);
-  free(c.stage);
   if (c.failed) {
     snprintf(err, errlen, "lowering %s: an LLVM intrinsic is missing", k->name);
     return NULL;

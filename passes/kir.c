@@ -229,10 +229,6 @@ void kir_set_reassoc(kir_kernel *k, int u) {
   if (u >= 0 && u < k->n_uops) k->uops[u].reassoc = true;
 }
 
-void kir_set_transposed(kir_kernel *k, int u) {
-  if (u >= 0 && u < k->n_uops && k->uops[u].op == KIR_LOAD) k->uops[u].transposed = true;
-}
-
 int kir_cast(kir_kernel *k, kiln_dtype type, int a) { return push_src(k, KIR_CAST, type, a, -1, -1); }
 
 /* CMP ops always produce BOOL, whatever `type` says. */
@@ -296,8 +292,7 @@ static void print_uop(kir_strbuf *sb, int i, const kir_uop *u) {
   case KIR_RANGE: kir_sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : ""); break;
   default: break;
   }
-  kir_sb_printf(sb, "%s%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "",
-                u->transposed ? " transposed" : "");
+  kir_sb_printf(sb, "%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "");
 }
 
 char *kir_to_string(const kir_kernel *k) {
@@ -437,7 +432,6 @@ static const char *verify_uops(vstate *v) {
     const kir_uop *u = &k->uops[i];
     v->outer[i] = v->cur;
     if (!op_valid(u->op)) return fail(i, u, "invalid op");
-    if (u->transposed && u->op != KIR_LOAD) return fail(i, u, "only a LOAD can be transposed");
     const char *e = check_operands(v, i);
     if (!e) e = check_types(v, i, u);
     if (e) return e;

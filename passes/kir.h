@@ -83,20 +83,6 @@ typedef struct kir_uop {
                        Lowering sets it on no store today: LLVM's loop
                        vectoriser will not vectorise a loop with an
                        unaligned nontemporal store (see lower.c). */
-  bool transposed;  /* LOAD: a hint that it reads a tile transposed. Its
-                       two innermost enclosing loops are a tile's row loop
-                       R and, opened right after it, its column loop C, of
-                       one extent W; its index is idx(r, c) = idx(0, c) + r
-                       (unit stride along R) and depends on nothing else
-                       defined inside R. A backend may then read the W x W
-                       tile as W runs of W contiguous elements and
-                       transpose it in registers (llvm_lower.c); it means
-                       the same as a plain LOAD, and the CUDA backend
-                       ignores it. Setting it also promises that no buffer
-                       the kernel writes is read through a PARAM it does
-                       not write (true of elementwise kernels, whose
-                       outputs are fresh buffers), so the tile's loads and
-                       stores may be declared not to alias. */
 } kir_uop;
 
 typedef struct kir_kernel {
@@ -129,8 +115,6 @@ int kir_cast(kir_kernel *k, kiln_dtype type, int a);
 int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c);
 /** Marks ALU uop u as reassociable (see kir_uop.reassoc). */
 void kir_set_reassoc(kir_kernel *k, int u);
-/** Marks LOAD uop u as a transposed tile read (see kir_uop.transposed). */
-void kir_set_transposed(kir_kernel *k, int u);
 
 /** Canonical text of the kernel (one line per uop). Equal text means the
  *  same machine code: it is the compile-cache key and the KILN_DEBUG=3

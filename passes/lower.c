@@ -54,9 +54,6 @@ typedef struct lower_ctx {
   int outer[KILN_MAX_DIMS];   /* the row loops' ranges */
   int n_outer;
   bool full; /* a limit was hit, or the group does not fit one kernel */
-  bool tiled;   /* elementwise loops run in tiles (see open_tiles) */
-  int tile_row; /* with tiles: the RANGE uop of the tile's row loop */
-  int tile_i, tile_j; /* with tiles: the root's last two indices (row, column) */
   const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
   bool spill_stored;       /* the epilogue loads spill from the output */
   char name[96];
@@ -341,24 +338,6 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
   return r;
 }
 
-/* With tiles, a read whose flat index walks the tile's rows with unit
- * stride and its columns with a larger one, every other term being
- * defined before the tile's loops: it is flagged transposed (kir.h) so
- * the backend can read the tile row-wise and transpose it in registers
- * instead of gathering a column at a time. */
-static bool reads_transposed(const lower_ctx *c, const graph_view *v, const int *idx) {
-  if (!c->tiled) return false;
-  int n_row = 0, n_col = 0;
-  int64_t s_row = 0, s_col = 0;
-  for (int d = 0; d < v->ndim; d++) {
-    if (idx[d] < 0 || v->strides[d] == 0 || v->sizes[d] == 1) continue;
-    if (idx[d] == c->tile_i) n_row++, s_row = v->strides[d];
-    else if (idx[d] == c->tile_j) n_col++, s_col = v->strides[d];
-    else if (idx[d] > c->tile_row) return false;
-  }
-  return n_row == 1 && s_row == 1 && n_col == 1 && s_col > 1;
-}
-
 /* Input i of n at n's index idx (in n's iteration dims). */
 static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   const graph_node *src = n->inputs[i].node;
@@ -373,9 +352,7 @@ static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   if (e->scalar >= 0) return e->scalar;
   int flat = view_index(c->k, v, idx, e->offset);
   if (e->param < 0) return source_value(c->k, src, flat);
-  int u = kir_load(c->k, e->param, flat);
-  if (reads_transposed(c, v, idx)) kir_set_transposed(c->k, u);
-  return pass_to_register(c->k, u);
+  return pass_to_register(c->k, kir_load(c->k, e->param, flat));
 }
 
 /* A value already computed for n at the same index uops, or -1. Fused
@@ -484,20 +461,8 @@ static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
   kir_store(c->k, c->out, view_index(c->k, &out, ranges, -1), pass_cast_to(c->k, c->root->dtype, value));
 }
 
-/* Transposed reads run in tiles: TILE_W x TILE_W element tiles (the
- * backend transposes one in registers, see kir.h's `transposed`), walked
- * in blocks of tile_block() x tile_block() elements, so that each visit
- * to a row of the transposed input reads several cache lines of it. */
-#define TILE_W 16
-#define TILE_BLOCK 64
-
-/* Block edge along a dim of `size` (a multiple of TILE_W): TILE_BLOCK,
- * or the largest power-of-two multiple of TILE_W below it dividing size. */
-static int64_t tile_block(int64_t size) {
-  int64_t b = TILE_BLOCK;
-  while (b > TILE_W && size % b) b /= 2;
-  return b;
-}
+/* Tile edge for transposed reads. */
+#define TILE 32
 
 /* True when an external read walks the root's last two dims transposed
  * (unit stride along the second-to-last), so a row-by-row loop would read
@@ -505,8 +470,8 @@ static int64_t tile_block(int64_t size) {
 static bool wants_tiles(const lower_ctx *c) {
   const graph_node *r = c->root;
   int nd = r->ndim;
-  if (nd < 2 || r->sizes[nd - 1] % TILE_W || r->sizes[nd - 2] % TILE_W) return false;
-  if (r->sizes[nd - 1] < 2 * TILE_W || r->sizes[nd - 2] < 2 * TILE_W) return false;
+  if (nd < 2 || r->sizes[nd - 1] % TILE || r->sizes[nd - 2] % TILE) return false;
+  if (r->sizes[nd - 1] < 2 * TILE || r->sizes[nd - 2] < 2 * TILE) return false;
   for (int e = 0; e < c->n_edges; e++) {
     const graph_view *v = &c->edges[e].consumer->inputs[c->edges[e].input].view;
     if (c->edges[e].param >= 0 && v->ndim == nd && v->strides[nd - 2] == 1 && v->strides[nd - 1] > 1) return true;
@@ -514,44 +479,24 @@ static bool wants_tiles(const lower_ctx *c) {
   return false;
 }
 
-/* Opens the loops over the root's last two dims as tiles: block loops
- * (rows, columns), sub-tile loops within a block, then the tile's row and
- * column loops of TILE_W each; ranges[] gets the two dims' indices. */
-static void open_tiles(lower_ctx *c, int *loops, int *n_loops, int *ranges) {
-  kir_kernel *k = c->k;
-  const graph_node *r = c->root;
-  int nd = r->ndim, base[2];
-  for (int h = 0; h < 2; h++) {
-    int64_t size = r->sizes[nd - 2 + h], blk = tile_block(size);
-    int b = loops[(*n_loops)++] = kir_range(k, size / blk, nd == 2 && h == 0);
-    base[h] = pass_alu2(k, KIR_MUL, b, kir_const_i(k, KIR_INDEX, blk));
-  }
-  for (int h = 0; h < 2; h++) {
-    int s = loops[(*n_loops)++] = kir_range(k, tile_block(r->sizes[nd - 2 + h]) / TILE_W, false);
-    base[h] = pass_alu2(k, KIR_ADD, base[h], pass_alu2(k, KIR_MUL, s, kir_const_i(k, KIR_INDEX, TILE_W)));
-  }
-  int ti = loops[(*n_loops)++] = kir_range(k, TILE_W, false);
-  int tj = loops[(*n_loops)++] = kir_range(k, TILE_W, false);
-  ranges[nd - 2] = pass_alu2(k, KIR_ADD, base[0], ti);
-  ranges[nd - 1] = pass_alu2(k, KIR_ADD, base[1], tj);
-  c->tiled = true;
-  c->tile_row = ti;
-  c->tile_i = ranges[nd - 2];
-  c->tile_j = ranges[nd - 1];
-}
-
 /* Loops over the root's sizes; with tiles, the last two dims run as
- * tiles (open_tiles). */
+ * TILE x TILE blocks (block loops outside, element loops inside). */
 static int lower_elementwise(lower_ctx *c) {
   const graph_node *r = c->root;
   kir_kernel *k = c->k;
-  int ranges[KILN_MAX_DIMS], nd = r->ndim, loops[KILN_MAX_DIMS + 4], n_loops = 0;
+  int ranges[KILN_MAX_DIMS], nd = r->ndim, loops[KILN_MAX_DIMS + 2], n_loops = 0;
   if (!wants_tiles(c)) {
     open_ranges(k, nd, r->sizes, ranges);
     for (int d = 0; d < nd; d++) loops[n_loops++] = ranges[d];
   } else {
     for (int d = 0; d < nd - 2; d++) loops[n_loops++] = ranges[d] = kir_range(k, r->sizes[d], d == 0);
-    open_tiles(c, loops, &n_loops, ranges);
+    int bi = loops[n_loops++] = kir_range(k, r->sizes[nd - 2] / TILE, nd == 2);
+    int bj = loops[n_loops++] = kir_range(k, r->sizes[nd - 1] / TILE, false);
+    int ti = loops[n_loops++] = kir_range(k, TILE, false);
+    int tj = loops[n_loops++] = kir_range(k, TILE, false);
+    int t = kir_const_i(k, KIR_INDEX, TILE);
+    ranges[nd - 2] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bi, t), ti);
+    ranges[nd - 1] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bj, t), tj);
   }
   int res = value_at(c, r, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;
@@ -564,7 +509,6 @@ static int lower_elementwise(lower_ctx *c) {
     kir_store(k, c->store_param[j], view_index(k, &flat, ranges, -1), pass_cast_to(k, s->dtype, v));
   }
   close_ranges(k, n_loops, loops);
-  c->tiled = false;
   return KILN_OK;
 }
 

@@ -319,79 +319,6 @@ static void test_long_body_interleaved(void **state) {
   kir_free(&k);
 }
 
-/* out[i][j] = a[j][i] + b[j] over R x C in tiles: block loops over
- * R / w and C / w, then the tile's row loop (extent w) and column loop
- * (extent cw); the read of a is flagged transposed. With cw == w the
- * backend stages each tile through shufflevectors (no gathers); `dyn`
- * adds a term loaded inside the tile (b[j] * 0) to a's index, which the
- * backend cannot evaluate before the tile: it reads a as a plain LOAD. */
-static void build_tiled_transpose(kir_kernel *k, kiln_dtype t, int64_t R, int64_t C, int64_t w, int64_t cw, bool dyn) {
-  kir_init(k, "tiled_transpose");
-  int out = kir_param(k, t, true), a = kir_param(k, t, false), b = kir_param(k, t, false);
-  int bi = kir_range(k, R / w, true), bj = kir_range(k, C / cw, false);
-  int ti = kir_range(k, w, false), tj = kir_range(k, cw, false);
-  int i = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, bi, idx_const(k, w), -1), ti, -1);
-  int j = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, bj, idx_const(k, cw), -1), tj, -1);
-  int bv = kir_load(k, b, j);
-  int ai = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, j, idx_const(k, R), -1), i, -1);
-  if (dyn) ai = kir_alu(k, KIR_ADD, KIR_INDEX, ai, kir_alu(k, KIR_MUL, KIR_INDEX, kir_cast(k, KIR_INDEX, bv), idx_const(k, 0), -1), -1);
-  int av = kir_load(k, a, ai);
-  kir_set_transposed(k, av);
-  int o = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, i, idx_const(k, C), -1), j, -1);
-  kir_store(k, out, o, kir_alu(k, KIR_ADD, t, av, bv, -1));
-  kir_end(k, tj);
-  kir_end(k, ti);
-  kir_end(k, bj);
-  kir_end(k, bi);
-}
-
-/* Runs one tiled transpose (t: F32, F64 or I8; values small integers) and
- * checks every element; returns the LLVM IR (caller frees). */
-static char *run_tiled_transpose(kiln_dtype t, int64_t R, int64_t C, int64_t w, int64_t cw, bool dyn) {
-  kir_kernel k;
-  build_tiled_transpose(&k, t, R, C, w, cw, dyn);
-  assert_null(kir_verify(&k));
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
-  static double ad[64 * 96], bd[96], od[64 * 96];
-  static float af[64 * 96], bf[96], of[64 * 96];
-  static int8_t ai[64 * 96], bi[96], oi[64 * 96];
-  for (int64_t x = 0; x < R * C; x++) ad[x] = af[x] = ai[x] = (int8_t)(x % 101 - 50);
-  for (int64_t x = 0; x < C; x++) bd[x] = bf[x] = bi[x] = (int8_t)(x % 13 - 6);
-  void *bufs[3] = {t == KILN_F64 ? (void *)od : t == KILN_F32 ? (void *)of : (void *)oi,
-                   t == KILN_F64 ? (void *)ad : t == KILN_F32 ? (void *)af : (void *)ai,
-                   t == KILN_F64 ? (void *)bd : t == KILN_F32 ? (void *)bf : (void *)bi};
-  fn(bufs, 0, R / w);
-  for (int64_t i = 0; i < R; i++)
-    for (int64_t j = 0; j < C; j++) {
-      double want = ad[j * R + i] + bd[j];
-      double got = t == KILN_F64 ? od[i * C + j] : t == KILN_F32 ? of[i * C + j] : oi[i * C + j];
-      if (got != want) fail_msg("type %d at (%lld, %lld): got %g, want %g", (int)t, (long long)i, (long long)j, got, want);
-    }
-  kir_free(&k);
-  return ir;
-}
-
-static void test_tiled_transpose(void **state) {
-  (void)state;
-  static const kiln_dtype types[] = {KILN_F32, KILN_F64, KILN_I8};
-  for (int n = 0; n < 3; n++) {
-    char *ir = run_tiled_transpose(types[n], 64, 96, 16, 16, false); /* staged: shuffles, no gathers */
-    assert_true(count_lines(ir, "shufflevector") >= 32);
-    assert_int_equal(count_lines(ir, "gather"), 0);
-    assert_int_equal(count_lines(ir, "\"kiln tile\""), 1); /* the scopes of its column loop */
-    free(ir);
-    free(run_tiled_transpose(types[n], 64, 96, 8, 8, false)); /* a smaller tile */
-    ir = run_tiled_transpose(types[n], 64, 96, 16, 8, false); /* rows != columns: a plain LOAD */
-    assert_int_equal(count_lines(ir, "\"kiln tile\""), 0);
-    free(ir);
-    ir = run_tiled_transpose(types[n], 64, 96, 16, 16, true); /* index not computable before the tile */
-    assert_int_equal(count_lines(ir, "\"kiln tile\""), 0);
-    free(ir);
-  }
-}
-
 /* MAX/MIN propagate NaN; comparisons with NaN; fmod; IEEE division. */
 static void test_float_alu(void **state) {
   (void)state;
@@ -877,7 +804,6 @@ int main(void) {
       cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_to_string),
       cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_threads),
       cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_time), cmocka_unit_test(test_long_body_interleaved),
-      cmocka_unit_test(test_tiled_transpose),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -223,7 +223,7 @@ static void column_sums_in_row_order(void **state) {
   }
 }
 
-/* A transposed read over 64x96 runs in tiles: every element right. */
+/* A transposed read over 64x96 runs in 32x32 tiles: every element right. */
 static void tiled_transpose(void **state) {
   kiln_scope_begin();
   kiln_tensor *a = kiln_view(kiln_arange(KILN_F64, 0, 96 * 64, 1), 2, (int64_t[]){96, 64});
