@@ -16,6 +16,7 @@
 #include "kiln/kiln.h"
 #include "lower.h"
 #include "runtime.h"
+#include "kernel_util.h"
 
 typedef kiln_tensor *(*builder)(kiln_tensor *const *in);
 /* Builds several results into out[]; returns how many. */
@@ -164,15 +165,10 @@ static kiln_tensor *softmax(kiln_tensor *const *in) {
 }
 /* Uops of op `op` in the kernel that would compute t. */
 static int count_uops(kiln_tensor *t, kir_op op) {
-  graph_node *root = t->storage->version, **order = NULL;
-  int n = 0, count = 0;
+  int count = 0;
   rt_set_fusion(1);
-  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
-  free(order);
   kir_kernel k;
-  pass_binding b;
-  char err[256];
-  assert_int_equal(pass_lower_node(root, false, &k, &b, err, sizeof err), KILN_OK);
+  lower_for_test(t, &k);
   for (int i = 0; i < k.n_uops; i++) count += k.uops[i].op == op;
   kir_free(&k);
   rt_set_fusion(-1);

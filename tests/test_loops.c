@@ -17,18 +17,13 @@
 #include "kiln/kiln.h"
 #include "lower.h"
 #include "runtime.h"
+#include "kernel_util.h"
 #include "test_util.h"
 
 /* The loop extents [return] of the kernel that would compute t. */
 static int loop_extents(kiln_tensor *t, int64_t *extents) {
-  graph_node *root = t->storage->version, **order = NULL;
-  int n = 0;
-  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
-  free(order);
   kir_kernel k;
-  pass_binding b;
-  char err[256];
-  assert_int_equal(pass_lower_node(t->storage->version, false, &k, &b, err, sizeof err), KILN_OK);
+  lower_for_test(t, &k);
   int loops = 0;
   for (int i = 0; i < k.n_uops; i++)
     if (k.uops[i].op == KIR_RANGE) extents[loops++] = k.uops[i].ival;

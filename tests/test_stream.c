@@ -22,18 +22,13 @@
 #include "kiln/kiln.h"
 #include "lower.h"
 #include "runtime.h"
+#include "kernel_util.h"
 #include "test_util.h"
 
 /* Nontemporal and plain STOREs of the kernel that would compute t. */
 static void count_stores(kiln_tensor *t, int *streaming, int *plain) {
-  graph_node *root = t->storage->version, **order = NULL;
-  int n = 0;
-  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
-  free(order);
   kir_kernel k;
-  pass_binding b;
-  char err[256];
-  assert_int_equal(pass_lower_node(root, false, &k, &b, err, sizeof err), KILN_OK);
+  lower_for_test(t, &k);
   *streaming = *plain = 0;
   for (int i = 0; i < k.n_uops; i++)
     if (k.uops[i].op == KIR_STORE) ++*(k.uops[i].nontemporal ? streaming : plain);

@@ -1,0 +1,26 @@
+/*
+ * kernel_util.h — the kernel IR a force would run, for tests that check
+ * how a graph is lowered (include after cmocka.h).
+ */
+#ifndef KILN_TEST_KERNEL_UTIL_H
+#define KILN_TEST_KERNEL_UTIL_H
+
+#include <stdlib.h>
+
+#include "kiln/kiln.h"
+#include "lower.h"
+#include "runtime.h"
+
+/* Plans t's pending graph (fusion decisions as a force makes them) and
+ * lowers its root into *k (the caller kir_free's it). */
+static inline void lower_for_test(kiln_tensor *t, kir_kernel *k) {
+  graph_node *root = t->storage->version, **order = NULL;
+  int n = 0;
+  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
+  free(order);
+  pass_binding b;
+  char err[256];
+  assert_int_equal(pass_lower_node(root, false, k, &b, err, sizeof err), KILN_OK);
+}
+
+#endif /* KILN_TEST_KERNEL_UTIL_H */
