@@ -34,27 +34,28 @@ static graph_allocator allocator = {default_alloc, default_free};
 
 void graph_set_allocator(const graph_allocator *a) { allocator = *a; }
 
-graph_buffer *graph_buffer_alloc(int64_t bytes) {
-  graph_buffer *b = calloc(1, sizeof *b);
-  if (!b) return NULL;
-  int64_t n = bytes > 0 ? bytes : 1;
-  b->data = allocator.alloc(n);
-  if (!b->data) {
-    free(b);
-    return NULL;
-  }
-  b->refcount = 1;
-  b->bytes = bytes;
-  b->free_fn = allocator.free;
-  return b;
-}
-
-graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void *, void *), void *ctx) {
+/* A buffer of refcount 1 over data [bytes]; callers say how it is freed. */
+static graph_buffer *new_buffer(void *data, int64_t bytes) {
   graph_buffer *b = calloc(1, sizeof *b);
   if (!b) return NULL;
   b->refcount = 1;
   b->data = data;
   b->bytes = bytes;
+  return b;
+}
+
+graph_buffer *graph_buffer_alloc(int64_t bytes) {
+  int64_t n = bytes > 0 ? bytes : 1;
+  void *data = allocator.alloc(n);
+  if (!data) return NULL;
+  graph_buffer *b = graph_buffer_own(data, bytes, KILN_CPU, allocator.free);
+  if (!b) allocator.free(data, n);
+  return b;
+}
+
+graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void *, void *), void *ctx) {
+  graph_buffer *b = new_buffer(data, bytes);
+  if (!b) return NULL;
   b->deleter = deleter;
   b->ctx = ctx;
   b->borrowed = deleter == NULL;
@@ -62,12 +63,9 @@ graph_buffer *graph_buffer_wrap(void *data, int64_t bytes, void (*deleter)(void 
 }
 
 graph_buffer *graph_buffer_own(void *data, int64_t bytes, kiln_device device, void (*free_fn)(void *, int64_t)) {
-  graph_buffer *b = calloc(1, sizeof *b);
+  graph_buffer *b = new_buffer(data, bytes);
   if (!b) return NULL;
-  b->refcount = 1;
   b->device = device;
-  b->data = data;
-  b->bytes = bytes;
   b->free_fn = free_fn;
   return b;
 }

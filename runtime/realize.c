@@ -100,8 +100,8 @@ static void number(node_list *order) {
 }
 
 /* Simplifies a collected order (with fusion on); when that changed the
- * graph, collects it again, so dead nodes drop out, and returns true.
- * Positions (node->sched_pos) are renumbered either way. */
+ * graph, collects it again, so dead nodes drop out, renumbers the
+ * positions (node->sched_pos) and returns true. */
 static bool simplify(graph_node *const *roots, int n, node_list *order, bool *oom) {
   graph_node **dropped = NULL;
   int n_dropped = fusion_enabled() ? pass_simplify(order->items, order->n, roots, n, &dropped) : 0;
@@ -109,14 +109,13 @@ static bool simplify(graph_node *const *roots, int n, node_list *order, bool *oo
     order->n = 0;
     *oom = !collect(roots, n, order);
     for (int i = 0; i < n_dropped; i++) graph_node_release(dropped[i]); /* none is in the new order */
+    number(order);
   }
   free(dropped);
-  number(order);
   return n_dropped > 0;
 }
 
-/* The schedule of a request: the pending nodes in post-order, simplified;
- * node->sched_pos = position. */
+/* The schedule of a request: the pending nodes in post-order, simplified. */
 static bool schedule(graph_node *const *roots, int n, node_list *order) {
   bool oom = !collect(roots, n, order);
   if (!oom) simplify(roots, n, order, &oom);

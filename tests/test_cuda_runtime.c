@@ -494,15 +494,29 @@ static void device_kernel_ptx_fallback(void **state) {
   kir_free(&k);
 }
 
-/* The fake cuBLAS's call counters, or NULL when KILN_CUBLAS_LIB is not it. */
-typedef void (*cublas_calls_fn)(int *creates, int *gemms, int *batched);
-static cublas_calls_fn fake_cublas_calls(void) {
+/* The fake cuBLAS's call counters at this moment; fake is false (and the
+ * counts 0) when KILN_CUBLAS_LIB is not the fake. */
+typedef struct cublas_counts {
+  bool fake;
+  int creates, gemms, batched;
+} cublas_counts;
+
+static cublas_counts cublas_now(void) {
+  typedef void (*calls_fn)(int *creates, int *gemms, int *batched);
   void *h = initial_cublas_lib ? dlopen(initial_cublas_lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
-  cublas_calls_fn f = NULL;
+  calls_fn f = NULL;
   void *sym = h ? dlsym(h, "fake_cublas_calls") : NULL;
   memcpy(&f, &sym, sizeof f);
   if (h) dlclose(h);
-  return f;
+  cublas_counts c = {.fake = f != NULL};
+  if (f) f(&c.creates, &c.gemms, &c.batched);
+  return c;
+}
+
+/* No cuBLAS call since `before` (when the fake can tell). */
+static void expect_no_cublas_call(cublas_counts before) {
+  cublas_counts now = cublas_now();
+  if (now.fake) assert_int_equal(now.creates + now.gemms + now.batched, before.creates + before.gemms + before.batched);
 }
 
 /* A host tensor of small exact values (sums of products stay exact). */
@@ -566,9 +580,7 @@ static void device_matmul_through_cublas(void **state) {
     print_message("skipped: no cuBLAS: %s\n", why);
     skip();
   }
-  cublas_calls_fn calls = fake_cublas_calls();
-  int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
-  if (calls) calls(&c0, &g0, &b0);
+  cublas_counts before = cublas_now();
   kiln_scope_begin();
   kiln_profile_begin();
   check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){4, 4}, 1), host_values(KILN_F32, 2, (int64_t[]){4, 4}, 2),
@@ -603,10 +615,10 @@ static void device_matmul_through_cublas(void **state) {
   check_device_matmul(host_values(KILN_F32, 1, (int64_t[]){7}, 21), host_values(KILN_F32, 1, (int64_t[]){7}, 22),
                       false, false);
   kiln_scope_end();
-  if (calls) {
-    calls(&c1, &g1, &b1);
-    assert_int_equal(b1 - b0, 2);  /* the two 3-D products */
-    assert_int_equal(g1 - g0, 12); /* six 2-D, mv, dot: one each; the 4-D one: 4 */
+  cublas_counts after = cublas_now();
+  if (after.fake) {
+    assert_int_equal(after.batched - before.batched, 2); /* the two 3-D products */
+    assert_int_equal(after.gemms - before.gemms, 12);    /* six 2-D, mv, dot: one each; the 4-D one: 4 */
   }
   expect_no_error();
 }
@@ -624,9 +636,7 @@ static void device_matmul_without_cublas_is_a_kernel(void **state) {
   assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
   assert_false(cuda_blas_available(why, sizeof why));
   assert_non_null(strstr(why, "libcublas not found (tried /nonexistent/libcublas.so"));
-  cublas_calls_fn calls = fake_cublas_calls();
-  int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
-  if (calls) calls(&c0, &g0, &b0);
+  cublas_counts before = cublas_now();
   cuda_device_info info;
   assert_non_null(cuda_driver(&info));
   kiln_scope_begin();
@@ -644,10 +654,7 @@ static void device_matmul_without_cublas_is_a_kernel(void **state) {
     free(want);
   }
   kiln_scope_end();
-  if (calls) {
-    calls(&c1, &g1, &b1);
-    assert_int_equal(c1 + g1 + b1, c0 + g0 + b0);
-  }
+  expect_no_cublas_call(before);
 }
 
 /* Under cuda-emu, products of CUDA tensors are generated kernels run on
@@ -661,9 +668,7 @@ static void emu_matmul_never_tries_cublas(void **state) {
     skip();
   }
   assert_int_equal(kiln_set_backend("cuda-emu"), KILN_OK);
-  cublas_calls_fn calls = fake_cublas_calls();
-  int c0 = 0, g0 = 0, b0 = 0, c1 = 0, g1 = 0, b1 = 0;
-  if (calls) calls(&c0, &g0, &b0);
+  cublas_counts before = cublas_now();
   kiln_scope_begin();
   kiln_profile_begin();
   check_device_matmul(host_values(KILN_F32, 2, (int64_t[]){4, 3}, 1), host_values(KILN_F32, 2, (int64_t[]){4, 2}, 2),
@@ -678,10 +683,7 @@ static void emu_matmul_never_tries_cublas(void **state) {
     if (strcmp(r.backend, "cuda-emu") == 0 && strncmp(r.name, "copy_", 5) != 0) kernel = true;
   }
   assert_true(kernel);
-  if (calls) {
-    calls(&c1, &g1, &b1);
-    assert_int_equal(c1 + g1 + b1, c0 + g0 + b0);
-  }
+  expect_no_cublas_call(before);
   assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
   expect_no_error();
 }

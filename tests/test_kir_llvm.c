@@ -352,10 +352,10 @@ static void test_streaming_stores(void **state) {
   char err[512] = "", *ir = NULL;
   llvm_kernel_fn fn = NULL;
   assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
-  int vec_stores = count_lines(ir, "store <16 x float>");
+  int vec_stores = count_lines_with(ir, "store <", " x float>"); /* any vector width */
   assert_true(vec_stores > 0);
-  assert_int_equal(count_lines_with(ir, "store <16 x float>", "!nontemporal"), vec_stores);
-  assert_true(count_lines(ir, "store <16 x i32>") > 0);
+  assert_int_equal(count_lines_with(ir, " x float>", "!nontemporal"), vec_stores);
+  assert_true(count_lines_with(ir, "store <", " x i32>") > 0);
   assert_int_equal(count_lines_with(ir, "x i32>", "!nontemporal"), 0);
   assert_int_equal(count_lines_with(ir, "store float", "!nontemporal"), 0); /* the scalar remainder */
   assert_int_equal(count_lines(ir, "fence seq_cst"), 1);
