@@ -9,6 +9,7 @@ PACKAGES=(
   llvm-19-dev libopenblas-dev libcmocka-dev zlib1g-dev libjansson-dev
   python3-numpy python3-pytest python3-hypothesis
   dataset-fashion-mnist graphviz
+  clang-19 libclang-rt-19-dev
 )
 
 missing=()
