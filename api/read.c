@@ -16,17 +16,18 @@
 
 /* Pending nodes allowed before an op forces its own result (env
  * KILN_AUTO_REALIZE; 0 disables). */
-static int64_t auto_realize_limit = -1;
+static atomic_int_fast64_t auto_realize_limit = GRAPH_ENV_UNREAD;
 
-void api_set_auto_realize_limit(int64_t limit) { auto_realize_limit = limit; }
-
-static int64_t auto_limit(void) {
-  if (auto_realize_limit < 0) {
-    const char *e = getenv("KILN_AUTO_REALIZE");
-    auto_realize_limit = e ? atoll(e) : 10000;
-  }
-  return auto_realize_limit;
+void api_set_auto_realize_limit(int64_t limit) {
+  atomic_store_explicit(&auto_realize_limit, limit < 0 ? GRAPH_ENV_UNREAD : limit, memory_order_relaxed);
 }
+
+static int64_t read_auto_limit(void) {
+  const char *e = getenv("KILN_AUTO_REALIZE");
+  return e ? atoll(e) : 10000;
+}
+
+static int64_t auto_limit(void) { return graph_env_once(&auto_realize_limit, read_auto_limit); }
 
 static int force_nodes(graph_node *const *nodes, int n, const char *fn);
 

@@ -19,6 +19,7 @@
  * The main JITDylib resolves undefined symbols from the process (libm).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,12 +199,14 @@ static int emit_object(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *k
  * AVX-512 (LLVM's default for such CPUs is 256, which halves the lanes of
  * every kernel whose reductions accumulate in F64), else its default. */
 bool llvm_wide_vectors(void) {
-  static int wide = -1;
-  if (wide < 0) {
+  static atomic_int wide = -1; /* read once; threads compiling at once may race to it */
+  int w = atomic_load_explicit(&wide, memory_order_relaxed);
+  if (w < 0) {
     const char *env = getenv("KILN_VECTOR_BITS");
-    wide = env ? strcmp(env, "512") == 0 : g.features && strstr(g.features, "+avx512f") != NULL;
+    w = env ? strcmp(env, "512") == 0 : g.features && strstr(g.features, "+avx512f") != NULL;
+    atomic_store_explicit(&wide, w, memory_order_relaxed);
   }
-  return wide;
+  return w;
 }
 
 static void prefer_vector_width(LLVMModuleRef mod, LLVMContextRef ctx) {

@@ -11,10 +11,19 @@
 #ifndef KILN_GRAPH_H
 #define KILN_GRAPH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln/kiln.h"
+
+/* ----------------------------------------------------------- settings */
+
+/** Not read yet (the initial value of a graph_env_once slot). */
+#define GRAPH_ENV_UNREAD INT64_MIN
+/** A setting read once: *slot caches read()'s value (the environment
+ *  parsed); store GRAPH_ENV_UNREAD to read it again. Thread-safe. */
+int64_t graph_env_once(atomic_int_fast64_t *slot, int64_t (*read)(void));
 
 /* ------------------------------------------------------------- dtypes */
 
@@ -131,7 +140,7 @@ void graph_set_allocator(const graph_allocator *a);
  *  memory; on KILN_CUDA it is a device address (runtime/device.h) that
  *  host code must not dereference. */
 typedef struct graph_buffer {
-  int refcount;
+  atomic_int refcount; /* atomic: realized data may be shared across threads */
   kiln_device device;
   void *data;
   int64_t bytes;
@@ -142,7 +151,7 @@ typedef struct graph_buffer {
 } graph_buffer;
 
 typedef struct graph_node {
-  int refcount;
+  atomic_int refcount; /* atomic: realized data may be shared across threads */
   uint64_t id;          /* creation order, for stable printing */
   graph_op op;
   kiln_dtype dtype;     /* dtype of the produced buffer */
@@ -165,21 +174,11 @@ typedef struct graph_node {
   } attr;
   graph_buffer *buffer; /* set once realized; inputs are then dropped */
   struct graph_node *free_next; /* work list while releasing */
-  int sched_mark;               /* scratch for the scheduler */
-  int sched_pos;                /* scheduler: position in its schedule */
-  struct graph_node *replace;   /* simplifier: readers read this instead */
-  int n_consumers;              /* scheduler: readers within this schedule */
-  int fuse_reads;               /* scheduler: external reads of its group */
-  int fuse_edges, fuse_nodes;   /* scheduler: external edges and nodes of it */
-  bool fused;                   /* scheduler: computed inside its readers'
-                                   kernels instead of materialized */
-  bool row_dep;                 /* scheduler: depends on a fused reduction */
-  bool fuse_cheap;              /* scheduler: it and its fused inputs are cheap */
-  /* scheduler, multi-output kernels: a materialized node computed and
-   * stored by a later kernel of its schedule (its host) instead of a
-   * kernel of its own; the host lists such nodes through store_next */
-  struct graph_node *store_host;
-  struct graph_node *stores, *store_next;
+  /* The per-force plan that holds this pending node, and its position
+   * there (passes/plan.h). Written only by the force whose pending set
+   * holds the node; every other scheduler decision lives in the plan. */
+  uint64_t plan_id;
+  int32_t plan_pos;
 } graph_node;
 
 /** A pending node with no inputs yet (refcount 1). NULL on OOM. */
@@ -210,7 +209,7 @@ void graph_buffer_release(graph_buffer *b);
 /* ------------------------------------------------ storages and tensors */
 
 struct kiln_storage {
-  int refcount;
+  atomic_int refcount; /* atomic: realized data may be shared across threads */
   kiln_dtype dtype;
   kiln_device device;
   int64_t numel;
@@ -218,7 +217,7 @@ struct kiln_storage {
 };
 
 struct kiln_tensor {
-  int refcount;
+  atomic_int refcount; /* atomic: realized data may be shared across threads */
   kiln_storage *storage; /* holds a reference */
   graph_view view;
 };

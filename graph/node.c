@@ -6,9 +6,12 @@
  * realized (buffer set) it drops them, so a realized graph is freed as soon
  * as no tensor needs it. Releasing a long chain is iterative, never
  * recursive, so a million-node chain cannot overflow the C stack.
- * Reference counts are not atomic: a graph is used from one thread at a
- * time (as a Torch tensor is).
+ * Reference counts (nodes, buffers, storages, tensors) and the pending
+ * counter are atomic: realized tensors may be shared between threads
+ * (kiln.h, "Threads"), and every thread's graphs retain and release the
+ * nodes they read. A pending graph is used by one thread at a time.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,10 +23,10 @@ const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
 #undef X
 };
 
-static uint64_t next_node_id = 1;
-static int64_t pending_nodes = 0;
+static atomic_uint_fast64_t next_node_id = 1;
+static atomic_int_fast64_t pending_nodes = 0;
 
-int64_t graph_pending_count(void) { return pending_nodes; }
+int64_t graph_pending_count(void) { return atomic_load_explicit(&pending_nodes, memory_order_relaxed); }
 
 /* ------------------------------------------------------------ buffers */
 
@@ -88,7 +91,7 @@ graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_
   graph_node *n = calloc(1, sizeof *n);
   if (!n) return NULL;
   n->refcount = 1;
-  n->id = next_node_id++;
+  n->id = atomic_fetch_add_explicit(&next_node_id, 1, memory_order_relaxed);
   n->op = op;
   n->dtype = dtype;
   n->cdtype = dtype;
@@ -98,7 +101,7 @@ graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_
     n->sizes[i] = sizes[i];
     n->numel *= sizes[i];
   }
-  pending_nodes++;
+  atomic_fetch_add_explicit(&pending_nodes, 1, memory_order_relaxed);
   return n;
 }
 
@@ -110,7 +113,7 @@ graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t 
   }
   n->buffer = buf;
   n->device = buf->device;
-  pending_nodes--;
+  atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
   return n;
 }
 
@@ -141,14 +144,14 @@ void graph_node_release(graph_node *n) {
       in->free_next = work;
       work = in;
     }
-    if (!cur->buffer) pending_nodes--;
+    if (!cur->buffer) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
     graph_buffer_release(cur->buffer);
     free(cur);
   }
 }
 
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
-  if (!n->buffer) pending_nodes--;
+  if (!n->buffer) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
   graph_buffer_release(n->buffer);
   n->buffer = buf;
   for (int i = 0; i < n->n_inputs; i++) {

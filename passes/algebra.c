@@ -201,13 +201,20 @@ static const graph_node *cse_find(cse_table *t, const graph_node *n) {
 
 /* ---------------------------------------------------------------- pass */
 
-/* Where readers of n should read instead: ->replace, set by this pass. */
-static void redirect(graph_node *n, graph_node **dropped, int *n_dropped) {
+/* What readers of n read instead (set by this pass in n's plan entry),
+ * or NULL. */
+static graph_node *replacement(const pass_plan *p, const graph_node *n) {
+  int at = pass_pos(p, n);
+  return !n->buffer && at >= 0 ? p->e[at].replace : NULL;
+}
+
+/* Points n's inputs at their replacements. */
+static void redirect(const pass_plan *p, graph_node *n, graph_node **dropped, int *n_dropped) {
   for (int i = 0; i < n->n_inputs; i++) {
-    graph_node *in = n->inputs[i].node;
-    if (in->buffer || !in->replace) continue;
+    graph_node *in = n->inputs[i].node, *to = replacement(p, in);
+    if (!to) continue;
     dropped[(*n_dropped)++] = in;
-    n->inputs[i].node = graph_node_retain(in->replace);
+    n->inputs[i].node = graph_node_retain(to);
   }
 }
 
@@ -217,7 +224,8 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
   return false;
 }
 
-int pass_simplify(graph_node *const *order, int n, graph_node *const *roots, int n_roots, graph_node ***dropped_out) {
+int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_node ***dropped_out) {
+  int n = p->n;
   graph_node **dropped = malloc(sizeof *dropped * (size_t)(2 * n * GRAPH_MAX_INPUTS + 1));
   cse_table t = {.cap = 16};
   while (t.cap < (size_t)n * 2) t.cap *= 2;
@@ -229,10 +237,10 @@ int pass_simplify(graph_node *const *order, int n, graph_node *const *roots, int
     return 0; /* no memory: simply no rewrites */
   }
   int n_dropped = 0;
-  for (int i = 0; i < n; i++) order[i]->replace = NULL;
+  for (int i = 0; i < n; i++) p->e[i].replace = NULL;
   for (int i = 0; i < n; i++) {
-    graph_node *x = order[i];
-    redirect(x, dropped, &n_dropped);
+    graph_node *x = p->order[i];
+    redirect(p, x, dropped, &n_dropped);
     if (foldable(x)) {
       fold(x, dropped, &n_dropped);
       continue;
@@ -242,9 +250,9 @@ int pass_simplify(graph_node *const *order, int n, graph_node *const *roots, int
       continue;
     }
     int id = is_elementwise(x->op) ? identity_input(x) : -1;
-    if (id >= 0) x->replace = x->inputs[id].node;
-    else if (cse_candidate(x)) x->replace = (graph_node *)cse_find(&t, x);
-    if (x->replace && !x->replace->buffer && x->replace->replace) x->replace = x->replace->replace;
+    graph_node *to = id >= 0 ? x->inputs[id].node : cse_candidate(x) ? (graph_node *)cse_find(&t, x) : NULL;
+    graph_node *further = to ? replacement(p, to) : NULL;
+    p->e[i].replace = further ? further : to;
   }
   free(t.slots);
   if (n_dropped == 0) {

@@ -58,6 +58,11 @@
  *     of both, forced together, are one kernel).
  * Fused nodes are never realized; a later request recomputes them from
  * their inputs, which they keep alive.
+ *
+ * Every decision and every count is written to the force's plan
+ * (plan.h), never to the nodes, and only for the plan's own nodes: an
+ * input outside the plan (a realized buffer, maybe read by other threads'
+ * forces too) is read and never written.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -83,11 +88,12 @@ static bool cheap_op(graph_op op) {
 
 /* Cheap including everything already fused into it (inputs are decided
  * first, in post-order, so their flags are final). */
-static bool cheap(const graph_node *n) {
+static bool cheap(const pass_plan *p, int i) {
+  const graph_node *n = p->order[i];
   if (!cheap_op(n->op)) return false;
-  for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    if (!in->buffer && in->fused && !in->fuse_cheap) return false;
+  for (int j = 0; j < n->n_inputs; j++) {
+    const graph_node *in = n->inputs[j].node;
+    if (pass_fused(p, in) && !p->e[pass_pos(p, in)].fuse_cheap) return false;
   }
   return true;
 }
@@ -102,10 +108,15 @@ static bool row_reduction(const graph_node *n) {
   return mask == (all & ~(low - 1));
 }
 
-static bool depends_on_rows(const graph_node *n) {
+/* The plan entry of a fused pending input, or NULL. */
+static pass_entry *fused_entry(pass_plan *p, const graph_node *in) {
+  return pass_fused(p, in) ? &p->e[pass_pos(p, in)] : NULL;
+}
+
+static bool depends_on_rows(pass_plan *p, const graph_node *n) {
   for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    if (!in->buffer && in->fused && in->row_dep) return true;
+    const pass_entry *e = fused_entry(p, n->inputs[i].node);
+    if (e && e->row_dep) return true;
   }
   return false;
 }
@@ -118,39 +129,50 @@ static bool broadcast_read(const graph_view *v) {
 
 /* External buffer reads of n's group, from its fused inputs' counts (an
  * upper bound: a leaf shared by two paths counts twice). */
-static int external_reads(const graph_node *n) {
+static int external_reads(pass_plan *p, const graph_node *n) {
   int count = 0;
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
     if (pass_is_inlined(in)) continue; /* fill values and aranges: no buffer */
-    count += (!in->buffer && in->fused) ? in->fuse_reads : 1;
+    const pass_entry *e = fused_entry(p, in);
+    count += e ? e->fuse_reads : 1;
   }
   return count;
 }
 
 /* External edges (reads of buffers, fills and aranges: each takes a
  * kernel argument) and nodes of n's group, upper bounds as above. */
-static void group_size(const graph_node *n, int *edges, int *nodes) {
+static void group_size(pass_plan *p, const graph_node *n, int32_t *edges, int32_t *nodes) {
   *edges = 0;
   *nodes = 1;
   for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    bool fused = !in->buffer && in->fused;
-    *edges += fused ? in->fuse_edges : 1;
-    *nodes += fused ? in->fuse_nodes : 0;
+    const pass_entry *e = fused_entry(p, n->inputs[i].node);
+    *edges += e ? e->fuse_edges : 1;
+    *nodes += e ? e->fuse_nodes : 0;
   }
 }
 
-void pass_unfuse_inputs(graph_node *n) {
-  for (int i = 0; i < n->n_inputs; i++) n->inputs[i].node->fused = false;
+/* Materializes `in` (when it is one of p's nodes). */
+static void unfuse(pass_plan *p, const graph_node *in) {
+  int at = pass_pos(p, in);
+  if (at >= 0) p->e[at].fused = p->e[at].row_dep = false;
 }
 
-void pass_unstore(graph_node *n) {
-  for (graph_node *s = n->stores, *next; s; s = next) {
-    next = s->store_next;
-    s->store_host = s->store_next = NULL;
+void pass_unfuse_inputs(pass_plan *p, const graph_node *n) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    int at = pass_pos(p, n->inputs[i].node);
+    if (at >= 0) p->e[at].fused = false;
   }
-  n->stores = NULL;
+}
+
+void pass_unstore(pass_plan *p, const graph_node *n) {
+  int at = pass_pos(p, n);
+  if (at < 0) return;
+  for (int s = p->e[at].stores, next; s >= 0; s = next) {
+    next = p->e[s].store_next;
+    p->e[s].host = p->e[s].store_next = -1;
+  }
+  p->e[at].stores = -1;
 }
 
 /* Input j of n repeats an earlier input (same node, same view): one
@@ -179,11 +201,12 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
 
 /* An elementwise kernel root whose inputs are all on its device (not a
  * transfer between devices). */
-static bool plain_kernel(const graph_node *n) {
+static bool plain_kernel(pass_plan *p, int i) {
+  const graph_node *n = p->order[i];
   graph_kind k = graph_ops[n->op].kind;
   bool pointwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
-  for (int i = 0; pointwise && i < n->n_inputs; i++) pointwise = n->inputs[i].node->device == n->device;
-  return pointwise && !n->buffer && !n->fused && !depends_on_rows(n);
+  for (int j = 0; pointwise && j < n->n_inputs; j++) pointwise = n->inputs[j].node->device == n->device;
+  return pointwise && !n->buffer && !p->e[i].fused && !depends_on_rows(p, n);
 }
 
 static bool reads(const graph_node *r, const graph_node *x) {
@@ -194,188 +217,231 @@ static bool reads(const graph_node *r, const graph_node *x) {
 
 /* r, or a producer fused into r (up to GROUP_DEPTH levels down), reads x. */
 #define GROUP_DEPTH 6
-static bool group_reads(const graph_node *r, const graph_node *x, int depth) {
+static bool group_reads(const pass_plan *p, const graph_node *r, const graph_node *x, int depth) {
   for (int i = 0; i < r->n_inputs; i++) {
     const graph_node *in = r->inputs[i].node;
     if (in == x) return true;
-    if (!in->buffer && in->fused && depth < GROUP_DEPTH && group_reads(in, x, depth + 1)) return true;
+    if (pass_fused(p, in) && depth < GROUP_DEPTH && group_reads(p, in, x, depth + 1)) return true;
   }
   return false;
 }
 
 /* r's kernel reads p, or reads a buffer p reads. */
-static bool shares_loop(const graph_node *p, const graph_node *r) {
-  if (group_reads(r, p, 0)) return true;
-  for (int i = 0; i < p->n_inputs; i++) {
-    const graph_node *in = p->inputs[i].node;
-    if (!pass_is_inlined(in) && !(!in->buffer && in->fused) && group_reads(r, in, 0)) return true;
+static bool shares_loop(const pass_plan *p, const graph_node *x, const graph_node *r) {
+  if (group_reads(p, r, x, 0)) return true;
+  for (int i = 0; i < x->n_inputs; i++) {
+    const graph_node *in = x->inputs[i].node;
+    if (!pass_is_inlined(in) && !pass_fused(p, in) && group_reads(p, r, in, 0)) return true;
   }
   return false;
 }
 
-static int n_stores(const graph_node *host) {
+static int n_stores(const pass_plan *p, int host) {
   int count = 0;
-  for (const graph_node *s = host->stores; s; s = s->store_next) count++;
+  for (int s = p->e[host].stores; s >= 0; s = p->e[s].store_next) count++;
   return count;
 }
 
-static void store_in(graph_node *p, graph_node *host) {
-  p->store_host = host;
-  p->store_next = host->stores;
-  host->stores = p;
+static void store_in(pass_plan *p, int x, int host) {
+  p->e[x].host = host;
+  p->e[x].store_next = p->e[host].stores;
+  p->e[host].stores = x;
 }
 
 /* first[k] / last[k]: the earliest and latest schedule positions at
  * which order[k]'s value is computed — its own for a kernel root, else
  * the kernels its fused readers run in (readers come after producers in
  * post-order, so a reader's range is final before its inputs'). */
-static void kernel_span(graph_node *const *order, int n, int *first, int *last) {
+static void kernel_span(const pass_plan *p, int *first, int *last) {
+  int n = p->n;
   for (int k = 0; k < n; k++) {
-    first[k] = order[k]->fused ? n : k;
-    last[k] = order[k]->fused ? -1 : k;
+    first[k] = p->e[k].fused ? n : k;
+    last[k] = p->e[k].fused ? -1 : k;
   }
   for (int k = n - 1; k >= 0; k--)
-    for (int i = 0; i < order[k]->n_inputs; i++) {
-      const graph_node *in = order[k]->inputs[i].node;
-      int at = in->sched_pos;
-      if (in->buffer || !in->fused || at < 0 || at >= k || order[at] != in) continue;
+    for (int i = 0; i < p->order[k]->n_inputs; i++) {
+      const graph_node *in = p->order[k]->inputs[i].node;
+      int at = pass_pos(p, in);
+      if (!pass_fused(p, in) || at >= k) continue;
       if (first[k] < first[at]) first[at] = first[k];
       if (last[k] > last[at]) last[at] = last[k];
     }
 }
 
-/* The host for p = order[i]: the last kernel that can store it before
- * p's value is first needed from a buffer. *later: some kernel after the
- * host reads p. */
-static graph_node *find_host(graph_node *const *order, int n, int i, const int *first, const int *last, bool *later) {
-  graph_node *p = order[i], *host = NULL;
-  int needed = n, latest = -1, seen = 0; /* the first and last positions whose kernels read p */
+/* The host for x = order[i]: the last kernel that can store it before
+ * x's value is first needed from a buffer. *later: some kernel after the
+ * host reads x. */
+static int find_host(pass_plan *p, int i, const int *first, const int *last, bool *later) {
+  graph_node *x = p->order[i];
+  int n = p->n, host = -1;
+  int needed = n, latest = -1, seen = 0; /* the first and last positions whose kernels read x */
   for (int j = i + 1; j < n && j <= i + HOST_WINDOW; j++) {
-    graph_node *r = order[j];
-    bool same = r->device == p->device && r->ndim == p->ndim &&
-                !memcmp(r->sizes, p->sizes, sizeof *p->sizes * (size_t)p->ndim);
-    if (j <= needed && same && plain_kernel(r) && !r->store_host && n_stores(r) < PASS_MAX_OUTPUTS &&
-        shares_loop(p, r))
-      host = r;
-    if (!reads(r, p)) continue;
+    graph_node *r = p->order[j];
+    bool same = r->device == x->device && r->ndim == x->ndim &&
+                !memcmp(r->sizes, x->sizes, sizeof *x->sizes * (size_t)x->ndim);
+    if (j <= needed && same && plain_kernel(p, j) && p->e[j].host < 0 && n_stores(p, j) < PASS_MAX_OUTPUTS &&
+        shares_loop(p, x, r))
+      host = j;
+    if (!reads(r, x)) continue;
     seen++;
     if (first[j] < needed) needed = first[j];
     if (last[j] > latest) latest = last[j];
   }
-  if (host && host->sched_pos > needed) host = NULL;
+  if (host > needed) host = -1;
   /* a reader beyond the window comes after the host too */
-  *later = host && (latest > host->sched_pos || seen < p->n_consumers);
+  *later = host >= 0 && (latest > host || seen < p->e[i].n_consumers);
   return host;
 }
 
-/* p already stores other nodes (p->stores) and is to be stored by host:
- * they move along when the host has room for all and no kernel before the
- * host other than p's reads one of them from its buffer (what p's kernel
- * computed, the host computes inline). */
-static bool stores_can_move(graph_node *const *order, const int *first, const int *last, const graph_node *p,
-                            const graph_node *host) {
-  if (n_stores(host) + 1 + n_stores(p) > PASS_MAX_OUTPUTS) return false;
-  int at = p->sched_pos;
-  for (const graph_node *s = p->stores; s; s = s->store_next)
-    for (int j = s->sched_pos + 1; j < host->sched_pos; j++) {
-      bool in_p = order[j] == p || order[j]->store_host == p || (first[j] == at && last[j] == at);
-      if (reads(order[j], s) && !in_p && first[j] < host->sched_pos) return false;
+/* x (position at) already stores other nodes and is to be stored by
+ * host: they move along when the host has room for all and no kernel
+ * before the host other than x's reads one of them from its buffer (what
+ * x's kernel computed, the host computes inline). */
+static bool stores_can_move(const pass_plan *p, const int *first, const int *last, int at, int host) {
+  if (n_stores(p, host) + 1 + n_stores(p, at) > PASS_MAX_OUTPUTS) return false;
+  for (int s = p->e[at].stores; s >= 0; s = p->e[s].store_next)
+    for (int j = s + 1; j < host; j++) {
+      bool in_x = j == at || p->e[j].host == at || (first[j] == at && last[j] == at);
+      if (reads(p->order[j], p->order[s]) && !in_x && first[j] < host) return false;
     }
   return true;
 }
 
-static void plan_outputs(graph_node *const *order, int n, graph_node *const *roots, int n_roots) {
+static void plan_outputs(pass_plan *p, graph_node *const *roots, int n_roots) {
+  int n = p->n;
   if (n <= 0) return;
   int *first = malloc(sizeof *first * (size_t)n * 2);
   if (!first) return; /* no multi-output kernels: nothing is lost */
   int *last = first + n;
-  kernel_span(order, n, first, last);
+  kernel_span(p, first, last);
   for (int i = 0; i < n; i++) {
-    graph_node *p = order[i];
-    if (!plain_kernel(p) || p->store_host) continue;
+    if (!plain_kernel(p, i) || p->e[i].host >= 0) continue;
     bool later;
-    graph_node *host = find_host(order, n, i, first, last, &later);
-    if (!host || !(later || is_root(p, roots, n_roots))) continue;
-    if (p->stores && !stores_can_move(order, first, last, p, host)) continue;
-    for (graph_node *s = p->stores, *next; s; s = next) { /* a chain: p's stores go to the host too */
-      next = s->store_next;
-      store_in(s, host);
+    int host = find_host(p, i, first, last, &later);
+    if (host < 0 || !(later || is_root(p->order[i], roots, n_roots))) continue;
+    if (p->e[i].stores >= 0 && !stores_can_move(p, first, last, i, host)) continue;
+    for (int s = p->e[i].stores, next; s >= 0; s = next) { /* a chain: x's stores go to the host too */
+      next = p->e[s].store_next;
+      store_in(p, s, host);
     }
-    p->stores = NULL;
-    store_in(p, host);
+    p->e[i].stores = -1;
+    store_in(p, i, host);
   }
   free(first);
 }
 
-void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_roots, bool enabled) {
-  for (int i = 0; i < n; i++) {
-    order[i]->store_host = order[i]->stores = order[i]->store_next = NULL;
-    order[i]->fused = false;
-    order[i]->row_dep = false;
-    order[i]->fuse_cheap = false;
-    order[i]->n_consumers = 0;
-  }
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < order[i]->n_inputs; j++)
-      if (!read_before(order[i], j)) order[i]->inputs[j].node->n_consumers++;
-  if (!enabled) return;
-  for (int i = 0; i < n; i++) {
-    graph_node *x = order[i];
+/* ------------------------------------------------------------ the pass */
+
+/* Rules 1-3: fused row reductions and elementwise nodes. */
+static void decide_fusion(pass_plan *p, graph_node *const *roots, int n_roots) {
+  for (int i = 0; i < p->n; i++) {
+    graph_node *x = p->order[i];
+    pass_entry *e = &p->e[i];
     if (is_root(x, roots, n_roots)) continue;
     if (row_reduction(x)) {
-      x->fused = x->row_dep = true;
+      e->fused = e->row_dep = true;
       continue;
     }
     if (!is_elementwise(x)) continue;
-    x->row_dep = depends_on_rows(x);
-    x->fuse_cheap = cheap(x);
-    x->fused = x->n_consumers <= 1 || x->fuse_cheap || x->row_dep;
+    e->row_dep = depends_on_rows(p, x);
+    e->fuse_cheap = cheap(p, i);
+    e->fused = e->n_consumers <= 1 || e->fuse_cheap || e->row_dep;
   }
-  /* a row reduction read by a reduction over other rows is materialized */
-  for (int i = 0; i < n; i++) {
-    if (graph_ops[order[i]->op].kind != GRAPH_REDUCE) continue;
-    for (int j = 0; j < order[i]->n_inputs; j++) {
-      graph_node *in = order[i]->inputs[j].node;
-      if (in->fused && row_reduction(in) && !pass_same_rows(in, order[i])) in->fused = in->row_dep = false;
+}
+
+/* A row reduction read by a reduction over other rows is materialized. */
+static void unfuse_foreign_rows(pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    const graph_node *x = p->order[i];
+    if (graph_ops[x->op].kind != GRAPH_REDUCE) continue;
+    for (int j = 0; j < x->n_inputs; j++) {
+      const graph_node *in = x->inputs[j].node;
+      if (pass_fused(p, in) && row_reduction(in) && !pass_same_rows(in, x)) unfuse(p, in);
     }
   }
-  /* rule 5: extern ops read buffers; so does a gather's source; scans read no row values;
-   * a producer on another device than its reader is materialized there, and so is the
-   * copy that reads it (kiln_to_device: one transfer, runtime/realize.c) */
-  for (int i = 0; i < n; i++) {
-    graph_kind k = graph_ops[order[i]->op].kind;
-    for (int j = 0; j < order[i]->n_inputs; j++) {
-      graph_node *in = order[i]->inputs[j].node;
-      if (in->device == order[i]->device) continue;
-      in->fused = in->row_dep = false;
-      if (k == GRAPH_CAST) order[i]->fused = order[i]->row_dep = false;
+}
+
+/* After row reductions were materialized, the nodes that were fused
+ * only because they depended on one are decided again (producers first,
+ * so each input's flags are final): a stale row dependence would keep an
+ * expensive node with several readers fused. */
+static void refresh_row_deps(pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    pass_entry *e = &p->e[i];
+    const graph_node *x = p->order[i];
+    if (!e->row_dep || row_reduction(x)) continue;
+    e->row_dep = depends_on_rows(p, x);
+    e->fuse_cheap = cheap(p, i);
+    e->fused = e->fused && (e->n_consumers <= 1 || e->fuse_cheap || e->row_dep);
+  }
+}
+
+/* Rule 5: extern ops read buffers; so does a gather's source; scans read
+ * no row values; a producer on another device than its reader is
+ * materialized there, and so is the copy that reads it (kiln_to_device:
+ * one transfer, runtime/realize.c). */
+static void materialize_for_readers(pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    const graph_node *x = p->order[i];
+    graph_kind k = graph_ops[x->op].kind;
+    for (int j = 0; j < x->n_inputs; j++) {
+      const graph_node *in = x->inputs[j].node;
+      if (in->device == x->device) continue;
+      unfuse(p, in);
+      if (k == GRAPH_CAST) p->e[i].fused = p->e[i].row_dep = false;
     }
-    if (k == GRAPH_GATHER) order[i]->inputs[0].node->fused = false;
+    if (k == GRAPH_GATHER) unfuse(p, x->inputs[0].node);
     if (k == GRAPH_EXTERN)
-      for (int j = 0; j < order[i]->n_inputs; j++) order[i]->inputs[j].node->fused = false;
+      for (int j = 0; j < x->n_inputs; j++) unfuse(p, x->inputs[j].node);
     if (k == GRAPH_SCAN)
-      for (int j = 0; j < order[i]->n_inputs; j++) {
-        graph_node *in = order[i]->inputs[j].node;
-        if (in->row_dep) in->fused = in->row_dep = false;
+      for (int j = 0; j < x->n_inputs; j++) {
+        int at = pass_pos(p, x->inputs[j].node);
+        if (at >= 0 && p->e[at].row_dep) unfuse(p, x->inputs[j].node);
       }
   }
-  /* rule 4: a broadcast read of an expensive fused producer */
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < order[i]->n_inputs; j++) {
-      graph_node *in = order[i]->inputs[j].node;
-      bool keep = in->fuse_cheap || in->row_dep;
-      if (in->fused && !in->buffer && broadcast_read(&order[i]->inputs[j].view) && !keep) in->fused = false;
-    }
-  /* rule 6, producers first so each group's count is final when read */
-  for (int i = 0; i < n; i++) {
-    graph_node *x = order[i];
-    x->fuse_reads = external_reads(x);
-    group_size(x, &x->fuse_edges, &x->fuse_nodes);
-    if (x->fuse_reads > PASS_MAX_INPUTS || x->fuse_edges > PASS_MAX_EDGES || x->fuse_nodes > PASS_MAX_GROUP) {
-      pass_unfuse_inputs(x);
-      x->fuse_reads = x->fuse_edges = x->n_inputs;
-      x->fuse_nodes = 1;
+}
+
+/* Rule 4: a broadcast read of an expensive fused producer. */
+static void materialize_broadcast_reads(pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    const graph_node *x = p->order[i];
+    for (int j = 0; j < x->n_inputs; j++) {
+      pass_entry *e = fused_entry(p, x->inputs[j].node);
+      if (e && broadcast_read(&x->inputs[j].view) && !e->fuse_cheap && !e->row_dep) e->fused = false;
     }
   }
-  plan_outputs(order, n, roots, n_roots);
+}
+
+/* Rule 6, producers first so each group's count is final when read. */
+static void fit_kernel_limits(pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    const graph_node *x = p->order[i];
+    pass_entry *e = &p->e[i];
+    e->fuse_reads = external_reads(p, x);
+    group_size(p, x, &e->fuse_edges, &e->fuse_nodes);
+    if (e->fuse_reads > PASS_MAX_INPUTS || e->fuse_edges > PASS_MAX_EDGES || e->fuse_nodes > PASS_MAX_GROUP) {
+      pass_unfuse_inputs(p, x);
+      e->fuse_reads = e->fuse_edges = x->n_inputs;
+      e->fuse_nodes = 1;
+    }
+  }
+}
+
+void pass_fuse(pass_plan *p, graph_node *const *roots, int n_roots, bool enabled) {
+  for (int i = 0; i < p->n; i++)
+    p->e[i] = (pass_entry){.replace = p->e[i].replace, .host = -1, .stores = -1, .store_next = -1};
+  for (int i = 0; i < p->n; i++)
+    for (int j = 0; j < p->order[i]->n_inputs; j++) {
+      int at = pass_pos(p, p->order[i]->inputs[j].node);
+      if (at >= 0 && !read_before(p->order[i], j)) p->e[at].n_consumers++;
+    }
+  if (!enabled) return;
+  decide_fusion(p, roots, n_roots);
+  unfuse_foreign_rows(p);
+  refresh_row_deps(p);
+  materialize_for_readers(p);
+  refresh_row_deps(p);
+  materialize_broadcast_reads(p);
+  fit_kernel_limits(p);
+  plan_outputs(p, roots, n_roots);
 }

@@ -36,6 +36,7 @@ typedef struct edge {
 typedef struct lower_ctx {
   kir_kernel *k;
   const graph_node *root;
+  const pass_plan *plan;   /* the force's decisions: what is fused, what the host stores */
   const graph_node *host; /* the node being lowered (root may be its merged copy) */
   int store_param[PASS_MAX_OUTPUTS]; /* PARAM uop of binding->outputs[j] */
   pass_binding *b;
@@ -65,8 +66,6 @@ bool pass_is_inlined(const graph_node *n) {
   return !n->buffer && (n->op == GRAPH_OP_FULL || n->op == GRAPH_OP_ARANGE);
 }
 
-bool pass_is_computed_inline(const graph_node *n) { return pass_is_inlined(n) || (!n->buffer && n->fused); }
-
 int64_t pass_parallel_extent(const kir_kernel *k) {
   for (int i = 0; i < k->n_uops; i++)
     if (k->uops[i].op == KIR_RANGE && k->uops[i].parallel) return k->uops[i].ival;
@@ -75,7 +74,9 @@ int64_t pass_parallel_extent(const kir_kernel *k) {
 
 /* Computed inside this kernel: fused, or stored by it (multi-output). */
 static bool is_fused(const lower_ctx *c, const graph_node *n) {
-  return !n->buffer && (n->fused || (n->store_host && n->store_host == c->host));
+  if (pass_fused(c->plan, n)) return true;
+  int host = pass_host(c->plan, n);
+  return host >= 0 && host == pass_pos(c->plan, c->host);
 }
 
 /* ------------------------------------------------------------ indexing */
@@ -161,8 +162,9 @@ static bool seen(lower_ctx *c, const graph_node *n) {
   return false;
 }
 
-static pass_slot slot_of(const graph_node *consumer, int input) {
-  return (pass_slot){.pos = consumer->sched_pos, .input = input};
+/* A merged copy of a node (views.c) carries its original's position. */
+static pass_slot slot_of(const lower_ctx *c, const graph_node *consumer, int input) {
+  return (pass_slot){.pos = pass_pos(c->plan, consumer), .input = input};
 }
 
 /* The buffer param for input `input` of n (one per distinct node). */
@@ -176,7 +178,7 @@ static int input_param(lower_ctx *c, const graph_node *n, int input) {
   }
   int i = c->b->n_inputs++;
   c->b->inputs[i] = src;
-  c->b->input_slot[i] = slot_of(n, input);
+  c->b->input_slot[i] = slot_of(c, n, input);
   c->input_param[i] = kir_param(c->k, src->dtype, false);
   return c->input_param[i];
 }
@@ -227,8 +229,8 @@ static int scalar_arg(lower_ctx *c, const graph_node *n, int input) {
     c->full = true;
     return -1;
   }
-  if (is_float) c->b->fargs[*count] = fv, c->b->farg_slot[*count] = slot_of(n, input);
-  else c->b->args[*count] = iv, c->b->arg_slot[*count] = slot_of(n, input);
+  if (is_float) c->b->fargs[*count] = fv, c->b->farg_slot[*count] = slot_of(c, n, input);
+  else c->b->args[*count] = iv, c->b->arg_slot[*count] = slot_of(c, n, input);
   int u = kir_load(c->k, is_float ? c->fargs : c->args, kir_const_i(c->k, KIR_INDEX, (*count)++));
   return pass_cast_to(c->k, graph_compute_dtype(src->dtype), u);
 }
@@ -244,8 +246,24 @@ void pass_rebind(pass_binding *b, graph_node *const *order) {
   }
   for (int i = 0; i < b->n_fargs; i++) {
     pass_slot s = b->farg_slot[i];
-    if (fill_value(order[s.pos]->inputs[s.input].node, &iv, &fv)) b->fargs[i] = fv;
+    if (s.pos >= 0 && fill_value(order[s.pos]->inputs[s.input].node, &iv, &fv)) b->fargs[i] = fv;
   }
+}
+
+static bool slot_valid(pass_slot s, const uint8_t *n_inputs, int n, bool fixed_ok) {
+  if (s.pos < 0) return fixed_ok && s.pos == -1;
+  return s.pos < n && s.input >= 0 && s.input < n_inputs[s.pos];
+}
+
+bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n) {
+  bool ok = b->n_outputs >= 0 && b->n_outputs <= PASS_MAX_OUTPUTS && b->n_inputs >= 0 &&
+            b->n_inputs + b->n_outputs <= PASS_MAX_INPUTS && b->n_args >= 0 && b->n_args <= PASS_MAX_ARGS &&
+            b->n_fargs >= 0 && b->n_fargs <= PASS_MAX_ARGS;
+  for (int j = 0; ok && j < b->n_outputs; j++) ok = b->output_pos[j] >= 0 && b->output_pos[j] < n;
+  for (int i = 0; ok && i < b->n_inputs; i++) ok = slot_valid(b->input_slot[i], n_inputs, n, false);
+  for (int i = 0; ok && i < b->n_args; i++) ok = slot_valid(b->arg_slot[i], n_inputs, n, true);
+  for (int i = 0; ok && i < b->n_fargs; i++) ok = slot_valid(b->farg_slot[i], n_inputs, n, false);
+  return ok;
 }
 
 static void add_edge(lower_ctx *c, const graph_node *n, int i) {
@@ -455,19 +473,19 @@ static void close_ranges(kir_kernel *k, int ndim, const int *ranges) {
 
 /* Outputs of at least this many bytes (KILN_STREAM_BYTES; 0: none) are
  * written with streaming stores: they do not stay in the caches anyway,
- * and a cached store first reads every line it writes. Measured on the
- * development machine (bench/): W1 and W7, 64 MiB outputs, went from 9.5
- * to 8.8 ms and from 9.9 to 8.4 ms; W5, whose 32 MiB output a repeated
- * run finds in the cache, from 1.35 to 1.65 ms when streamed. Hence
- * 64 MiB. */
+ * and a cached store first reads every line it writes. 64 MiB: bench/'s
+ * 64 MiB outputs (W1, W7) ran faster streamed, its 32 MiB output (W5),
+ * which a repeated run finds in the cache, slower (bench/README.md to
+ * measure again before changing it). */
+static int64_t read_stream_bytes(void) {
+  const char *e = getenv("KILN_STREAM_BYTES");
+  int64_t bytes = e ? atoll(e) : INT64_C(64) << 20;
+  return bytes < 0 ? 0 : bytes;
+}
+
 static int64_t stream_bytes(void) {
-  static int64_t bytes = -1;
-  if (bytes < 0) {
-    const char *e = getenv("KILN_STREAM_BYTES");
-    bytes = e ? atoll(e) : INT64_C(64) << 20;
-    if (bytes < 0) bytes = 0;
-  }
-  return bytes;
+  static atomic_int_fast64_t bytes = GRAPH_ENV_UNREAD;
+  return graph_env_once(&bytes, read_stream_bytes);
 }
 
 /* n's buffer is large enough for streaming stores. */
@@ -651,7 +669,7 @@ static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ran
  * are plain (not reassociable) adds in row order: the SLP vectoriser then
  * packs the lanes (one vector load per row, 64 floats = 4 cache lines
  * read in sequence), where a reassociable update let the loop vectoriser
- * vectorise down each column with gathers (W3b of bench/: 9.2 ms then, 2.0 ms now).
+ * vectorise down each column with gathers (bench/ row W3b).
  * Each output is the sequential F64 sum of its column. 0 when the pattern
  * does not apply. */
 #define COLS 16 /* scans */
@@ -783,7 +801,9 @@ static const graph_node *find_spill(const lower_ctx *c) {
     bool elementwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
     bool same = e->ndim == root->ndim && !memcmp(e->sizes, root->sizes, sizeof *e->sizes * (size_t)e->ndim);
     bool found = false;
-    if (is_fused(c, e) && elementwise && !e->fuse_cheap && e->dtype == root->dtype && same && pass_plain_view(v, e) &&
+    int at = pass_pos(c->plan, e);
+    bool cheap = at >= 0 && c->plan->e[at].fuse_cheap;
+    if (is_fused(c, e) && elementwise && !cheap && e->dtype == root->dtype && same && pass_plain_view(v, e) &&
         reads_in_place(c, root, e, 0, &found) && found)
       return e;
   }
@@ -936,15 +956,17 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
 /* The extra outputs of a multi-output kernel (PARAM 3 + j), walked after
  * the root's group so their external reads join the kernel's. */
 static void add_outputs(lower_ctx *c) {
-  for (const graph_node *s = c->host->stores; s && !c->full; s = s->store_next) {
+  const pass_plan *p = c->plan;
+  int at = pass_pos(p, c->host);
+  for (int s = at >= 0 ? p->e[at].stores : -1; s >= 0 && !c->full; s = p->e[s].store_next) {
     if (c->b->n_outputs == PASS_MAX_OUTPUTS) {
       c->full = true;
       break;
     }
     int j = c->b->n_outputs++;
-    c->b->outputs[j] = s;
-    c->b->output_pos[j] = s->sched_pos;
-    c->store_param[j] = kir_param(c->k, s->dtype, true);
+    c->b->outputs[j] = p->order[s];
+    c->b->output_pos[j] = s;
+    c->store_param[j] = kir_param(c->k, p->order[s]->dtype, true);
   }
   for (int j = 0; j < c->b->n_outputs && !c->full; j++)
     if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], false);
@@ -987,13 +1009,16 @@ static void finish_name(lower_ctx *c, const graph_node *n) {
     len += snprintf(c->k->name + len, sizeof c->k->name - (size_t)len, d ? "x%lld" : "_%lld", (long long)n->sizes[d]);
 }
 
-int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err, size_t errlen) {
+int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
+                    size_t errlen) {
   kir_init(k, "");
   memset(b, 0, sizeof *b);
   pass_merged merged; /* the loop nest over merged dims, when it has any to merge */
   bool not_kernel = n->op == GRAPH_OP_BUFFER || graph_ops[n->op].kind == GRAPH_EXTERN;
-  bool merge = !not_kernel && !n->stores && pass_merge_loops(n, &merged);
-  lower_ctx c = {.k = k, .root = merge ? merged.root : n, .host = n, .b = b};
+  int at = pass_pos(p, n);
+  bool stores = at >= 0 && p->e[at].stores >= 0;
+  bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged);
+  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b};
   int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
   if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;

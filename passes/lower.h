@@ -30,6 +30,7 @@
 
 #include "graph.h"
 #include "kir.h"
+#include "plan.h"
 
 #define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3) /* outputs beyond the first included */
 #define PASS_MAX_OUTPUTS 8                   /* results stored besides the root's */
@@ -41,7 +42,7 @@
 #define PASS_MAX_GROUP 200
 
 /** Where a binding slot's value came from: input `input` of the node at
- *  schedule position `pos` (node->sched_pos); pos -1 = a value fixed by
+ *  schedule position `pos` (its plan position); pos -1 = a value fixed by
  *  the kernel's structure (a view offset). A cached schedule uses these to
  *  bind the same kernel to a new graph of the same structure. */
 typedef struct pass_slot {
@@ -71,22 +72,24 @@ typedef struct pass_binding {
  *  its input buffers and the fill values of the pending FULL sources it
  *  reads. */
 void pass_rebind(pass_binding *b, graph_node *const *order);
+/** True when every slot of b names an input that exists in a schedule
+ *  whose node at position i has n_inputs[i] inputs (i < n): a cached
+ *  binding is checked with this before it is kept. */
+bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n);
 
 /** True when a pending input node is computed inside its consumer's kernel
  *  rather than realized first (pending FULL/ARANGE sources). */
 bool pass_is_inlined(const graph_node *n);
-/** True when n is computed inside its readers' kernels (inlined source or
- *  a fused pending producer). */
-bool pass_is_computed_inline(const graph_node *n);
 
-/** Lowers the kernel rooted at n into k (initialised by this call) and
- *  fills *b. The nodes on n->stores are computed and stored too
+/** Lowers the kernel rooted at n (a node of plan p, fused as p decided)
+ *  into k (initialised by this call) and fills *b. The nodes n stores
+ *  (p's multi-output decision) are computed and stored too
  *  (binding->outputs; elementwise roots only, else KILN_ERR_UNSUPPORTED). For ASSIGN, `in_place` says the output buffer already holds
  *  the old version: only the region is written. Returns KILN_OK, or an
  *  error with a message in err (KILN_ERR_UNSUPPORTED when the group needs
  *  more inputs or arguments than a kernel takes: the caller then
  *  materializes its producers). */
-int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
+int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
                     size_t errlen);
 
 /** An elementwise kernel's group rewritten over merged loop dims (views.c):
@@ -101,7 +104,7 @@ typedef struct pass_merged {
 /** Fills *out and returns true when the kernel rooted at `root` has loop
  *  dims to drop or merge; false (nothing to free) otherwise. Free with
  *  pass_merged_free. */
-bool pass_merge_loops(const graph_node *root, pass_merged *out);
+bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out);
 void pass_merged_free(pass_merged *m);
 
 /** True when view v reads src in src's own contiguous layout (offset 0,
@@ -116,25 +119,26 @@ bool pass_same_rows(const graph_node *a, const graph_node *b);
  *  or splits it), 0 when it has none. */
 int64_t pass_parallel_extent(const kir_kernel *k);
 
-/** Algebraic simplification of a schedule (`order`, post-order; `roots`
+/** Algebraic simplification of a plan's schedule (post-order; `roots`
  *  requested), before fusion: identities, CSE, constant folding (see
  *  algebra.c). Rewrites edges in place; returns how many edges it
  *  dropped, with the nodes they held in *dropped (malloc'ed; the caller
  *  releases each node once the schedule no longer points at them, then
  *  frees the array), 0 when nothing changed. Dead nodes drop out when the
  *  caller collects the schedule again. */
-int pass_simplify(graph_node *const *order, int n, graph_node *const *roots, int n_roots, graph_node ***dropped);
+int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_node ***dropped);
 
-/** Fusion decisions for a schedule: `order` holds the pending nodes in
- *  post-order (producers first); the requested `roots` are materialized.
- *  Sets node->fused (and uses node->n_consumers as scratch). `enabled` false (KILN_FUSE=0) keeps
- *  one kernel per node. The cost function is documented in fuse.c. */
-void pass_fuse(graph_node *const *order, int n, graph_node *const *roots, int n_roots, bool enabled);
+/** Fusion decisions for a plan (its pending nodes in post-order,
+ *  producers first); the requested `roots` are materialized. Writes the
+ *  plan's entries only (fused, host/stores, counts). `enabled` false
+ *  (KILN_FUSE=0) keeps one kernel per node. The cost function is
+ *  documented in fuse.c. */
+void pass_fuse(pass_plan *p, graph_node *const *roots, int n_roots, bool enabled);
 /** Undoes fusion into n's inputs (they become kernels of their own); used
  *  when n's group would not fit a kernel's parameter limits. */
-void pass_unfuse_inputs(graph_node *n);
+void pass_unfuse_inputs(pass_plan *p, const graph_node *n);
 /** Undoes n's multi-output plan: the nodes it would store get kernels of
  *  their own. */
-void pass_unstore(graph_node *n);
+void pass_unstore(pass_plan *p, const graph_node *n);
 
 #endif /* KILN_LOWER_H */

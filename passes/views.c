@@ -55,7 +55,7 @@ static int find(const group *g, const graph_node *n) {
 }
 
 /* Collects the pointwise group below n; false when it is not one. */
-static bool collect(group *g, const graph_node *n, const graph_node *root) {
+static bool collect(const pass_plan *p, group *g, const graph_node *n, const graph_node *root) {
   if (!elementwise(n) || n->ndim != root->ndim ||
       memcmp(n->sizes, root->sizes, sizeof n->sizes[0] * (size_t)root->ndim) != 0)
     return false;
@@ -63,12 +63,12 @@ static bool collect(group *g, const graph_node *n, const graph_node *root) {
     const graph_node *in = n->inputs[i].node;
     const graph_view *v = &n->inputs[i].view;
     if (!same_sizes(v, root)) return false;
-    if (in->buffer || !in->fused) continue; /* an external read or an inlined source */
+    if (!pass_fused(p, in)) continue; /* an external read or an inlined source */
     if (!pass_plain_view(v, in)) return false;
     if (find(g, in) >= 0) continue;
     if (g->n == MAX_GROUP) return false;
     g->nodes[g->n++] = in;
-    if (!collect(g, in, root)) return false;
+    if (!collect(p, g, in, root)) return false;
   }
   return true;
 }
@@ -122,7 +122,7 @@ static void merge_view(graph_view *v, int n_loops, const int *first, const int64
   *v = out;
 }
 
-bool pass_merge_loops(const graph_node *root, pass_merged *out) {
+bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out) {
   memset(out, 0, sizeof *out);
   group *g = malloc(sizeof *g);
   if (!g) return false;
@@ -130,7 +130,7 @@ bool pass_merge_loops(const graph_node *root, pass_merged *out) {
   g->n = 1;
   int first[KILN_MAX_DIMS];
   int64_t sizes[KILN_MAX_DIMS];
-  int n_loops = collect(g, root, root) ? plan(g, first, sizes) : root->ndim;
+  int n_loops = collect(p, g, root, root) ? plan(g, first, sizes) : root->ndim;
   if (n_loops == root->ndim || root->numel == 0) {
     free(g);
     return false;
@@ -149,7 +149,7 @@ bool pass_merge_loops(const graph_node *root, pass_merged *out) {
     for (int i = 0; i < c->n_inputs; i++) {
       merge_view(&c->inputs[i].view, n_loops, first, sizes, root->ndim);
       int at = find(g, c->inputs[i].node);
-      if (at >= 0 && !c->inputs[i].node->buffer && c->inputs[i].node->fused) c->inputs[i].node = &copies[at];
+      if (at >= 0 && pass_fused(p, c->inputs[i].node)) c->inputs[i].node = &copies[at];
     }
   }
   out->root = &copies[0];

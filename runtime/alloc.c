@@ -61,13 +61,14 @@ static int64_t limit(void) {
 }
 
 /* KILN_HUGEPAGES=0 leaves large blocks on the system's default pages. */
+static int64_t read_huge_pages(void) {
+  const char *e = getenv("KILN_HUGEPAGES");
+  return !(e && strcmp(e, "0") == 0);
+}
+
 static bool huge_pages(void) {
-  static int on = -1; /* a benign race: every thread computes the same value */
-  if (on < 0) {
-    const char *e = getenv("KILN_HUGEPAGES");
-    on = !(e && strcmp(e, "0") == 0);
-  }
-  return on;
+  static atomic_int_fast64_t on = GRAPH_ENV_UNREAD;
+  return graph_env_once(&on, read_huge_pages);
 }
 
 /* 2 MiB-aligned anonymous mapping of cls bytes, advised for huge pages. */

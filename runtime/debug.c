@@ -10,13 +10,14 @@
 
 #include "runtime.h"
 
+static int64_t read_level(void) {
+  const char *e = getenv("KILN_DEBUG");
+  return e ? atoi(e) : 0;
+}
+
 int rt_debug_level(void) {
-  static int level = -1;
-  if (level < 0) {
-    const char *e = getenv("KILN_DEBUG");
-    level = e ? atoi(e) : 0;
-  }
-  return level;
+  static atomic_int_fast64_t level = GRAPH_ENV_UNREAD;
+  return (int)graph_env_once(&level, read_level);
 }
 
 const char *rt_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes) {
@@ -39,32 +40,32 @@ void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes
 
 /* Appends the ops fused below n (inputs first) to the line; seen[] keeps
  * a node shared by two producers from being listed twice. */
-static void list_fused(const graph_node *n, const graph_node **seen, int *n_seen, int max_seen) {
+static void list_fused(const pass_plan *p, const graph_node *n, const graph_node **seen, int *n_seen, int max_seen) {
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
-    if (in->buffer || !in->fused) continue;
+    if (!pass_fused(p, in)) continue;
     bool dup = false;
     for (int s = 0; s < *n_seen && !dup; s++) dup = seen[s] == in;
     if (dup || *n_seen == max_seen) continue;
     seen[(*n_seen)++] = in;
-    list_fused(in, seen, n_seen, max_seen);
+    list_fused(p, in, seen, n_seen, max_seen);
     fprintf(stderr, " %s", graph_ops[in->op].name);
   }
 }
 
-void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
-  int kernels = 0, externs = 0;
+void rt_debug_schedule(const pass_plan *p, bool cache_hit) {
+  int kernels = 0, externs = 0, n = p->n;
   for (int i = 0; i < n; i++) {
-    const graph_node *x = order[i];
-    if (x->buffer || x->fused || x->store_host) continue;
+    const graph_node *x = p->order[i];
+    if (!pass_is_kernel_root(p, i)) continue;
     if (graph_ops[x->op].kind == GRAPH_EXTERN) externs++;
     else kernels++;
   }
   fprintf(stderr, "kiln: schedule: %d pending nodes -> %d kernels, %d library calls%s\n", n, kernels, externs,
           cache_hit ? " (schedule cache hit)" : "");
   for (int i = 0; i < n; i++) {
-    const graph_node *x = order[i];
-    if (x->buffer || x->fused || x->store_host) continue;
+    const graph_node *x = p->order[i];
+    if (!pass_is_kernel_root(p, i)) continue;
     char shape[160];
     fprintf(stderr, "kiln:   %3d %-10s %-5s %s", i, graph_ops[x->op].name, graph_dtypes[x->dtype].name,
             rt_fmt_sizes(shape, sizeof shape, x->ndim, x->sizes));
@@ -72,12 +73,12 @@ void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit) {
     int n_seen = 0;
     if (graph_ops[x->op].kind != GRAPH_EXTERN) {
       fprintf(stderr, "  fuses:");
-      list_fused(x, seen, &n_seen, 64);
+      list_fused(p, x, seen, &n_seen, 64);
       if (!n_seen) fprintf(stderr, " -");
     }
-    if (x->stores) fprintf(stderr, "  stores:");
-    for (const graph_node *s = x->stores; s; s = s->store_next)
-      fprintf(stderr, " %s@%d", graph_ops[s->op].name, s->sched_pos);
+    if (p->e[i].stores >= 0) fprintf(stderr, "  stores:");
+    for (int s = p->e[i].stores; s >= 0; s = p->e[s].store_next)
+      fprintf(stderr, " %s@%d", graph_ops[p->order[s]->op].name, s);
     fprintf(stderr, "\n");
   }
 }

@@ -43,12 +43,13 @@ static bool check_enabled(void) {
   int e = __atomic_load_n(&enabled, __ATOMIC_ACQUIRE);
   if (e >= 0) return e;
   pthread_mutex_lock(&check_lock);
-  if (enabled < 0) {
+  e = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
+  if (e < 0) {
     const char *v = getenv("KILN_CUDA_CHECK");
-    enabled = v && *v && strcmp(v, "0") != 0;
-    if (enabled) atexit(print_summary);
+    e = v && *v && strcmp(v, "0") != 0;
+    if (e) atexit(print_summary);
+    __atomic_store_n(&enabled, e, __ATOMIC_RELEASE);
   }
-  e = enabled;
   pthread_mutex_unlock(&check_lock);
   return e;
 }

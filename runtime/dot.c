@@ -22,13 +22,13 @@
 #include "runtime.h"
 
 /* A node is in the schedule when it is pending and not an inlined source. */
-static bool scheduled(const graph_node *n) { return !n->buffer && !pass_is_inlined(n); }
+static bool scheduled(const pass_plan *p, const graph_node *n) { return !n->buffer && pass_pos(p, n) >= 0; }
 
-static void node_id(char *buf, size_t len, const graph_node *n, int kernel) {
-  if (!scheduled(n) && kernel >= 0) snprintf(buf, len, "k%d_p%p", kernel, (const void *)n);
-  else if (!scheduled(n)) snprintf(buf, len, "p%p", (const void *)n);
-  else if (kernel >= 0) snprintf(buf, len, "k%d_n%d", kernel, n->sched_pos);
-  else snprintf(buf, len, "n%d", n->sched_pos);
+static void node_id(const pass_plan *p, char *buf, size_t len, const graph_node *n, int kernel) {
+  if (!scheduled(p, n) && kernel >= 0) snprintf(buf, len, "k%d_p%p", kernel, (const void *)n);
+  else if (!scheduled(p, n)) snprintf(buf, len, "p%p", (const void *)n);
+  else if (kernel >= 0) snprintf(buf, len, "k%d_n%d", kernel, pass_pos(p, n));
+  else snprintf(buf, len, "n%d", pass_pos(p, n));
 }
 
 static void shape(FILE *f, int ndim, const int64_t *sizes) {
@@ -63,16 +63,16 @@ static void edge(FILE *f, const char *src, const char *dst, const graph_node *in
 
 /* -------------------------------------------------- before the passes */
 
-static void write_before(FILE *f, graph_node *const *order, int n) {
+static void write_before(FILE *f, const pass_plan *p) {
   char id[64], src[64];
-  for (int i = 0; i < n; i++) {
-    graph_node *x = order[i];
-    node_id(id, sizeof id, x, -1);
+  for (int i = 0; i < p->n; i++) {
+    graph_node *x = p->order[i];
+    node_id(p, id, sizeof id, x, -1);
     declare(f, x, id);
     for (int j = 0; j < x->n_inputs; j++) {
       const graph_node *in = x->inputs[j].node;
-      node_id(src, sizeof src, in, -1);
-      if (!scheduled(in)) declare(f, in, src); /* repeats are harmless in DOT */
+      node_id(p, src, sizeof src, in, -1);
+      if (!scheduled(p, in)) declare(f, in, src); /* repeats are harmless in DOT */
       edge(f, src, id, in, &x->inputs[j].view);
     }
   }
@@ -80,11 +80,14 @@ static void write_before(FILE *f, graph_node *const *order, int n) {
 
 /* --------------------------------------------------- after the passes */
 
-static bool inside(const graph_node *in) { return !in->buffer && (in->fused || pass_is_inlined(in)); }
+static bool inside(const pass_plan *p, const graph_node *in) {
+  return !in->buffer && (pass_fused(p, in) || pass_is_inlined(in));
+}
 
 /* A kernel of the fused graph: its root (at schedule position k) and the
  * producers fused into it, each listed once. */
 typedef struct dot_kernel {
+  const pass_plan *p;
   int k;
   const graph_node *members[256];
   int n_members;
@@ -94,7 +97,7 @@ static void gather(dot_kernel *g, const graph_node *x) {
   if (graph_ops[x->op].kind == GRAPH_EXTERN) return; /* a library call reads buffers */
   for (int j = 0; j < x->n_inputs; j++) {
     const graph_node *in = x->inputs[j].node;
-    if (!inside(in)) continue;
+    if (!inside(g->p, in)) continue;
     bool seen = false;
     for (int d = 0; d < g->n_members && !seen; d++) seen = g->members[d] == in;
     if (seen || g->n_members == 256) continue;
@@ -108,18 +111,18 @@ static void gather(dot_kernel *g, const graph_node *x) {
  * DOT does not pull them into the cluster. */
 static void write_edges(FILE *f, const dot_kernel *g, const graph_node *x, bool is_root) {
   char id[64], src[64];
-  node_id(id, sizeof id, x, is_root ? -1 : g->k);
+  node_id(g->p, id, sizeof id, x, is_root ? -1 : g->k);
   for (int j = 0; j < x->n_inputs; j++) {
     const graph_node *in = x->inputs[j].node;
-    bool member = graph_ops[x->op].kind != GRAPH_EXTERN && inside(in);
-    node_id(src, sizeof src, in, member ? g->k : -1);
-    if (!member && !scheduled(in)) declare(f, in, src);
+    bool member = graph_ops[x->op].kind != GRAPH_EXTERN && inside(g->p, in);
+    node_id(g->p, src, sizeof src, in, member ? g->k : -1);
+    if (!member && !scheduled(g->p, in)) declare(f, in, src);
     edge(f, src, id, in, &x->inputs[j].view);
   }
 }
 
 /* The cluster label: the kernel's name as lowering gives it. */
-static void kernel_label(FILE *f, const graph_node *x) {
+static void kernel_label(FILE *f, const pass_plan *p, const graph_node *x) {
   if (graph_ops[x->op].kind == GRAPH_EXTERN) {
     fprintf(f, "library call (%s)", graph_ops[x->op].name);
     return;
@@ -127,7 +130,7 @@ static void kernel_label(FILE *f, const graph_node *x) {
   kir_kernel k;
   pass_binding b;
   char err[256];
-  if (pass_lower_node(x, false, &k, &b, err, sizeof err) == KILN_OK) {
+  if (pass_lower_node(p, x, false, &k, &b, err, sizeof err) == KILN_OK) {
     fprintf(f, "%s", k.name);
     kir_free(&k);
   } else {
@@ -137,62 +140,60 @@ static void kernel_label(FILE *f, const graph_node *x) {
 
 /* The members of the kernel rooted at x (position i): its producers and,
  * for a multi-output kernel, the results it also stores and theirs. */
-static void gather_kernel(dot_kernel *g, int i, const graph_node *x) {
-  *g = (dot_kernel){.k = i};
-  gather(g, x);
-  for (const graph_node *s = x->stores; s; s = s->store_next) gather(g, s);
+static void gather_kernel(dot_kernel *g, const pass_plan *p, int i) {
+  *g = (dot_kernel){.p = p, .k = i};
+  gather(g, p->order[i]);
+  for (int s = p->e[i].stores; s >= 0; s = p->e[s].store_next) gather(g, p->order[s]);
 }
 
 /* Clusters first (only their nodes inside them), then every edge at the
  * top level: a node an edge names inside a cluster would join it. A
  * result a multi-output kernel stores is drawn inside that kernel under
  * its own id (no other kernel computes it). */
-static void write_after(FILE *f, graph_node *const *order, int n) {
+static void write_after(FILE *f, const pass_plan *p) {
   char id[64];
   dot_kernel g;
-  for (int i = 0; i < n; i++) {
-    graph_node *x = order[i];
-    if (x->fused || x->store_host) continue;
+  for (int i = 0; i < p->n; i++) {
+    graph_node *x = p->order[i];
+    if (!pass_is_kernel_root(p, i)) continue;
     fprintf(f, "  subgraph cluster_%d {\n  label=\"", i);
-    kernel_label(f, x);
+    kernel_label(f, p, x);
     fprintf(f, "\";\n  style=rounded; color=\"#4070c0\";\n");
-    gather_kernel(&g, i, x);
-    node_id(id, sizeof id, x, -1);
+    gather_kernel(&g, p, i);
+    node_id(p, id, sizeof id, x, -1);
     declare(f, x, id);
-    for (const graph_node *s = x->stores; s; s = s->store_next) {
-      node_id(id, sizeof id, s, -1);
-      declare(f, s, id);
+    for (int s = p->e[i].stores; s >= 0; s = p->e[s].store_next) {
+      node_id(p, id, sizeof id, p->order[s], -1);
+      declare(f, p->order[s], id);
     }
     for (int m = 0; m < g.n_members; m++) {
-      node_id(id, sizeof id, g.members[m], i);
+      node_id(p, id, sizeof id, g.members[m], i);
       declare(f, g.members[m], id);
     }
     fprintf(f, "  }\n");
   }
-  for (int i = 0; i < n; i++) {
-    graph_node *x = order[i];
-    if (x->fused || x->store_host) continue;
-    gather_kernel(&g, i, x);
-    write_edges(f, &g, x, true);
-    for (const graph_node *s = x->stores; s; s = s->store_next) write_edges(f, &g, s, true);
+  for (int i = 0; i < p->n; i++) {
+    if (!pass_is_kernel_root(p, i)) continue;
+    gather_kernel(&g, p, i);
+    write_edges(f, &g, p->order[i], true);
+    for (int s = p->e[i].stores; s >= 0; s = p->e[s].store_next) write_edges(f, &g, p->order[s], true);
     for (int m = 0; m < g.n_members; m++) write_edges(f, &g, g.members[m], false);
   }
 }
 
 int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, char *err, size_t errlen) {
-  graph_node **order = NULL;
-  int n_order = 0;
-  int st = rt_plan(roots, n, after_passes, &order, &n_order);
+  pass_plan p;
+  int st = rt_plan(roots, n, after_passes, &p);
   if (st != KILN_OK) {
     snprintf(err, errlen, "out of memory planning %d tensors", n);
     return st;
   }
-  fprintf(f, "digraph kiln {\n  label=\"kiln: %d pending nodes, %s\";\n  labelloc=t;\n", n_order,
+  fprintf(f, "digraph kiln {\n  label=\"kiln: %d pending nodes, %s\";\n  labelloc=t;\n", p.n,
           after_passes ? "after the passes (clusters are kernels)" : "before the passes");
   fprintf(f, "  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
-  if (after_passes) write_after(f, order, n_order);
-  else write_before(f, order, n_order);
+  if (after_passes) write_after(f, &p);
+  else write_before(f, &p);
   fprintf(f, "}\n");
-  free(order);
+  pass_plan_free(&p);
   return KILN_OK;
 }

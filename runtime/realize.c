@@ -29,109 +29,44 @@
 #include "pool.h"
 #include "runtime.h"
 
-static int sched_epoch;
-
 /* KILN_FUSE=0 runs one kernel per node (read once; tests may override). */
-static int fusion = -1;
+static atomic_int_fast64_t fusion = GRAPH_ENV_UNREAD;
 
-void rt_set_fusion(int enabled) { fusion = enabled; }
-
-static bool fusion_enabled(void) {
-  if (fusion < 0) {
-    const char *e = getenv("KILN_FUSE");
-    fusion = !(e && strcmp(e, "0") == 0);
-  }
-  return fusion;
+void rt_set_fusion(int enabled) {
+  atomic_store_explicit(&fusion, enabled < 0 ? GRAPH_ENV_UNREAD : enabled, memory_order_relaxed);
 }
 
-
-typedef struct node_list {
-  graph_node **items;
-  int n, cap;
-} node_list;
-
-static bool list_push(node_list *l, graph_node *x) {
-  if (l->n == l->cap) {
-    int cap = l->cap ? l->cap * 2 : 64;
-    graph_node **items = realloc(l->items, sizeof *items * (size_t)cap);
-    if (!items) return false;
-    l->items = items;
-    l->cap = cap;
-  }
-  l->items[l->n++] = x;
-  return true;
+static int64_t read_fusion(void) {
+  const char *e = getenv("KILN_FUSE");
+  return !(e && strcmp(e, "0") == 0);
 }
 
-/* Pending inputs this node needs realized before its kernel runs. */
-static bool needs(const graph_node *in) { return in && !in->buffer && !pass_is_inlined(in); }
+static bool fusion_enabled(void) { return graph_env_once(&fusion, read_fusion); }
 
-/* Iterative post-order DFS from the roots: `order` receives each pending
- * node after all the pending nodes it reads. */
-static bool collect(graph_node *const *roots, int n, node_list *order) {
-  node_list stack = {0};
-  int epoch = ++sched_epoch;
-  bool ok = true;
-  for (int r = 0; r < n && ok; r++) {
-    if (!roots[r] || roots[r]->buffer || roots[r]->sched_mark == epoch) continue;
-    roots[r]->sched_mark = epoch;
-    ok = list_push(&stack, roots[r]);
-    while (ok && stack.n > 0) {
-      graph_node *top = stack.items[stack.n - 1];
-      graph_node *next = NULL;
-      for (int i = 0; i < top->n_inputs && !next; i++) {
-        graph_node *in = top->inputs[i].node;
-        if (needs(in) && in->sched_mark != epoch) next = in;
-      }
-      if (next) {
-        next->sched_mark = epoch;
-        ok = list_push(&stack, next);
-      } else {
-        stack.n--;
-        ok = list_push(order, top);
-      }
-    }
-  }
-  free(stack.items);
-  return ok;
-}
 
-static void number(node_list *order) {
-  for (int i = 0; i < order->n; i++) order->items[i]->sched_pos = i;
-}
-
-/* Simplifies a collected order (with fusion on); when that changed the
- * graph, collects it again, so dead nodes drop out, renumbers the
- * positions (node->sched_pos) and returns true. */
-static bool simplify(graph_node *const *roots, int n, node_list *order, bool *oom) {
+/* Simplifies a collected plan (with fusion on); when that changed the
+ * graph, collects it again (under a new plan id), so dead nodes drop out,
+ * and returns true. */
+static bool simplify(graph_node *const *roots, int n, pass_plan *p, bool *oom) {
   graph_node **dropped = NULL;
-  int n_dropped = fusion_enabled() ? pass_simplify(order->items, order->n, roots, n, &dropped) : 0;
+  int n_dropped = fusion_enabled() ? pass_simplify(p, roots, n, &dropped) : 0;
   if (n_dropped > 0) {
-    order->n = 0;
-    *oom = !collect(roots, n, order);
-    for (int i = 0; i < n_dropped; i++) graph_node_release(dropped[i]); /* none is in the new order */
-    number(order);
+    *oom = !pass_plan_collect(p, roots, n);
+    for (int i = 0; i < n_dropped; i++) graph_node_release(dropped[i]); /* none is in the new plan */
   }
   free(dropped);
   return n_dropped > 0;
 }
 
-/* The schedule of a request: the pending nodes in post-order, simplified. */
-static bool schedule(graph_node *const *roots, int n, node_list *order) {
-  bool oom = !collect(roots, n, order);
-  if (!oom) simplify(roots, n, order, &oom);
-  return !oom;
-}
-
-int rt_plan(graph_node *const *roots, int n, bool passes, graph_node ***order, int *n_order) {
-  node_list l = {0};
-  if (!(passes ? schedule(roots, n, &l) : collect(roots, n, &l))) {
-    free(l.items);
+int rt_plan(graph_node *const *roots, int n, bool passes, pass_plan *p) {
+  *p = (pass_plan){0};
+  bool oom = !pass_plan_collect(p, roots, n);
+  if (!oom && passes) simplify(roots, n, p, &oom);
+  if (oom) {
+    pass_plan_free(p);
     return KILN_ERR_OOM;
   }
-  number(&l);
-  if (passes) pass_fuse(l.items, l.n, roots, n, fusion_enabled());
-  *order = l.items;
-  *n_order = l.n;
+  if (passes) pass_fuse(p, roots, n, fusion_enabled());
   return KILN_OK;
 }
 
@@ -265,7 +200,7 @@ static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const
 typedef struct compile_job compile_job;
 
 typedef struct sched_run {
-  graph_node *const *order;
+  pass_plan *plan;
   bool cacheable;
   const rt_schedule *cached;
   rt_sched_kernel *kernels; /* lowered this run, for the cache */
@@ -273,6 +208,8 @@ typedef struct sched_run {
   compile_job *jobs; /* kernels lowered and compiled before the run */
   int n_jobs;
   int *job_at;       /* [order size]: index into jobs, or -1 */
+  bool fell_back;    /* a lowering fallback realized nodes of the plan */
+  int status;        /* a KILN_DEBUG_CACHE mismatch (KILN_ERR_COMPILE), else KILN_OK */
 } sched_run;
 
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
@@ -282,12 +219,16 @@ static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, s
  * run as kernels of their own first, then n is lowered alone. */
 static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
                        size_t errlen) {
+  const pass_plan *p = run->plan;
   graph_node *stored[PASS_MAX_OUTPUTS];
-  int n_stored = 0;
-  for (graph_node *s = n->stores; s && n_stored < PASS_MAX_OUTPUTS; s = s->store_next) stored[n_stored++] = s;
+  int n_stored = 0, at = pass_pos(p, n);
+  for (int s = p->e[at].stores; s >= 0 && n_stored < PASS_MAX_OUTPUTS; s = p->e[s].store_next)
+    stored[n_stored++] = p->order[s];
   run->cacheable = false;
-  pass_unstore(n);
+  run->fell_back = true;
+  pass_unstore(run->plan, n);
   int st = rt_realize(stored, n_stored, err, errlen);
+  pass_plan_remark(run->plan); /* the nested force collected some of our nodes */
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
@@ -295,17 +236,20 @@ static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding
  * inputs (they run as kernels of their own first) and is lowered again. */
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
                  size_t errlen) {
-  int st = pass_lower_node(n, in_place, k, b, err, errlen);
+  pass_plan *p = run->plan;
+  int st = pass_lower_node(p, n, in_place, k, b, err, errlen);
   if (st != KILN_ERR_UNSUPPORTED) return st;
-  if (n->stores) return lower_alone(n, in_place, k, b, run, err, errlen);
+  if (p->e[pass_pos(p, n)].stores >= 0) return lower_alone(n, in_place, k, b, run, err, errlen);
   bool had_fused = false;
-  for (int i = 0; i < n->n_inputs; i++) had_fused |= !n->inputs[i].node->buffer && n->inputs[i].node->fused;
+  for (int i = 0; i < n->n_inputs; i++) had_fused |= pass_fused(p, n->inputs[i].node);
   if (!had_fused) return st;
   run->cacheable = false;
-  pass_unfuse_inputs(n);
+  run->fell_back = true;
+  pass_unfuse_inputs(p, n);
   graph_node *inputs[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;
   st = rt_realize(inputs, n->n_inputs, err, errlen);
+  pass_plan_remark(p); /* the nested force collected some of our nodes */
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
@@ -414,8 +358,9 @@ static bool is_transfer(const graph_node *n) {
          v->offset == 0 && graph_view_is_contiguous(v);
 }
 
-static bool needs_kernel(const graph_node *x) {
-  return !x->buffer && !x->fused && !x->store_host && graph_ops[x->op].kind != GRAPH_EXTERN && !is_transfer(x);
+static bool needs_kernel(const pass_plan *p, int i) {
+  const graph_node *x = p->order[i];
+  return pass_is_kernel_root(p, i) && graph_ops[x->op].kind != GRAPH_EXTERN && !is_transfer(x);
 }
 
 /* Lowers every kernel of a schedule whose structure is new and compiles
@@ -425,7 +370,7 @@ static bool needs_kernel(const graph_node *x) {
  * left out; nothing here is required for correctness. */
 static void prefetch(sched_run *run, int n) {
   int count = 0;
-  for (int i = 0; i < n; i++) count += needs_kernel(run->order[i]);
+  for (int i = 0; i < n; i++) count += needs_kernel(run->plan, i);
   if (count < 2 || rt_pool_threads() < 2 || rt_debug_level() >= 3) return;
   run->jobs = malloc(sizeof *run->jobs * (size_t)count);
   run->job_at = malloc(sizeof *run->job_at * (size_t)n);
@@ -433,12 +378,12 @@ static void prefetch(sched_run *run, int n) {
   int n_jobs = 0;
   char err[512];
   for (int i = 0; i < n; i++) {
-    graph_node *x = run->order[i];
+    graph_node *x = run->plan->order[i];
     run->job_at[i] = -1;
-    if (!needs_kernel(x)) continue;
+    if (!needs_kernel(run->plan, i)) continue;
     compile_job *j = &run->jobs[n_jobs];
     bool in_place = can_write_in_place(x);
-    if (pass_lower_node(x, in_place, &j->k, &j->rk.k.binding, err, sizeof err) != KILN_OK) continue;
+    if (pass_lower_node(run->plan, x, in_place, &j->k, &j->rk.k.binding, err, sizeof err) != KILN_OK) continue;
     describe(x, &j->k, i, in_place, &j->rk);
     j->status = KILN_ERR_UNSUPPORTED;
     run->job_at[i] = n_jobs++;
@@ -451,24 +396,29 @@ static void prefetch(sched_run *run, int n) {
   run->n_jobs = n_jobs;
 }
 
-/* The prefetched kernel for n, when it compiled and its in-place
- * decision still holds. */
+/* The prefetched kernel for n, when it compiled, its in-place decision
+ * still holds and no fallback ran since (a fallback realizes nodes, which
+ * then drop their inputs: bindings made before may name freed nodes). */
 static bool from_prefetch(graph_node *n, int pos, sched_run *run, ready_kernel *rk) {
-  int j = run->job_at ? run->job_at[pos] : -1;
+  int j = run->job_at && !run->fell_back ? run->job_at[pos] : -1;
   if (j < 0 || run->jobs[j].status != KILN_OK || run->jobs[j].rk.k.in_place != can_write_in_place(n)) return false;
   *rk = run->jobs[j].rk;
   remember(run, &rk->k);
   return true;
 }
 
-/* The cached kernel for n when the in-place decision still matches. */
-static bool from_cache(graph_node *n, int pos, sched_run *run, ready_kernel *rk) {
-  const rt_sched_kernel *ck = run->cached ? rt_schedule_kernel(run->cached, pos) : NULL;
+/* The cached kernel for n when the in-place decision still matches and
+ * no fallback ran since (the cached bindings are rebound through the
+ * inputs of the plan's nodes, which a realized node no longer has). With
+ * KILN_DEBUG_CACHE=1 the kernel is also lowered again and compared. */
+static bool from_cache(graph_node *n, int pos, sched_run *run, ready_kernel *rk, char *err, size_t errlen) {
+  const rt_sched_kernel *ck = run->cached && !run->fell_back ? rt_schedule_kernel(run->cached, pos) : NULL;
   if (!ck || ck->in_place != can_write_in_place(n)) return false;
   rk->k = *ck;
-  pass_rebind(&rk->k.binding, run->order);
+  pass_rebind(&rk->k.binding, run->plan->order);
   rk->hit = true;
   rk->compile_ns = 0;
+  if (rt_debug_cache()) run->status = rt_check_cached_kernel(run->plan, n, &rk->k, err, errlen);
   return true;
 }
 
@@ -532,14 +482,15 @@ static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
   if (st == KILN_OK) st = bind_args(n, &rk->k.binding, out, outs, &a, err, errlen);
   static _Thread_local rt_pool_span spans[RT_POOL_MAX_THREADS];
   int n_spans = 0, threads = 1;
-  int64_t t0 = rt_now_ns(), t1 = t0;
+  bool timed = rt_debug_level() >= 1 || rt_profiling(); /* else no clock is read */
+  int64_t t0 = timed ? rt_now_ns() : 0, t1 = t0;
   if (st == KILN_OK && rk->k.on_device) {
     int64_t ns = 0;
     st = launch_on_device(&rk->k, out, outs, &a, &ns, err, errlen);
     t1 = t0 + ns;
   } else if (st == KILN_OK) {
     threads = run_kernel(n, &rk->k, a.bufs, rt_profiling() ? spans : NULL, &n_spans);
-    t1 = rt_now_ns();
+    t1 = timed ? rt_now_ns() : 0;
   }
   release_args(&a, rk->k.binding.n_inputs);
   if (st != KILN_OK) {
@@ -547,7 +498,7 @@ static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
     for (int j = 0; j < n_outs; j++) graph_buffer_release(outs[j]);
     return st;
   }
-  if (rt_debug_level() >= 1 || rt_profiling()) report(n, rk, threads, t0, t1, spans, n_spans);
+  if (timed) report(n, rk, threads, t0, t1, spans, n_spans);
   set_extra_outputs(&rk->k.binding, outs);
   graph_node_set_buffer(n, out);
   return KILN_OK;
@@ -583,11 +534,11 @@ static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t er
   if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
   if (is_transfer(n) && n->inputs[0].node->buffer) return run_transfer(n, err, errlen);
   ready_kernel rk;
-  if (!from_cache(n, pos, run, &rk) && !from_prefetch(n, pos, run, &rk)) {
+  if (!from_cache(n, pos, run, &rk, err, errlen) && !from_prefetch(n, pos, run, &rk)) {
     int st = prepare(n, pos, run, &rk, err, errlen);
     if (st != KILN_OK) return st;
   }
-  return execute(n, &rk, err, errlen);
+  return run->status != KILN_OK ? run->status : execute(n, &rk, err, errlen);
 }
 
 /* rt_realize calls made while a schedule runs (a lowering fallback, an
@@ -599,12 +550,9 @@ static _Thread_local int nesting;
  * printed as it is lowered). */
 static bool use_schedule_cache(void) { return nesting == 0 && rt_debug_level() < 3; }
 
-/* Looks the collected order up in the schedule cache (run->cached). */
-static const unsigned char *find_schedule(graph_node *const *nodes, int n, const node_list *order, sched_run *run,
-                                          size_t *key_len) {
-  int order_epoch = sched_epoch;
-  const unsigned char *key =
-      rt_schedule_key(order->items, order->n, nodes, n, fusion_enabled(), order_epoch, ++sched_epoch, key_len);
+/* Looks the plan up in the schedule cache (run->cached). */
+static const unsigned char *find_schedule(graph_node *const *nodes, int n, sched_run *run, size_t *key_len) {
+  const unsigned char *key = rt_schedule_key(run->plan, nodes, n, fusion_enabled(), key_len);
   run->cached = key ? rt_schedule_find(key, *key_len) : NULL;
   return key;
 }
@@ -616,63 +564,64 @@ static const unsigned char *find_schedule(graph_node *const *nodes, int n, const
  * alone, except the identities x*1, x/1, x-0 on fill values, which are
  * not in the key and compute the same values unrewritten. On a miss the
  * graph is simplified and, when that changed it, looked up again. */
-static bool plan(graph_node *const *nodes, int n, node_list *order, sched_run *run, const unsigned char **key,
-                 size_t *key_len) {
-  if (!collect(nodes, n, order)) return false;
-  number(order);
-  if (run->cacheable) *key = find_schedule(nodes, n, order, run, key_len);
+static bool plan(graph_node *const *nodes, int n, sched_run *run, const unsigned char **key, size_t *key_len) {
+  if (!pass_plan_collect(run->plan, nodes, n)) return false;
+  if (run->cacheable) *key = find_schedule(nodes, n, run, key_len);
   if (run->cached) {
     run->cacheable = false; /* nothing new to cache */
     return true;
   }
   bool oom = false;
-  if (simplify(nodes, n, order, &oom) && run->cacheable && !oom) *key = find_schedule(nodes, n, order, run, key_len);
+  if (simplify(nodes, n, run->plan, &oom) && run->cacheable && !oom) *key = find_schedule(nodes, n, run, key_len);
   run->cacheable = run->cacheable && *key && !run->cached;
   return !oom;
+}
+
+/* Fusion decisions: the cached schedule's, or pass_fuse's (then kept in
+ * *decided for the cache, before running frees nodes). */
+static void decide(graph_node *const *nodes, int n, sched_run *run, rt_decision **decided, char *err, size_t errlen) {
+  pass_plan *p = run->plan;
+  if (run->cached) {
+    rt_schedule_apply(run->cached, p);
+    if (rt_debug_cache()) run->status = rt_check_cached_decisions(run->cached, p, nodes, n, fusion_enabled(), err, errlen);
+    return;
+  }
+  pass_fuse(p, nodes, n, fusion_enabled());
+  *decided = run->cacheable ? malloc(sizeof **decided * (size_t)(p->n ? p->n : 1)) : NULL;
+  if (*decided) rt_decisions_get(p, *decided);
+  run->cacheable = *decided != NULL;
+  prefetch(run, p->n);
 }
 
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   int ready = rt_backend_ready(err, errlen);
   if (ready != KILN_OK) return ready;
   rt_alloc_install();
-  node_list order = {0};
-  sched_run run = {.cacheable = use_schedule_cache()};
+  pass_plan p = {0};
+  sched_run run = {.plan = &p, .cacheable = use_schedule_cache()};
   size_t key_len = 0;
   const unsigned char *key = NULL;
-  if (!plan(nodes, n, &order, &run, &key, &key_len)) {
-    free(order.items);
+  if (!plan(nodes, n, &run, &key, &key_len)) {
+    pass_plan_free(&p);
     snprintf(err, errlen, "out of memory scheduling %d nodes", n);
     return KILN_ERR_OOM;
   }
-  run.order = order.items;
   /* No retains needed: running a node drops only its inputs, which come
    * earlier in post-order; every node still to run is held by a consumer
    * still to run or by a root (held by the caller). */
-  rt_decision *decided = NULL; /* the decisions, kept before running frees nodes */
-  if (run.cached) {
-    rt_schedule_apply(run.cached, order.items);
-  } else {
-    pass_fuse(order.items, order.n, nodes, n, fusion_enabled());
-    decided = run.cacheable ? malloc(sizeof *decided * (size_t)(order.n ? order.n : 1)) : NULL;
-    if (decided) rt_decisions_get(order.items, order.n, decided);
-    run.cacheable = decided != NULL;
-    prefetch(&run, order.n);
-  }
-  if (rt_debug_level() >= 2) rt_debug_schedule(order.items, order.n, run.cached != NULL);
-  int st = KILN_OK;
+  rt_decision *decided = NULL;
+  decide(nodes, n, &run, &decided, err, errlen);
+  if (rt_debug_level() >= 2) rt_debug_schedule(&p, run.cached != NULL);
+  int st = run.status;
   nesting++;
-  for (int i = 0; i < order.n && st == KILN_OK; i++) {
-    graph_node *x = order.items[i];
-    if (!x->buffer && !x->fused && !x->store_host) st = run_node(x, i, &run, err, errlen);
-  }
+  for (int i = 0; i < p.n && st == KILN_OK; i++)
+    if (pass_is_kernel_root(&p, i)) st = run_node(p.order[i], i, &run, err, errlen);
   nesting--;
-  if (st == KILN_OK && run.cacheable) {
-    rt_schedule_insert(key, key_len, decided, order.n, run.kernels, run.n_kernels);
-  }
+  if (st == KILN_OK && run.cacheable) rt_schedule_insert(key, key_len, decided, p.n, run.kernels, run.n_kernels);
   free(decided);
   free(run.jobs);
   free(run.job_at);
   free(run.kernels);
-  free(order.items);
+  pass_plan_free(&p);
   return st;
 }

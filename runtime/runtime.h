@@ -40,12 +40,12 @@ void rt_backend_reset(void);
  *  err. Returns KILN_OK or a negative kiln_status. */
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen);
 
-/** The pending nodes roots [n] need, in post-order (producers first), as
- *  rt_realize schedules them: with `passes`, after the simplifier and the
- *  fusion pass (node->fused then says which nodes their readers' kernels
- *  compute). Sets node->sched_pos. Nothing runs; *order is malloc'ed
- *  (caller frees). KILN_OK or KILN_ERR_OOM. */
-int rt_plan(graph_node *const *roots, int n, bool passes, graph_node ***order, int *n_order);
+/** The plan of the pending nodes roots [n] need, in post-order (producers
+ *  first), as rt_realize schedules them: with `passes`, after the
+ *  simplifier and the fusion pass (the plan then says which nodes their
+ *  readers' kernels compute). Nothing runs; free *p with pass_plan_free.
+ *  KILN_OK or KILN_ERR_OOM (nothing to free). */
+int rt_plan(graph_node *const *roots, int n, bool passes, pass_plan *p);
 /** Writes the graph of pending work roots [n] need as Graphviz DOT to f,
  *  before or after the passes (see dot.c). */
 int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, char *err, size_t errlen);
@@ -63,6 +63,12 @@ int64_t rt_compile_count(void);
 /** Fusion on (1) or off (0: one kernel per node), overriding KILN_FUSE;
  *  -1 goes back to the environment's choice. For tests. */
 void rt_set_fusion(int enabled);
+/** KILN_DEBUG_CACHE=1: every schedule-cache hit is checked against a
+ *  fresh fusion pass and a fresh lowering of each kernel (cache_check.c);
+ *  a difference fails the force with KILN_ERR_COMPILE. */
+bool rt_debug_cache(void);
+/** 1 turns the check on, 0 off, -1 goes back to KILN_DEBUG_CACHE. */
+void rt_set_debug_cache(int enabled);
 /* ---- KILN_DEBUG output (debug.c) ---- */
 /** KILN_DEBUG level (read once from the environment). */
 int rt_debug_level(void);
@@ -70,8 +76,8 @@ int rt_debug_level(void);
 const char *rt_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
 /** Level 1: the line of one kernel run; sizes [ndim] is its output shape. */
 void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes);
-/** Level 2: the schedule of a realize (order [n], fusion decided). */
-void rt_debug_schedule(graph_node *const *order, int n, bool cache_hit);
+/** Level 2: the schedule of a realize (its plan, fusion decided). */
+void rt_debug_schedule(const pass_plan *p, bool cache_hit);
 
 /* ---- schedule cache (schedule.c) ---- */
 /** One kernel of a cached schedule: the node at schedule position `pos`,
@@ -90,12 +96,11 @@ typedef struct rt_sched_kernel {
 
 typedef struct rt_schedule rt_schedule;
 
-/** The key of the schedule `order` [n] (post-order, node->sched_pos set,
- *  sched_mark == order_epoch) for `roots`, in a per-thread buffer valid
- *  until the thread's next call; NULL on OOM. Marks external inputs with
- *  ext_epoch (scratch). */
-const unsigned char *rt_schedule_key(graph_node *const *order, int n, graph_node *const *roots, int n_roots,
-                                     bool fusion, int order_epoch, int ext_epoch, size_t *len);
+/** The key of the schedule of plan p (collected, not yet fused) for
+ *  `roots`, in a per-thread buffer valid until the thread's next call;
+ *  NULL on OOM. Reads the nodes, writes none. */
+const unsigned char *rt_schedule_key(const pass_plan *p, graph_node *const *roots, int n_roots, bool fusion,
+                                     size_t *len);
 /** The cached schedule with this key, or NULL. */
 const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len);
 /** The scheduler's decision for one schedule position: fused into its
@@ -103,21 +108,38 @@ const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len);
  *  (node->store_host), -1 for none. */
 typedef struct rt_decision {
   bool fused;
+  uint8_t n_inputs; /* the node's inputs when it was scheduled: slots are checked against it */
   int32_t host;
 } rt_decision;
 
-/** Fills d [n] from order's nodes (after pass_fuse). */
-void rt_decisions_get(graph_node *const *order, int n, rt_decision *d);
-/** Sets order[i]->fused and the store lists as the cached schedule decided. */
-void rt_schedule_apply(const rt_schedule *s, graph_node *const *order);
+/** Fills d [p->n] from the plan (after pass_fuse). */
+void rt_decisions_get(const pass_plan *p, rt_decision *d);
+/** Sets the plan's fusion and multi-output decisions as the cached
+ *  schedule decided (the plan has the cached schedule's key). */
+void rt_schedule_apply(const rt_schedule *s, pass_plan *p);
+/** The cached decisions (*d, [return value] positions). */
+int rt_schedule_decisions(const rt_schedule *s, const rt_decision **d);
 /** The cached kernel rooted at schedule position pos, or NULL. */
 const rt_sched_kernel *rt_schedule_kernel(const rt_schedule *s, int pos);
 /** Caches a schedule (copies key): decided [n] (the decisions per
- *  position) and the kernels ks [nk] lowered for it. */
+ *  position) and the kernels ks [nk] lowered for it. An entry whose
+ *  positions or binding slots fall outside the schedule is not cached. */
 void rt_schedule_insert(const unsigned char *key, size_t len, const rt_decision *decided, int n,
                         const rt_sched_kernel *ks, int nk);
 /** Schedule-cache hits so far (for tests and benchmarks). */
 int64_t rt_schedule_hits(void);
+
+/* ---- KILN_DEBUG_CACHE checks of schedule-cache hits (cache_check.c) ---- */
+/** Compares the cached decisions (applied to p) with a fresh pass_fuse
+ *  over p (whose result then stays in p). KILN_OK, or KILN_ERR_COMPILE
+ *  naming the first position that differs. */
+int rt_check_cached_decisions(const rt_schedule *s, pass_plan *p, graph_node *const *roots, int n_roots, bool fusion,
+                              char *err, size_t errlen);
+/** Lowers n (position of p) again and compares the kernel (its compiled
+ *  entry point, through the kernel cache) and its binding with k, the
+ *  cached kernel rebound to this force. KILN_OK or KILN_ERR_COMPILE. */
+int rt_check_cached_kernel(const pass_plan *p, const graph_node *n, const rt_sched_kernel *k, char *err,
+                           size_t errlen);
 
 /* ---- CUDA check of CPU kernels (device_check.c) ---- */
 /** What the CUDA check has done since the start (or rt_cuda_check_reset). */

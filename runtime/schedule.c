@@ -5,10 +5,12 @@
  * The key of a schedule is the byte serialization of everything fusion
  * and lowering read: per pending node in post-order its op, dtypes,
  * sizes and attributes, and per input which node it reads (a position in
- * the schedule, or an external node numbered by first use: a realized
+ * the plan, or an external node numbered by first use: a realized
  * buffer, or a pending FULL/ARANGE source) through which view (offset
  * included), and the backend (llvm or cuda-emu) whose entry points it
- * holds. Not in the key: buffer contents and the values of pending
+ * holds. Building the key reads the nodes and writes none: external
+ * nodes are numbered in a table of the key builder's own (they may be
+ * read by other threads' forces at the same time). Not in the key: buffer contents and the values of pending
  * FULL sources, which reach a kernel as arguments.
  *
  * A cached schedule holds the fusion decisions and, per kernel, the
@@ -20,6 +22,7 @@
  * RT_SCHED_MAX_BYTES of entries new schedules are no longer cached.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +45,8 @@ struct rt_schedule {
 static pthread_mutex_t sched_lock = PTHREAD_MUTEX_INITIALIZER;
 static rt_schedule **slots;
 static size_t n_slots, n_used;
-static int64_t cached_bytes, hits;
+static int64_t cached_bytes;
+static atomic_int_fast64_t hits;
 
 /* ------------------------------------------------------------------ key */
 
@@ -116,13 +120,72 @@ static unsigned char *put_view(unsigned char *w, const graph_view *v, const grap
   return put_full_view(put_u8(w, 1), v);
 }
 
-/* An input not in the schedule: numbered by first use (sched_mark =
- * ext_epoch, sched_pos = its number) and described once, with its sizes
- * (a plain view of it refers to them). */
-static unsigned char *external_ref(unsigned char *w, graph_node *in, int ext_epoch, int *n_ext, int32_t *ref) {
-  if (in->sched_mark != ext_epoch) {
-    in->sched_mark = ext_epoch;
-    in->sched_pos = (*n_ext)++;
+/* External inputs (not in the plan) numbered by first use, in an
+ * open-addressing table keyed by node address. */
+typedef struct ext_table {
+  const graph_node **nodes; /* [cap], NULL = free */
+  int32_t *number;          /* [cap] */
+  int cap, n;
+  bool oom;
+} ext_table;
+
+static size_t ext_hash(const graph_node *x, int cap) {
+  uint64_t h = (uint64_t)(uintptr_t)x * UINT64_C(0x9E3779B97F4A7C15);
+  return (size_t)(h >> 32) & (size_t)(cap - 1);
+}
+
+static bool ext_grow(ext_table *t) {
+  int cap = t->cap ? t->cap * 2 : 64;
+  const graph_node **nodes = calloc((size_t)cap, sizeof *nodes);
+  int32_t *number = malloc(sizeof *number * (size_t)cap);
+  if (!nodes || !number) {
+    free(nodes);
+    free(number);
+    return false;
+  }
+  for (int i = 0; i < t->cap; i++) {
+    if (!t->nodes[i]) continue;
+    size_t j = ext_hash(t->nodes[i], cap);
+    while (nodes[j]) j = (j + 1) & (size_t)(cap - 1);
+    nodes[j] = t->nodes[i];
+    number[j] = t->number[i];
+  }
+  free(t->nodes);
+  free(t->number);
+  t->nodes = nodes;
+  t->number = number;
+  t->cap = cap;
+  return true;
+}
+
+/* x's number, or -1 after inserting it as the next one (*fresh). */
+static int32_t ext_find(ext_table *t, const graph_node *x, bool *fresh) {
+  *fresh = false;
+  if ((t->n + 1) * 2 > t->cap && !ext_grow(t)) {
+    t->oom = true;
+    return 0;
+  }
+  size_t j = ext_hash(x, t->cap);
+  for (; t->nodes[j]; j = (j + 1) & (size_t)(t->cap - 1))
+    if (t->nodes[j] == x) return t->number[j];
+  t->nodes[j] = x;
+  t->number[j] = t->n++;
+  *fresh = true;
+  return t->number[j];
+}
+
+static void ext_clear(ext_table *t) {
+  if (t->n) memset(t->nodes, 0, sizeof *t->nodes * (size_t)t->cap);
+  t->n = 0;
+  t->oom = false;
+}
+
+/* An input not in the plan: numbered by first use and described once,
+ * with its sizes (a plain view of it refers to them). */
+static unsigned char *external_ref(unsigned char *w, const graph_node *in, ext_table *ext, int32_t *ref) {
+  bool fresh;
+  int32_t number = ext_find(ext, in, &fresh);
+  if (fresh) {
     w = put_u8(w, in->buffer ? 255 : in->op);
     w = put_u8(w, in->dtype);
     w = put_u8(w, in->device);
@@ -134,7 +197,7 @@ static unsigned char *external_ref(unsigned char *w, graph_node *in, int ext_epo
       w = put(w, &in->attr.scalar2, sizeof(double));
     }
   }
-  *ref = -1 - in->sched_pos;
+  *ref = -1 - number;
   return w;
 }
 
@@ -151,7 +214,7 @@ static unsigned char *put_attrs(unsigned char *w, const graph_node *n) {
   return w;
 }
 
-static void put_node(keybuf *k, graph_node *n, int order_epoch, int ext_epoch, int *n_ext) {
+static void put_node(keybuf *k, const pass_plan *p, const graph_node *n, ext_table *ext) {
   size_t bound = node_bound(n);
   if (k->len + bound > k->cap && !grow_key(k, bound)) return;
   unsigned char *w = k->p + k->len;
@@ -163,9 +226,9 @@ static void put_node(keybuf *k, graph_node *n, int order_epoch, int ext_epoch, i
   w = put_attrs(w, n);
   if (n->op == GRAPH_OP_ASSIGN) w = put_full_view(w, &n->attr.region);
   for (int i = 0; i < n->n_inputs; i++) {
-    graph_node *in = n->inputs[i].node;
-    int32_t ref = in->sched_pos;
-    if (in->sched_mark != order_epoch || in->buffer) w = external_ref(w, in, ext_epoch, n_ext, &ref);
+    const graph_node *in = n->inputs[i].node;
+    int32_t ref = in->buffer ? -1 : pass_pos(p, in);
+    if (ref < 0) w = external_ref(w, in, ext, &ref);
     w = put_i32(w, ref);
     w = put_view(w, &n->inputs[i].view, in);
   }
@@ -173,12 +236,19 @@ static void put_node(keybuf *k, graph_node *n, int order_epoch, int ext_epoch, i
 }
 
 /* The key is built in a per-thread buffer that is kept between forces
- * (no allocation on a hit); rt_schedule_insert copies it. */
+ * (no allocation on a hit), with a per-thread table of external inputs;
+ * rt_schedule_insert copies the key. */
 static _Thread_local keybuf key_buf;
+static _Thread_local ext_table key_ext;
 static pthread_key_t key_owner;
 static pthread_once_t key_owner_once = PTHREAD_ONCE_INIT;
 
-static void free_key_buf(void *p) { free(p); }
+static void free_key_buf(void *p) {
+  free(p);
+  free(key_ext.nodes);
+  free(key_ext.number);
+  key_ext = (ext_table){0};
+}
 static void make_key_owner(void) { pthread_key_create(&key_owner, free_key_buf); }
 
 /* Registers this thread's buffer so it is freed when the thread exits. */
@@ -187,28 +257,25 @@ static void own_key_buf(void) {
   pthread_setspecific(key_owner, key_buf.p);
 }
 
-const unsigned char *rt_schedule_key(graph_node *const *order, int n, graph_node *const *roots, int n_roots,
-                                     bool fusion, int order_epoch, int ext_epoch, size_t *len) {
+const unsigned char *rt_schedule_key(const pass_plan *p, graph_node *const *roots, int n_roots, bool fusion,
+                                     size_t *len) {
   keybuf *k = &key_buf;
   unsigned char *before = k->p;
   k->len = 0;
   k->oom = false;
-  int n_ext = 0;
+  ext_clear(&key_ext);
   size_t head_bytes = 12 + 4 * (size_t)n_roots;
   if (head_bytes > k->cap && !grow_key(k, head_bytes)) return NULL;
-  unsigned char *w = put_i32(k->p, n);
+  unsigned char *w = put_i32(k->p, p->n);
   w = put_i32(w, n_roots);
   w = put_u8(w, fusion);
   w = put_u8(w, rt_backend_is_emu()); /* a schedule holds one backend's entry points */
-  for (int r = 0; r < n_roots; r++) {
-    bool in_order = roots[r] && !roots[r]->buffer && roots[r]->sched_mark == order_epoch;
-    w = put_i32(w, in_order ? roots[r]->sched_pos : -1);
-  }
+  for (int r = 0; r < n_roots; r++) w = put_i32(w, roots[r] && !roots[r]->buffer ? pass_pos(p, roots[r]) : -1);
   k->len = (size_t)(w - k->p);
-  for (int i = 0; i < n; i++) put_node(k, order[i], order_epoch, ext_epoch, &n_ext);
+  for (int i = 0; i < p->n; i++) put_node(k, p, p->order[i], &key_ext);
   if (k->p != before) own_key_buf();
   *len = k->len;
-  return k->oom ? NULL : k->p;
+  return k->oom || key_ext.oom ? NULL : k->p;
 }
 
 /* ---------------------------------------------------------------- table */
@@ -257,28 +324,33 @@ const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len) {
   uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&sched_lock);
   rt_schedule *s = n_slots ? *find_slot(slots, n_slots, h, key, len) : NULL;
-  if (s) hits++;
+  if (s) atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
   pthread_mutex_unlock(&sched_lock);
   return s;
 }
 
-void rt_decisions_get(graph_node *const *order, int n, rt_decision *d) {
-  for (int i = 0; i < n; i++)
-    d[i] = (rt_decision){.fused = order[i]->fused, .host = order[i]->store_host ? order[i]->store_host->sched_pos : -1};
+void rt_decisions_get(const pass_plan *p, rt_decision *d) {
+  for (int i = 0; i < p->n; i++)
+    d[i] = (rt_decision){.fused = p->e[i].fused, .host = p->e[i].host, .n_inputs = (uint8_t)p->order[i]->n_inputs};
 }
 
-void rt_schedule_apply(const rt_schedule *s, graph_node *const *order) {
+void rt_schedule_apply(const rt_schedule *s, pass_plan *p) {
   for (int i = 0; i < s->n_order; i++) {
-    order[i]->fused = s->decided[i].fused;
-    order[i]->store_host = order[i]->stores = order[i]->store_next = NULL;
+    p->e[i].fused = s->decided[i].fused;
+    p->e[i].host = p->e[i].stores = p->e[i].store_next = -1;
   }
   for (int i = s->n_order - 1; i >= 0; i--) {
-    if (s->decided[i].host < 0) continue;
-    graph_node *p = order[i], *host = order[s->decided[i].host];
-    p->store_host = host;
-    p->store_next = host->stores;
-    host->stores = p;
+    int host = s->decided[i].host;
+    if (host < 0) continue;
+    p->e[i].host = host;
+    p->e[i].store_next = p->e[host].stores;
+    p->e[host].stores = i;
   }
+}
+
+int rt_schedule_decisions(const rt_schedule *s, const rt_decision **d) {
+  *d = s->decided;
+  return s->n_order;
 }
 
 const rt_sched_kernel *rt_schedule_kernel(const rt_schedule *s, int pos) {
@@ -313,8 +385,23 @@ static rt_schedule *build(unsigned char *key, size_t len, const rt_decision *dec
   return s;
 }
 
+/* Every position and slot of the entry lies inside its schedule. */
+static bool entry_valid(const rt_decision *decided, int n, const rt_sched_kernel *ks, int nk) {
+  uint8_t *n_inputs = malloc((size_t)(n ? n : 1));
+  bool ok = n_inputs != NULL && nk <= n;
+  for (int i = 0; ok && i < n; i++) {
+    n_inputs[i] = decided[i].n_inputs;
+    ok = decided[i].host >= -1 && decided[i].host < n && decided[i].host != i;
+  }
+  for (int i = 0; ok && i < nk; i++)
+    ok = ks[i].pos >= 0 && ks[i].pos < n && pass_binding_valid(&ks[i].binding, n_inputs, n);
+  free(n_inputs);
+  return ok;
+}
+
 void rt_schedule_insert(const unsigned char *key_bytes, size_t len, const rt_decision *decided, int n,
                         const rt_sched_kernel *ks, int nk) {
+  if (!entry_valid(decided, n, ks, nk)) return;
   unsigned char *key = malloc(len ? len : 1);
   if (!key) return;
   memcpy(key, key_bytes, len);
@@ -340,4 +427,4 @@ void rt_schedule_insert(const unsigned char *key_bytes, size_t len, const rt_dec
   pthread_mutex_unlock(&sched_lock);
 }
 
-int64_t rt_schedule_hits(void) { return hits; }
+int64_t rt_schedule_hits(void) { return atomic_load_explicit(&hits, memory_order_relaxed); }

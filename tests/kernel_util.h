@@ -14,13 +14,13 @@
 /* Plans t's pending graph (fusion decisions as a force makes them) and
  * lowers its root into *k (the caller kir_free's it). */
 static inline void lower_for_test(kiln_tensor *t, kir_kernel *k) {
-  graph_node *root = t->storage->version, **order = NULL;
-  int n = 0;
-  assert_int_equal(rt_plan(&root, 1, true, &order, &n), KILN_OK);
-  free(order);
+  graph_node *root = t->storage->version;
+  pass_plan p;
+  assert_int_equal(rt_plan(&root, 1, true, &p), KILN_OK);
   pass_binding b;
   char err[256];
-  assert_int_equal(pass_lower_node(root, false, k, &b, err, sizeof err), KILN_OK);
+  assert_int_equal(pass_lower_node(&p, root, false, k, &b, err, sizeof err), KILN_OK);
+  pass_plan_free(&p);
 }
 
 #endif /* KILN_TEST_KERNEL_UTIL_H */

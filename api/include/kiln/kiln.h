@@ -22,6 +22,31 @@
  *    left unchanged and out-parameters untouched.
  *  - Dimensions are 0-based; a negative dim counts from the end (-1 = last).
  *  - At most KILN_MAX_DIMS dimensions per tensor.
+ *
+ * Threads. Every function may be called from any thread; errors and
+ * scopes are per thread. What may run at the same time:
+ *  - Private tensors: threads may record ops and force at once on tensors
+ *    that share no pending work, also with the same shapes (the schedule
+ *    and kernel caches are shared and locked). A tensor whose value is
+ *    still pending (lazy), and every tensor over the same storage or
+ *    recorded from it while it is pending, is used by one thread at a
+ *    time; to hand it to another thread, synchronize as for any data
+ *    (a mutex, pthread_join), or realize it first.
+ *  - Shared realized tensors: once a tensor is realized (kiln_realize
+ *    returned KILN_OK, or a read forced it) and while no thread writes its
+ *    storage, any number of threads may at the same time read it (kiln_read,
+ *    kiln_data, kiln_item, kiln_get, printing), take views of it, record ops
+ *    that read it, force graphs that read it, and kiln_retain / kiln_release
+ *    it (reference counts are atomic).
+ *  - Writes: an in-place write to a storage (any function ending in `_`,
+ *    kiln_set, and what they call) needs exclusive use of every tensor over
+ *    that storage: no other thread may read, view or write it meanwhile.
+ *  - Process-wide settings (kiln_set_default_dtype, kiln_set_backend,
+ *    kiln_set_num_threads, kiln_manual_seed, kiln_profile_begin/_end) are
+ *    changed while no other thread uses Kiln. kiln_rand/kiln_randn share one
+ *    generator (locked): which thread draws which numbers depends on timing.
+ *  - Kernels of forces from different threads share one thread pool and
+ *    run one after another; compiling happens in parallel.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H

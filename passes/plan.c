@@ -1,0 +1,106 @@
+/*
+ * plan.c — collecting a force's pending nodes into its plan (plan.h).
+ *
+ * An iterative post-order DFS from the roots over pending inputs (never
+ * recursive: a million-node chain cannot overflow the C stack). A node is
+ * marked visited by giving it the plan's id and its position; the marks
+ * of an earlier plan never match a new id, so nothing is reset between
+ * forces, and nodes outside the pending set are never touched.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "lower.h"
+#include "plan.h"
+
+static atomic_uint_fast64_t next_plan_id = 1;
+
+/* Pending inputs this node needs realized before its kernel runs. */
+static bool needs(const graph_node *in) { return in && !in->buffer && !pass_is_inlined(in); }
+
+static bool grow(pass_plan *p) {
+  int cap = p->cap ? p->cap * 2 : 64;
+  graph_node **order = realloc(p->order, sizeof *order * (size_t)cap);
+  if (!order) return false;
+  p->order = order;
+  pass_entry *e = realloc(p->e, sizeof *e * (size_t)cap);
+  if (!e) return false;
+  p->e = e;
+  p->cap = cap;
+  return true;
+}
+
+/* Appends x at the next position, undecided. */
+static bool append(pass_plan *p, graph_node *x) {
+  if (p->n == p->cap && !grow(p)) return false;
+  int i = p->n++;
+  p->order[i] = x;
+  p->e[i] = (pass_entry){.host = -1, .stores = -1, .store_next = -1};
+  x->plan_pos = i;
+  return true;
+}
+
+typedef struct dfs_stack {
+  graph_node **items;
+  int n, cap;
+} dfs_stack;
+
+static bool push(dfs_stack *s, graph_node *x) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 64;
+    graph_node **items = realloc(s->items, sizeof *items * (size_t)cap);
+    if (!items) return false;
+    s->items = items;
+    s->cap = cap;
+  }
+  s->items[s->n++] = x;
+  return true;
+}
+
+/* A node is visited once it carries the plan's id; its position is set
+ * when it is appended (after all its pending inputs). */
+bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
+  p->n = 0;
+  p->id = atomic_fetch_add_explicit(&next_plan_id, 1, memory_order_relaxed);
+  dfs_stack stack = {0};
+  bool ok = true;
+  for (int r = 0; r < n_roots && ok; r++) {
+    if (!roots[r] || roots[r]->buffer || roots[r]->plan_id == p->id) continue; /* a requested fill too */
+    roots[r]->plan_id = p->id;
+    roots[r]->plan_pos = -1;
+    ok = push(&stack, roots[r]);
+    while (ok && stack.n > 0) {
+      graph_node *top = stack.items[stack.n - 1];
+      graph_node *next = NULL;
+      for (int i = 0; i < top->n_inputs && !next; i++) {
+        graph_node *in = top->inputs[i].node;
+        if (needs(in) && in->plan_id != p->id) next = in;
+      }
+      if (next) {
+        next->plan_id = p->id;
+        next->plan_pos = -1;
+        ok = push(&stack, next);
+      } else {
+        stack.n--;
+        ok = append(p, top);
+      }
+    }
+  }
+  free(stack.items);
+  return ok;
+}
+
+void pass_plan_remark(const pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    graph_node *x = p->order[i];
+    if (x->buffer) continue;
+    x->plan_id = p->id;
+    x->plan_pos = i;
+  }
+}
+
+void pass_plan_free(pass_plan *p) {
+  free(p->order);
+  free(p->e);
+  *p = (pass_plan){0};
+}

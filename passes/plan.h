@@ -1,0 +1,80 @@
+/*
+ * plan.h — the per-force plan: everything the scheduler decides for one
+ * force (positions, consumer counts, simplifier redirects, fusion and
+ * multi-output decisions) lives here, never in fields of graph_nodes.
+ *
+ * A plan holds the pending nodes one force needs, in post-order
+ * (producers first). A node finds its entry through two fields, plan_id
+ * and plan_pos, which collect writes on the pending nodes of its own
+ * force only; a realized node, or a pending node of another force, is
+ * never written. The id is unique in the process (an atomic counter), so
+ * a stale plan_id of an earlier force can never match. Several threads
+ * forcing at once therefore share no scheduler state: by kiln.h's thread
+ * rules their pending sets are disjoint, and what they share (realized
+ * inputs) is only read.
+ */
+#ifndef KILN_PLAN_H
+#define KILN_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph.h"
+
+/** The scheduler's state for the node at one plan position. */
+typedef struct pass_entry {
+  graph_node *replace;          /* simplifier: readers read this instead */
+  int32_t n_consumers;          /* distinct reads by nodes of this plan */
+  int32_t fuse_reads;           /* external buffer reads of its fused group */
+  int32_t fuse_edges, fuse_nodes; /* external edges and nodes of its group */
+  int32_t host;                 /* multi-output: position of the kernel that
+                                   stores it, -1 for none */
+  int32_t stores, store_next;   /* a host's stored nodes, as a list of
+                                   positions (-1 ends it) */
+  bool fused;                   /* computed inside its readers' kernels */
+  bool row_dep;                 /* depends on a fused row reduction */
+  bool fuse_cheap;              /* it and its fused inputs are cheap */
+} pass_entry;
+
+typedef struct pass_plan {
+  uint64_t id;        /* unique per collect */
+  int n, cap;
+  graph_node **order; /* [n] pending nodes, producers first */
+  pass_entry *e;      /* [n] */
+} pass_plan;
+
+/** Collects the pending nodes roots [n_roots] need (not inlined sources)
+ *  into p, in post-order, under a new id; entries start undecided
+ *  (nothing fused, no host). p may hold an earlier collect (it is reset).
+ *  False on OOM. */
+bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots);
+/** Marks p's still pending nodes as p's again (after a nested force on
+ *  this thread collected some of them under its own plan). */
+void pass_plan_remark(const pass_plan *p);
+void pass_plan_free(pass_plan *p);
+
+/** Position of n in p, or -1 when n is not one of p's nodes. */
+static inline int pass_pos(const pass_plan *p, const graph_node *n) {
+  return n->plan_id == p->id ? n->plan_pos : -1;
+}
+
+/** n is pending and computed inside its readers' kernels (decided by
+ *  pass_fuse for p). */
+static inline bool pass_fused(const pass_plan *p, const graph_node *n) {
+  int at = pass_pos(p, n);
+  return !n->buffer && at >= 0 && p->e[at].fused;
+}
+
+/** The host position that stores n (multi-output), or -1. */
+static inline int pass_host(const pass_plan *p, const graph_node *n) {
+  int at = pass_pos(p, n);
+  return !n->buffer && at >= 0 ? p->e[at].host : -1;
+}
+
+/** Runs a kernel of its own at its position: pending, not fused, not
+ *  stored by another kernel. */
+static inline bool pass_is_kernel_root(const pass_plan *p, int i) {
+  return !p->order[i]->buffer && !p->e[i].fused && p->e[i].host < 0;
+}
+
+#endif /* KILN_PLAN_H */

@@ -1,0 +1,218 @@
+/*
+ * test_plan.c — the per-force plan (passes/plan.h) and the checks around
+ * the schedule cache: a force writes no node outside its own pending
+ * set; the fusion pass decides from plan entries (a stale row dependence
+ * does not keep an expensive node fused); a schedule-cache entry whose
+ * slots fall outside its schedule is refused; KILN_DEBUG_CACHE re-lowers
+ * every hit and catches a binding that differs.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "lower.h"
+#include "runtime.h"
+#include "test_util.h"
+
+static kiln_tensor *ramp(int64_t rows, int64_t cols, double start, double step) {
+  double v[256];
+  assert_true(rows * cols <= 256);
+  for (int64_t i = 0; i < rows * cols; i++) v[i] = start + step * (double)i;
+  int64_t sizes[2] = {rows, cols};
+  kiln_tensor *t = kiln_from_data(KILN_F64, 2, sizes, v);
+  assert_int_equal(kiln_realize(t), KILN_OK);
+  return t;
+}
+
+/* A realized input read by a force keeps every byte of its node: the
+ * scheduler's marks go to the plan, not to nodes outside it. */
+static void force_writes_no_outside_node(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = ramp(4, 8, -1, 0.25);
+  graph_node *node = x->storage->version, before = *node;
+  for (int rep = 0; rep < 3; rep++) { /* a miss, then schedule-cache hits */
+    kiln_tensor *y = kiln_add(kiln_exp(x), kiln_mul_scalar(x, 2));
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    double want[32];
+    for (int i = 0; i < 32; i++) want[i] = exp(-1 + 0.25 * i) + 2 * (-1 + 0.25 * i);
+    expect_values_tol(y, want, 32, 1e-12);
+  }
+  assert_true(node->plan_id == before.plan_id && node->plan_pos == before.plan_pos);
+  assert_int_equal(memcmp(&node->attr, &before.attr, sizeof before.attr), 0);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* Every collect takes a new id: marks of an earlier plan never match. */
+static void plans_have_distinct_ids(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = ramp(2, 3, 0, 1);
+  kiln_tensor *y = kiln_exp(kiln_add_scalar(x, 1));
+  graph_node *root = y->storage->version;
+  pass_plan a, b;
+  assert_int_equal(rt_plan(&root, 1, false, &a), KILN_OK);
+  assert_int_equal(rt_plan(&root, 1, false, &b), KILN_OK);
+  assert_true(a.id != b.id);
+  assert_int_equal(a.n, 2);
+  assert_int_equal(pass_pos(&b, root), 1);
+  assert_int_equal(pass_pos(&a, root), -1); /* b's collect re-marked it */
+  assert_int_equal(pass_pos(&b, x->storage->version), -1);
+  pass_plan_free(&a);
+  pass_plan_free(&b);
+  kiln_scope_end();
+}
+
+/* m = amax(x, rows) is a row reduction, but a reduction over the other
+ * dim also reads it, so it is materialized; y = exp(x - m) then depends
+ * on no fused row and, read twice and expensive, is materialized too
+ * instead of being recomputed by both readers. */
+static void stale_row_dependence_is_dropped(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = ramp(4, 6, -2, 0.5);
+  int d1 = 1, d0 = 0;
+  kiln_tensor *m = kiln_amax(x, 1, &d1, true);
+  kiln_tensor *y = kiln_exp(kiln_sub(x, m));
+  kiln_tensor *a = kiln_sum(y, 1, &d1, true), *b = kiln_sum(y, 1, &d0, true);
+  kiln_tensor *mm = kiln_sum(m, 1, &d0, true);
+  kiln_tensor *out = kiln_add(kiln_add(kiln_mul(a, kiln_sum(b, 1, &d1, true)), mm), kiln_sum(y, 0, NULL, true));
+  graph_node *root = out->storage->version;
+  pass_plan p;
+  assert_int_equal(rt_plan(&root, 1, true, &p), KILN_OK);
+  int at_m = pass_pos(&p, m->storage->version), at_y = pass_pos(&p, y->storage->version);
+  assert_true(at_m >= 0 && at_y >= 0);
+  assert_false(p.e[at_m].fused);
+  assert_false(p.e[at_y].row_dep);
+  assert_false(p.e[at_y].fused);
+  pass_plan_free(&p);
+  /* the values: rows of x are increasing, so m is the last column */
+  double xs[24], ys[24], sum_all = 0, col[6] = {0}, mm_v = 0;
+  for (int i = 0; i < 24; i++) xs[i] = -2 + 0.5 * i;
+  for (int r = 0; r < 4; r++) mm_v += xs[r * 6 + 5];
+  for (int i = 0; i < 24; i++) {
+    ys[i] = exp(xs[i] - xs[(i / 6) * 6 + 5]);
+    sum_all += ys[i];
+    col[i % 6] += ys[i];
+  }
+  double sum_b = 0;
+  for (int c = 0; c < 6; c++) sum_b += col[c];
+  double want[4];
+  for (int r = 0; r < 4; r++) {
+    double row = 0;
+    for (int c = 0; c < 6; c++) row += ys[r * 6 + c];
+    want[r] = row * sum_b + mm_v + sum_all;
+  }
+  expect_values_tol(out, want, 4, 1e-9);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* A cached entry must lie inside its schedule: a binding slot past the
+ * order, or an input past the node's inputs, is refused. */
+static void invalid_entries_are_not_cached(void **state) {
+  rt_decision decided[2] = {{.fused = false, .n_inputs = 1, .host = -1}, {.fused = false, .n_inputs = 2, .host = -1}};
+  rt_sched_kernel k;
+  memset(&k, 0, sizeof k);
+  k.pos = 1;
+  k.binding.n_inputs = 1;
+  unsigned char key[3][16] = {{'t', 'e', 's', 't', 0}, {'t', 'e', 's', 't', 1}, {'t', 'e', 's', 't', 2}};
+  k.binding.input_slot[0] = (pass_slot){.pos = 1, .input = 1}; /* valid */
+  rt_schedule_insert(key[0], sizeof key[0], decided, 2, &k, 1);
+  assert_non_null(rt_schedule_find(key[0], sizeof key[0]));
+  k.binding.input_slot[0] = (pass_slot){.pos = 2, .input = 0}; /* past the order */
+  rt_schedule_insert(key[1], sizeof key[1], decided, 2, &k, 1);
+  assert_null(rt_schedule_find(key[1], sizeof key[1]));
+  k.binding.input_slot[0] = (pass_slot){.pos = 0, .input = 1}; /* node 0 has one input */
+  rt_schedule_insert(key[2], sizeof key[2], decided, 2, &k, 1);
+  assert_null(rt_schedule_find(key[2], sizeof key[2]));
+}
+
+/* relu(a*b + c) * sigmoid(d) + s, its row softmax, and an in-place
+ * write: forced again on new data with KILN_DEBUG_CACHE on, each hit is
+ * lowered again and matches. */
+static void debug_cache_checks_hits(void **state) {
+  rt_set_debug_cache(1);
+  for (int rep = 0; rep < 3; rep++) {
+    kiln_scope_begin();
+    kiln_tensor *a = ramp(3, 5, rep, 0.5), *b = ramp(3, 5, 1, -0.25), *c = ramp(3, 5, -2, 0.125);
+    int64_t hits = rt_schedule_hits();
+    kiln_tensor *y = kiln_add_scalar(kiln_mul(kiln_relu(kiln_add(kiln_mul(a, b), c)), kiln_sigmoid(b)), 0.5 + rep);
+    kiln_tensor *s = kiln_softmax(y, 1);
+    kiln_tensor *w = kiln_clone(a);
+    assert_int_equal(kiln_fill_(kiln_narrow(w, 1, 1, 2), -rep), KILN_OK);
+    kiln_tensor *all[3] = {y, s, w};
+    assert_int_equal(kiln_realize_many(all, 3), KILN_OK);
+    if (rep > 0) assert_true(rt_schedule_hits() > hits);
+    double want[15], sm[15], wv[15];
+    for (int i = 0; i < 15; i++) {
+      double av = rep + 0.5 * i, bv = 1 - 0.25 * i, cv = -2 + 0.125 * i, x = av * bv + cv;
+      want[i] = (x > 0 ? x : 0) * (1 / (1 + exp(-bv))) + 0.5 + rep;
+      wv[i] = (i % 5 == 1 || i % 5 == 2) ? -rep : av;
+    }
+    for (int r = 0; r < 3; r++) {
+      double mx = -INFINITY, z = 0;
+      for (int j = 0; j < 5; j++) mx = fmax(mx, want[r * 5 + j]);
+      for (int j = 0; j < 5; j++) z += exp(want[r * 5 + j] - mx);
+      for (int j = 0; j < 5; j++) sm[r * 5 + j] = exp(want[r * 5 + j] - mx) / z;
+    }
+    expect_values_tol(y, want, 15, 1e-12);
+    expect_values_tol(s, sm, 15, 1e-12);
+    expect_values_tol(w, wv, 15, 0);
+    kiln_scope_end();
+    expect_no_error();
+  }
+  rt_set_debug_cache(-1);
+}
+
+/* The check itself can fail: a cached kernel whose binding names another
+ * input buffer, or other fill values, than a fresh lowering. */
+static void debug_cache_check_catches_a_wrong_binding(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(2, 4, 0, 1), *b = ramp(2, 4, 5, -1);
+  kiln_tensor *y = kiln_add_scalar(kiln_mul(a, b), 3.5); /* non-integral: an F64 fill */
+  graph_node *root = y->storage->version;
+  pass_plan p;
+  assert_int_equal(rt_plan(&root, 1, true, &p), KILN_OK);
+  rt_sched_kernel k;
+  memset(&k, 0, sizeof k);
+  kir_kernel kir;
+  char err[256];
+  assert_int_equal(pass_lower_node(&p, root, false, &kir, &k.binding, err, sizeof err), KILN_OK);
+  bool hit;
+  assert_int_equal(rt_kernel_get(&kir, &k.fn, &hit, err, sizeof err), KILN_OK);
+  snprintf(k.name, sizeof k.name, "%s", kir.name);
+  kir_free(&kir);
+  k.pos = pass_pos(&p, root);
+  assert_int_equal(rt_check_cached_kernel(&p, root, &k, err, sizeof err), KILN_OK);
+  rt_sched_kernel wrong = k;
+  assert_int_equal(wrong.binding.n_inputs, 2);
+  const graph_node *t = wrong.binding.inputs[0];
+  wrong.binding.inputs[0] = wrong.binding.inputs[1];
+  wrong.binding.inputs[1] = t;
+  assert_int_equal(rt_check_cached_kernel(&p, root, &wrong, err, sizeof err), KILN_ERR_COMPILE);
+  assert_non_null(strstr(err, "input buffer"));
+  wrong = k;
+  assert_true(wrong.binding.n_fargs >= 1);
+  wrong.binding.fargs[0] += 1;
+  assert_int_equal(rt_check_cached_kernel(&p, root, &wrong, err, sizeof err), KILN_ERR_COMPILE);
+  assert_non_null(strstr(err, "float arguments"));
+  pass_plan_free(&p);
+  kiln_scope_end();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(force_writes_no_outside_node),
+      cmocka_unit_test(plans_have_distinct_ids),
+      cmocka_unit_test(stale_row_dependence_is_dropped),
+      cmocka_unit_test(invalid_entries_are_not_cached),
+      cmocka_unit_test(debug_cache_checks_hits),
+      cmocka_unit_test(debug_cache_check_catches_a_wrong_binding),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
