@@ -13,11 +13,12 @@
  * Softmax over a dim other than the last reduces over that dim directly:
  * the maximum and the sum become column reductions (kernels of their own,
  * reading whole cache lines), and the result stays contiguous. Moving the
- * dim last instead would keep one kernel but walk memory with a stride:
- * 80 ms against 22 ms (4 kernels) for dim 0 of 2048 x 2048 F32 on 2
- * threads. F16/BF16 inputs compute in F32 and round once at the end, as
- * Torch's CPU kernels do. Integer and bool inputs are KILN_ERR_DTYPE, as
- * in Torch (convert with kiln_to_dtype first).
+ * dim last instead would keep one kernel but walk memory with a stride,
+ * several times slower than those kernels for a large square F32 input
+ * (bench/ has no row for it: add one, see bench/README.md, before
+ * changing this). F16/BF16 inputs compute in F32 and round once at the
+ * end, as Torch's CPU kernels do. Integer and bool inputs are
+ * KILN_ERR_DTYPE, as in Torch (convert with kiln_to_dtype first).
  */
 #include <math.h>
 

@@ -15,7 +15,7 @@
  * API (nvrtcResult is an int enum, NVRTC_SUCCESS = 0; nvrtcProgram an
  * opaque pointer). The loader's state is guarded by a mutex, and compiles
  * are serialized by another (older NVRTC releases do not promise that
- * concurrent compiles are safe; a compile takes tens of milliseconds).
+ * concurrent compiles are safe; the lock costs little next to a compile).
  *
  * Target: cuda_nvrtc_target picks sm_XX when nvrtcGetSupportedArchs
  * lists the device's architecture, else the highest compute_YY below it

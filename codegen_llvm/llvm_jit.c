@@ -44,7 +44,8 @@ static struct {
   LLVMOrcLLJITRef jit;
   LLVMTargetRef target;
   char *triple, *cpu, *features, *layout; /* LLVM-allocated / strdup'ed */
-  unsigned long long counter;
+  unsigned long long counter;  /* kernel ids handed out */
+  unsigned long long compiled; /* kernels linked (llvm_compile_count) */
   char session_err[256]; /* last error the ExecutionSession reported */
 } g;
 
@@ -276,6 +277,7 @@ static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *
     /* ISO C forbids object→function pointer casts; go through memcpy. */
     void *p = (void *)(uintptr_t)addr;
     memcpy(out, &p, sizeof *out);
+    g.compiled++;
   }
   LLVMOrcReleaseResourceTracker(rt);
   pthread_mutex_unlock(&jit_lock);
@@ -298,6 +300,13 @@ int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char 
   if (rc == KILN_OK && ir_text) *ir_text = ir;
   else free(ir);
   return rc;
+}
+
+unsigned long long llvm_compile_count(void) {
+  pthread_mutex_lock(&jit_lock);
+  unsigned long long n = g.compiled;
+  pthread_mutex_unlock(&jit_lock);
+  return n;
 }
 
 void llvm_shutdown(void) {

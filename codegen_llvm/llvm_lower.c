@@ -298,8 +298,8 @@ static int body_cost(const kir_uop *u) {
  * e: a long dependent chain per element (W2 of bench/: ten tanh in a row,
  * about 500 vector instructions) fills the core's reorder window with one
  * vector iteration, so iterations do not overlap and the loop runs at the
- * chain's latency; interleaving 4 independent vectors hides it (W2: 131
- * ms before, 46 ms after). Short bodies keep LLVM's own choice (0). */
+ * chain's latency; interleaving 4 independent vectors hides it (see
+ * bench/README.md, row W2). Short bodies keep LLVM's own choice (0). */
 #define LONG_BODY 150
 static unsigned interleave_count(const kir_kernel *k, int r, int e) {
   int cost = 0;
@@ -314,7 +314,7 @@ static unsigned interleave_count(const kir_kernel *k, int r, int e) {
  * into F64 with a reassociable update (softmax's sum of exp, layer norm's
  * sums): LLVM sizes vectors by the widest type, 8 lanes at 512 bits, so
  * the F32 math ran on half vectors; 16 lanes run it on whole ones, the F64
- * adds on two (W4 of bench/: 7.8 -> 6.2 ms). 0: LLVM's choice. */
+ * adds on two (see bench/README.md, row W4). 0: LLVM's choice. */
 static unsigned mixed_width(const kir_kernel *k, int r, int e) {
   if (!llvm_wide_vectors()) return 0;
   bool f32 = false, f64_acc = false;

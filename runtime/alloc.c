@@ -3,8 +3,9 @@
  *
  * Freed buffers are kept by size class and handed out again, so a loop
  * that allocates the same shapes every step touches no fresh pages (the
- * first touch of a fresh 64 MiB buffer costs ~30 ms with 4 KiB pages, more
- * than the kernel that fills it). Classes: powers of two from 64 bytes up
+ * first touch of a fresh large buffer faults in every page, which costs
+ * more than the kernel that fills it; bench/'s repeated runs, see
+ * bench/README.md, "Method", show the steady state this gives). Classes: powers of two from 64 bytes up
  * to 1 MiB (aligned_alloc, 64-byte aligned); above that, multiples of
  * 2 MiB mapped with mmap at 2 MiB alignment and advised MADV_HUGEPAGE.
  * At most KILN_CACHE_BYTES (default 2 GiB) are kept; beyond that, frees go

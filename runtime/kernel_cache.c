@@ -55,8 +55,9 @@ static unsigned char *kernel_key(const kir_kernel *k, int path, size_t *len) {
 }
 
 /* Four independent multiply-xorshift lanes over 32-byte blocks (a single
- * chain ran at one multiply latency per 8 bytes: 2 us for a 100-node
- * schedule key), then the tail, then the lanes folded. */
+ * chain runs at one multiply latency per 8 bytes, and the schedule cache
+ * hashes a key covering every pending node on every force: see
+ * bench/README.md, row W8run), then the tail, then the lanes folded. */
 static uint64_t mix(uint64_t h, uint64_t w) {
   h = (h ^ w) * 0xff51afd7ed558ccdull;
   return h ^ (h >> 32);

@@ -19,17 +19,21 @@
  * Waiting: idle workers spin on `gen` for SPIN_NS, then sleep on `wake`
  * (gen is re-checked under `lock`, so no wake-up is lost); the caller
  * spins on `pending` for SPIN_NS, then sleeps on `done`, which the worker
- * that finishes last signals. Spins pause for ~5 µs, then sched_yield, so
- * a loaded machine is not made worse by spinning. Measured on the build
- * machine (2-vCPU x86-64 VM), µs per rt_pool_run of an empty kernel on 2
- * threads: 0.14 back-to-back, 0.4–0.6 with 5–20 µs between runs (kiln's
- * own bookkeeping between kernels is ~6–10 µs), ~20 once the workers
- * sleep; on a CPU-saturated machine ~13 (~60–110 without the yield).
+ * that finishes last signals. Spins pause PAUSE_SPINS times, then
+ * sched_yield, so a loaded machine is not made worse by spinning. The
+ * reasoning: a run that follows the last one closely (back to back, or
+ * after kiln's own bookkeeping between kernels) finds its workers still
+ * spinning and costs a fraction of a wake-up from sleep; on a saturated
+ * machine the yield keeps spinning threads from taking the CPU the others
+ * need. The per-kernel overhead this feeds into is bench/'s W8run row
+ * (bench/README.md); time an empty kernel on 2 threads there before
+ * changing SPIN_NS or PAUSE_SPINS.
  *
  * Threshold: RT_POOL_MIN_WORK = 32 K elements touched. Through kiln's JIT
- * (y = x*x + x, F32) two threads start to win there (32 K: 2.5 → 2.2 µs,
- * 64 K: 1.3×, 1 M: 1.8×); below it the kernel takes < 3 µs and the gain
- * cannot pay for a wake-up of sleeping workers (~20 µs).
+ * (y = x*x + x, F32) two threads start to win at about that size, and win
+ * more the larger the kernel; below it the kernel is too short for the
+ * gain to pay for a wake-up of sleeping workers. Time y = x*x + x on 1
+ * and 2 threads with bench/ (bench/README.md) before moving it.
  *
  * fork: a child forgets the parent's workers (they do not exist there)
  * and starts its own on its first parallel run.
@@ -87,7 +91,7 @@ static _Thread_local bool in_pool;
 /* ------------------------------------------------------------ helpers */
 
 
-/* One step of a spin wait: a few µs of CPU pause hints, then
+/* One step of a spin wait: PAUSE_SPINS CPU pause hints, then
  * sched_yield, so that on a loaded machine a spinning thread hands its
  * CPU to the thread it waits for instead of holding it for SPIN_NS. */
 static void backoff(unsigned i) {

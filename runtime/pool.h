@@ -16,8 +16,8 @@
 #include "llvm_backend.h"
 
 /** Below this many elements touched (extent × cost_per_item) a kernel runs
- *  inline on the caller: waking a second thread costs more than it saves.
- *  Measured on the build machine (see pool.c). */
+ *  inline on the caller: waking a second thread costs more than it saves
+ *  (pool.c says how to re-time it). */
 #define RT_POOL_MIN_WORK ((int64_t)32768)
 /** Largest thread count rt_pool_set_threads accepts (larger is clamped). */
 #define RT_POOL_MAX_THREADS 256

@@ -11,7 +11,8 @@
  * transposed reads. Each distinct kernel is compiled by NVRTC for sm_80
  * (CUBIN) and compute_90 (PTX, then ptxas for sm_90); the test asserts
  * that none failed. Without NVRTC those tests skip, unless CI is set and
- * /usr/local/cuda exists (then they must run). The printer and the
+ * /usr/local/cuda exists or KILN_TEST_EXPECT_DEVICE=1 (then they must
+ * run). The printer and the
  * fallback when NVRTC is missing are tested everywhere.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -30,18 +31,19 @@
 
 #include "cuda_backend.h"
 #include "cuda_flat_kernel.h"
+#include "cuda_test_util.h"
 #include "kiln/kiln.h"
 #include "runtime.h"
 #include "test_util.h"
 
 /* Skips the calling test when NVRTC cannot be loaded, except in CI on a
- * machine with the toolkit, where that is a failure. */
+ * machine with the toolkit, or under KILN_TEST_EXPECT_DEVICE=1
+ * (cuda_test_util.h), where that is a failure. */
 static void need_nvrtc(void) {
   char why[1024];
   if (cuda_nvrtc_available(why, sizeof why)) return;
   if (getenv("CI") && access("/usr/local/cuda", F_OK) == 0) fail_msg("CI with /usr/local/cuda, but %s", why);
-  print_message("skipped: %s\n", why);
-  skip();
+  skip_without_device(why);
 }
 
 /* ------------------------------------------------------------- printer */

@@ -6,7 +6,7 @@
  * nonexistent path) and the toolkit's stub libcuda (its cuInit fails) are
  * both "no CUDA"; "llvm" keeps working. Tests that need a real GPU run
  * only when cuda_device_available() is true and skip with the reason
- * otherwise: the device probe, a buffer round trip, and one elementwise
+ * otherwise (fail under KILN_TEST_EXPECT_DEVICE=1, cuda_test_util.h): the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
  * (codegen_cuda/cuda_launch.c); CUDA tensors moved there and back through
  * the runtime (runtime/device.c) with the caching allocator's reuse; under
@@ -28,6 +28,7 @@
 #include "cuda_blas.h"
 #include "cuda_driver.h"
 #include "cuda_launch.h"
+#include "cuda_test_util.h"
 #include "device.h"
 #include "kir.h"
 #include "runtime.h"
@@ -68,22 +69,19 @@ static kiln_tensor *affine_ones(int64_t n, double mul, double add) {
   return r;
 }
 
-/* Skips the calling test unless a CUDA device is usable. */
+/* Skips the calling test unless a CUDA device is usable (fails instead
+ * under KILN_TEST_EXPECT_DEVICE=1: cuda_test_util.h). */
 static void require_device(void) {
-  char why[1024];
+  char why[1024], msg[1100];
   if (cuda_device_available(why, sizeof why)) return;
-  if (getenv("KILN_TEST_EXPECT_DEVICE")) fail_msg("KILN_TEST_EXPECT_DEVICE is set, but no CUDA device: %s", why);
-  print_message("skipped: no CUDA device: %s\n", why);
-  skip();
+  snprintf(msg, sizeof msg, "no CUDA device: %s", why);
+  skip_without_device(msg);
 }
 
-/* require_device, and NVRTC to build kernels for it, or skip. */
+/* require_device, and NVRTC to build kernels for it, or skip (or fail). */
 static void require_device_and_nvrtc(void) {
   require_device();
-  char why[1024];
-  if (cuda_nvrtc_available(why, sizeof why)) return;
-  print_message("skipped: %s\n", why);
-  skip();
+  require_nvrtc();
 }
 
 static void missing_libcuda_is_no_device(void **state) {
@@ -663,10 +661,7 @@ static void device_matmul_without_cublas_is_a_kernel(void **state) {
 static void emu_matmul_never_tries_cublas(void **state) {
   (void)state;
   char why[1024];
-  if (!cuda_emu_available(why, sizeof why)) {
-    print_message("skipped: %s\n", why);
-    skip();
-  }
+  if (!cuda_emu_available(why, sizeof why)) skip_without_emu(why);
   assert_int_equal(kiln_set_backend("cuda-emu"), KILN_OK);
   cublas_counts before = cublas_now();
   kiln_scope_begin();

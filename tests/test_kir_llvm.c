@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -866,22 +865,55 @@ static void test_shutdown_restart(void **state) {
   kir_free(&k);
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+/* out[i] = a[i] - b[i] over n elements (operands distinct at every i) for
+ * the range [0, n) run as two chunks, checked at every element. */
+static void check_sub(llvm_kernel_fn fn, int n, float *out, float *a, float *b, float shift) {
+  for (int i = 0; i < n; i++) {
+    a[i] = 0.5f * (float)i - 100 + shift;
+    b[i] = (float)(i % 7) * 1.25f - 3 * shift;
+    out[i] = NAN;
+  }
+  void *bufs[3] = {out, a, b};
+  fn(bufs, 0, n / 3);
+  fn(bufs, n / 3, n);
+  for (int i = 0; i < n; i++)
+    if (!(out[i] == a[i] - b[i])) fail_msg("element %d: %a, want %a", i, out[i], a[i] - b[i]);
 }
 
-/* Not a pass/fail check: prints the compile time of a small kernel. */
-static void test_compile_time(void **state) {
+/* Each successful llvm_compile compiles and links exactly one kernel
+ * (llvm_compile_count goes up by one) and a kernel kir_verify rejects
+ * none; the code computes the kernel's values. The LLVM layer has no
+ * cache: the same IR compiled again is linked again, as a second entry
+ * point with the same values (the runtime's kernel cache, where a second
+ * get is a hit, is tested in test_schedule.c). Nothing is timed: speed
+ * is bench/'s business. */
+static void test_compile_counts(void **state) {
   (void)state;
+  enum { N = 1000 };
+  static float a[N], b[N], out[N];
   kir_kernel k;
-  build_elementwise(&k, KIR_ADD, KILN_F32, KILN_F32, 2, 1024);
-  compile_ok(&k); /* JIT already warm from earlier tests */
-  enum { REPS = 20 };
-  double t0 = now_ms();
-  for (int r = 0; r < REPS; r++) compile_ok(&k);
-  printf("compile time of a small elementwise kernel: %.2f ms\n", (now_ms() - t0) / REPS);
+  build_elementwise(&k, KIR_SUB, KILN_F32, KILN_F32, 2, N);
+  unsigned long long before = llvm_compile_count();
+  llvm_kernel_fn fn = compile_ok(&k);
+  assert_int_equal(llvm_compile_count(), before + 1);
+  check_sub(fn, N, out, a, b, 0);
+  check_sub(fn, N, out, a, b, 0.25f); /* new data, same code */
+  assert_int_equal(llvm_compile_count(), before + 1);
+
+  llvm_kernel_fn again = compile_ok(&k);
+  assert_int_equal(llvm_compile_count(), before + 2);
+  assert_true(again != fn);
+  check_sub(again, N, out, a, b, -1);
+
+  kir_kernel bad;
+  build_base(&bad);
+  bad.uops[4].src[0] = 5; /* as in test_compile_errors: fails kir_verify */
+  char err[256] = "";
+  llvm_kernel_fn none = NULL;
+  assert_int_equal(llvm_compile(&bad, &none, NULL, err, sizeof err), KILN_ERR_COMPILE);
+  assert_null(none);
+  assert_int_equal(llvm_compile_count(), before + 2);
+  kir_free(&bad);
   kir_free(&k);
 }
 
@@ -901,7 +933,7 @@ int main(void) {
       cmocka_unit_test(test_argmax),          cmocka_unit_test(test_parallel_chunks),
       cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_to_string),
       cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_threads),
-      cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_time), cmocka_unit_test(test_long_body_interleaved),
+      cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_counts), cmocka_unit_test(test_long_body_interleaved),
       cmocka_unit_test(test_streaming_stores),
   };
   return cmocka_run_group_tests(tests, NULL, teardown);

@@ -1,12 +1,17 @@
 /*
- * test_schedule.c — the schedule cache: forcing a graph with the same
- * structure on new data is a hit (no passes, no compiles) and gives the
- * same values as a fresh schedule; changed shapes, dtypes, views or
- * sharing are misses; fill values travel as arguments (a hit with a new
- * value computes with the new value); in-place writes stay correct.
+ * test_schedule.c — the schedule cache and the kernel cache under it.
+ * Forcing a graph with the same structure on new data is a schedule-cache
+ * hit (rt_schedule_hits goes up by one) that compiles nothing
+ * (rt_compile_count unchanged); changed shapes, dtypes, views or sharing
+ * are misses (the hit count stays). Fill values travel as arguments (a
+ * hit with a new value computes with the new value). Every hit and every
+ * miss checked here is also checked for its values, element by element,
+ * against a reference computed on the host: in-place updates, a
+ * 100-op chain, and a kernel-cache hit (rt_kernel_get) included.
  */
 #include <math.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +39,25 @@ static double w1_value(double a, double b, double c, double d, double s) {
   return (x > 0 ? x : 0) * (1 / (1 + exp(-d))) + s;
 }
 
+/* Forces y and checks that it missed the schedule cache, then its values
+ * (exact). */
+static void expect_miss(kiln_tensor *y, const double *want, int64_t n) {
+  int64_t hits = rt_schedule_hits();
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  assert_int_equal(rt_schedule_hits(), hits);
+  expect_values_tol(y, want, n, 0);
+}
+
+/* Forces y and checks that it hit the schedule cache without compiling,
+ * then its values (exact). */
+static void expect_hit(kiln_tensor *y, const double *want, int64_t n) {
+  int64_t hits = rt_schedule_hits(), compiles = rt_compile_count();
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  assert_int_equal(rt_schedule_hits(), hits + 1);
+  assert_int_equal(rt_compile_count(), compiles);
+  expect_values_tol(y, want, n, 0);
+}
+
 static void same_structure_new_data_hits(void **state) {
   kiln_scope_begin();
   int64_t n = 8;
@@ -59,31 +83,21 @@ static void same_structure_new_data_hits(void **state) {
 static void different_structure_misses(void **state) {
   kiln_scope_begin();
   kiln_tensor *a = data(6, 0), *b = data(6, 10);
-  assert_int_equal(kiln_realize(kiln_mul(a, b)), KILN_OK);
-  int64_t hits = rt_schedule_hits();
-  /* sharing differs: a*a reads one buffer twice */
-  kiln_tensor *sq = kiln_mul(a, a);
-  expect_values_tol(sq, (double[]){0, 1, 4, 9, 16, 25}, 6, 0);
-  /* a view with another offset */
-  kiln_tensor *nb = kiln_mul(kiln_narrow(data(8, 0), 0, 2, 6), b);
-  expect_values_tol(nb, (double[]){20, 33, 48, 65, 84, 105}, 6, 0);
-  /* another dtype */
-  kiln_tensor *ib = kiln_mul(kiln_to_dtype(a, KILN_I32), kiln_to_dtype(b, KILN_I32));
-  expect_values_tol(ib, (double[]){0, 11, 24, 39, 56, 75}, 6, 0);
-  /* none of those could reuse the first schedule */
-  kiln_tensor *again = kiln_mul(data(6, 1), data(6, 10));
-  expect_values_tol(again, (double[]){10, 22, 36, 52, 70, 90}, 6, 0);
-  assert_true(rt_schedule_hits() >= hits + 1); /* the last one hits */
+  kiln_tensor *ab = kiln_mul(a, b);
+  assert_int_equal(kiln_realize(ab), KILN_OK); /* cached as [6] F32 a*b */
+  expect_values_tol(ab, (double[]){0, 11, 24, 39, 56, 75}, 6, 0);
+  /* none of these can reuse a*b's schedule: sharing differs (a*a reads
+   * one buffer twice), a view with another offset, another dtype */
+  expect_miss(kiln_mul(a, a), (double[]){0, 1, 4, 9, 16, 25}, 6);
+  kiln_tensor *wide = data(8, 0);
+  expect_miss(kiln_mul(kiln_narrow(wide, 0, 2, 6), b), (double[]){20, 33, 48, 65, 84, 105}, 6);
+  kiln_tensor *ia = kiln_to_dtype(a, KILN_I32), *ib = kiln_to_dtype(b, KILN_I32);
+  expect_miss(kiln_mul(ia, ib), (double[]){0, 11, 24, 39, 56, 75}, 6);
+  /* a*b's structure on new data reuses it */
+  kiln_tensor *a1 = data(6, 1), *b1 = data(6, 10);
+  expect_hit(kiln_mul(a1, b1), (double[]){10, 22, 36, 52, 70, 90}, 6);
   kiln_scope_end();
   expect_no_error();
-}
-
-/* Forces y and checks that it missed the schedule cache. */
-static void expect_miss(kiln_tensor *y, const double *want, int64_t n) {
-  int64_t hits = rt_schedule_hits();
-  assert_int_equal(kiln_realize(y), KILN_OK);
-  assert_int_equal(rt_schedule_hits(), hits);
-  expect_values_tol(y, want, n, 0);
 }
 
 /* The key's compact encoding still tells apart what lowering reads: a
@@ -124,7 +138,7 @@ static void lookup_before_and_after_simplify(void **state) {
   x = kiln_reshape(x, 2, (int64_t[]){1, 4}); /* a shape no other test forces */
   double s[3] = {1, 2, 1};
   for (int rep = 0; rep < 3; rep++) {
-      int64_t hits = rt_schedule_hits();
+    int64_t hits = rt_schedule_hits();
     kiln_tensor *y = kiln_add(kiln_mul_scalar(x, s[rep]), b);
     assert_int_equal(kiln_realize(y), KILN_OK);
     assert_int_equal(rt_schedule_hits(), hits + (rep == 2));
@@ -144,43 +158,116 @@ static void lookup_before_and_after_simplify(void **state) {
   expect_no_error();
 }
 
-/* SGD-style in-place updates repeated: p -= 0.5 * g, each step a hit,
- * each writing into p's one buffer. */
+/* SGD-style in-place updates repeated: p -= 0.5 * g, each step after the
+ * first a hit, each writing into p's one buffer, p checked after each. */
 static void in_place_updates_hit(void **state) {
   kiln_scope_begin();
   kiln_tensor *p = kiln_zeros(KILN_F32, 1, (int64_t[]){4});
   assert_int_equal(kiln_realize(p), KILN_OK);
   const void *buf = kiln_data(p);
+  double want[4] = {0, 0, 0, 0};
   for (int step = 0; step < 4; step++) {
-    kiln_tensor *g = data(4, step);
+    kiln_tensor *g = data(4, 3 * step - 2); /* g[i] = 3 step - 2 + i */
     int64_t hits = rt_schedule_hits();
     assert_int_equal(kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(g, 0.5))), KILN_OK);
     assert_int_equal(kiln_realize(p), KILN_OK);
     if (step > 0) assert_int_equal(rt_schedule_hits(), hits + 1);
+    for (int i = 0; i < 4; i++) want[i] -= 0.5 * (3 * step - 2 + i);
+    expect_values_tol(p, want, 4, 0);
+    assert_ptr_equal(kiln_data(p), buf);
   }
-  /* p = -0.5 * sum over steps of (step + i) */
-  expect_values_tol(p, (double[]){-3, -5, -7, -9}, 4, 0);
-  assert_ptr_equal(kiln_data(p), buf);
   kiln_scope_end();
   expect_no_error();
 }
 
-/* A chain of 100 tiny ops over one input, recorded and forced again and
- * again (the W8 benchmark): every repeat is a hit. */
+/* A chain of 100 tiny ops over one input of 1000 elements, recorded and
+ * forced again and again (the W8 workload of bench/) on new data each
+ * time: every repeat is a hit that compiles nothing, and every result
+ * matches the same chain computed in double on the host. */
 static void repeated_chain_hits(void **state) {
-  kiln_scope_begin();
-  kiln_tensor *x = data(1000, 0);
+  enum { N = 1000, OPS = 100 };
+  static float xs[N], got[N];
   for (int rep = 0; rep < 3; rep++) {
     kiln_scope_begin();
+    /* x[i] = 0.004 (i - 500 + 7 rep), in [-2, 2]: the tanh do not saturate */
+    kiln_tensor *x = kiln_mul_scalar(data(N, -500 + 7 * rep), 0.004);
+    assert_int_equal(kiln_read(x, xs, sizeof xs), KILN_OK);
     kiln_tensor *y = x;
-    for (int i = 0; i < 100; i++) y = i % 3 == 0 ? kiln_mul_scalar(y, 1.0001) : i % 3 == 1 ? kiln_add(y, x) : kiln_tanh(y);
-    int64_t hits = rt_schedule_hits();
+    for (int i = 0; i < OPS; i++) y = i % 3 == 0 ? kiln_mul_scalar(y, 1.0001) : i % 3 == 1 ? kiln_add(y, x) : kiln_tanh(y);
+    int64_t hits = rt_schedule_hits(), compiles = rt_compile_count();
     assert_int_equal(kiln_realize(y), KILN_OK);
-    if (rep > 0) assert_int_equal(rt_schedule_hits(), hits + 1);
+    if (rep > 0) {
+      assert_int_equal(rt_schedule_hits(), hits + 1);
+      assert_int_equal(rt_compile_count(), compiles);
+    }
+    assert_int_equal(kiln_read(y, got, sizeof got), KILN_OK);
+    for (int e = 0; e < N; e++) {
+      double v = xs[e];
+      for (int i = 0; i < OPS; i++) v = i % 3 == 0 ? v * 1.0001 : i % 3 == 1 ? v + xs[e] : tanh(v);
+      /* F32 rounding and tanh error per op; the chain does not amplify them */
+      if (!(fabs(got[e] - v) <= 1e-5)) fail_msg("rep %d element %d: %.9g, want %.9g", rep, e, got[e], v);
+    }
     kiln_scope_end();
   }
-  kiln_scope_end();
   expect_no_error();
+}
+
+/* out[i] = a[i] * 0.8125 - b[i] over [n] (F32), named `name`. */
+static void build_scaled_diff(kir_kernel *k, const char *name, int64_t n) {
+  kir_init(k, name);
+  int out = kir_param(k, KILN_F32, true);
+  int a = kir_param(k, KILN_F32, false);
+  int b = kir_param(k, KILN_F32, false);
+  int i = kir_range(k, n, true);
+  int ax = kir_alu(k, KIR_MUL, KILN_F32, kir_load(k, a, i), kir_const_f(k, KILN_F32, 0.8125), -1);
+  kir_store(k, out, i, kir_alu(k, KIR_SUB, KILN_F32, ax, kir_load(k, b, i), -1));
+  kir_end(k, i);
+}
+
+/* Runs fn (build_scaled_diff over [n]) on inputs that differ at every
+ * element and checks every element (exact: 0.8125 a is exact in F32). */
+static void check_scaled_diff(llvm_kernel_fn fn, int64_t n, float shift) {
+  enum { MAX = 1024 };
+  static _Alignas(64) float out[MAX], a[MAX], b[MAX];
+  assert_true(n <= MAX);
+  for (int64_t i = 0; i < n; i++) {
+    a[i] = (float)(i % 97) * 0.5f - 20 + shift;
+    b[i] = (float)((i * 37) % 101) - 50;
+    out[i] = NAN;
+  }
+  void *bufs[3] = {out, a, b};
+  fn(bufs, 0, n);
+  for (int64_t i = 0; i < n; i++)
+    if (!(out[i] == a[i] * 0.8125f - b[i]))
+      fail_msg("element %lld: %g, want %g", (long long)i, out[i], a[i] * 0.8125f - b[i]);
+}
+
+/* The kernel cache under the schedule cache: the first get of a kernel
+ * compiles it (not a hit; rt_compile_count + 1); a second get of the same
+ * kernel IR, built again under another name (the name is not part of the
+ * key), is a hit that compiles nothing and returns the same code; both
+ * compute the kernel's values. */
+static void kernel_cache_second_get_hits(void **state) {
+  (void)state;
+  enum { N = 777 }; /* a kernel no other test builds */
+  kir_kernel k1, k2;
+  build_scaled_diff(&k1, "scaled_diff_first", N);
+  build_scaled_diff(&k2, "scaled_diff_second", N);
+  char err[256] = "";
+  llvm_kernel_fn f1 = NULL, f2 = NULL;
+  bool hit = true;
+  int64_t compiles = rt_compile_count();
+  if (rt_kernel_get(&k1, &f1, &hit, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  assert_false(hit);
+  assert_int_equal(rt_compile_count(), compiles + 1);
+  check_scaled_diff(f1, N, 0);
+  if (rt_kernel_get(&k2, &f2, &hit, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  assert_true(hit);
+  assert_int_equal(rt_compile_count(), compiles + 1);
+  assert_true(f2 == f1);
+  check_scaled_diff(f2, N, 0.25f); /* new data through the cached code */
+  kir_free(&k1);
+  kir_free(&k2);
 }
 
 int main(void) {
@@ -191,6 +278,7 @@ int main(void) {
       cmocka_unit_test(lookup_before_and_after_simplify),
       cmocka_unit_test(in_place_updates_hit),
       cmocka_unit_test(repeated_chain_hits),
+      cmocka_unit_test(kernel_cache_second_get_hits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

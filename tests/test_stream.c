@@ -2,10 +2,13 @@
  * test_stream.c — streaming (nontemporal) stores of large outputs, at the
  * engine level. KILN_STREAM_BYTES is set to 4096 before the first kernel
  * is lowered, so small tensors take the streaming path: which stores the
- * kernel IR flags, and the values of kernels whose outputs stream, in
- * several dtypes (BOOL outputs too), shapes whose rows are or are not 64-byte multiples,
- * transposed reads (tiles), multi-output kernels, and a row kernel, each
- * checked element by element against a plain C loop.
+ * kernel IR flags (a row kernel, softmax, keeps plain stores), and the
+ * values of kernels whose outputs stream, in several dtypes (BOOL outputs
+ * too), shapes whose rows are or are not 64-byte multiples, transposed
+ * reads (tiles) and multi-output kernels, each checked element by element
+ * against a plain C loop. Inputs differ from element to element (random
+ * integers, or ramps with a nonzero step), so a load at a wrong index
+ * shows.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -62,23 +65,60 @@ static void which_stores_stream(void **state) {
   expect_no_error();
 }
 
+/* Integers in [lo, hi] from a fixed-seed generator (xorshift64*): exact
+ * in every dtype used here, different from element to element. */
+static void random_ints(double *v, int64_t n, int64_t lo, int64_t hi, uint64_t seed) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int64_t i = 0; i < n; i++) {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    v[i] = (double)(lo + (int64_t)((x * 0x2545f4914f6cdd1dull) >> 33) % (hi - lo + 1));
+  }
+}
+
+/* The values v [n] as a realized tensor of dtype t and the given sizes. */
+static kiln_tensor *realized(kiln_dtype t, int ndim, const int64_t *sizes, const double *v) {
+  kiln_tensor *x = kiln_to_dtype(kiln_from_data(KILN_F64, ndim, sizes, v), t);
+  assert_int_equal(kiln_realize(x), KILN_OK);
+  return x;
+}
+
 /* relu(a*b + c) over n elements of dtype t (2 threads, so each chunk's
- * rounded bounds are exercised), exact against C. */
+ * rounded bounds are exercised), a, b, c random integers (products and
+ * sums exact in t), every element exact against C; and a > c, a BOOL
+ * output, every element. */
 static void check_w1(kiln_dtype t, int ndim, const int64_t *sizes) {
   kiln_scope_begin();
-  kiln_tensor *a = ramp(t, ndim, sizes, -3, 1), *b = ramp(t, ndim, sizes, 2, 0), *c = ramp(t, ndim, sizes, -40, 0);
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= sizes[d];
+  double *va = malloc((size_t)n * sizeof *va), *vb = malloc((size_t)n * sizeof *vb), *vc = malloc((size_t)n * sizeof *vc);
+  assert_non_null(va);
+  assert_non_null(vb);
+  assert_non_null(vc);
+  random_ints(va, n, -100, 100, 1 + (uint64_t)n);
+  random_ints(vb, n, -30, 30, 2 + (uint64_t)n);
+  random_ints(vc, n, -1000, 1000, 3 + (uint64_t)n);
+  kiln_tensor *a = realized(t, ndim, sizes, va), *b = realized(t, ndim, sizes, vb), *c = realized(t, ndim, sizes, vc);
   kiln_tensor *y = kiln_to_dtype(kiln_relu(kiln_add(kiln_mul(a, b), c)), KILN_F64);
+  int streaming, plain;
+  count_stores(y, &streaming, &plain);
+  assert_int_equal(streaming, 1); /* the output streams */
   assert_int_equal(kiln_realize(y), KILN_OK);
+  assert_int_equal(kiln_numel(y), n);
   const double *got = kiln_data(y);
-  int64_t n = kiln_numel(y);
   for (int64_t i = 0; i < n; i++) {
-    double want = fmax(((double)i - 3) * 2 - 40, 0);
+    double want = fmax(va[i] * vb[i] + vc[i], 0);
     if (got[i] != want) fail_msg("dtype %d element %lld: %g, want %g", t, (long long)i, got[i], want);
   }
   kiln_tensor *gt = kiln_gt(a, c); /* a BOOL output: one byte per element */
   assert_int_equal(kiln_realize(gt), KILN_OK);
   const uint8_t *g = kiln_data(gt);
-  for (int64_t i = 0; i < n; i++) assert_int_equal(g[i], (double)i - 3 > -40);
+  for (int64_t i = 0; i < n; i++)
+    if (g[i] != (va[i] > vc[i])) fail_msg("dtype %d gt element %lld: %d, want %d", t, (long long)i, g[i], va[i] > vc[i]);
+  free(va);
+  free(vb);
+  free(vc);
   kiln_scope_end();
 }
 
