@@ -60,6 +60,10 @@ static bool push(dfs_stack *s, graph_node *x) {
 /* A node is visited once it carries the plan's id; its position is set
  * when it is appended (after all its pending inputs). */
 bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
+  if (p->held) { /* collected again: the old nodes are not held any more */
+    for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
+    p->held = false;
+  }
   p->n = 0;
   p->id = atomic_fetch_add_explicit(&next_plan_id, 1, memory_order_relaxed);
   dfs_stack stack = {0};
@@ -99,7 +103,15 @@ void pass_plan_remark(const pass_plan *p) {
   }
 }
 
+void pass_plan_hold(pass_plan *p) {
+  if (p->held) return;
+  for (int i = 0; i < p->n; i++) graph_node_retain(p->order[i]);
+  p->held = true;
+}
+
 void pass_plan_free(pass_plan *p) {
+  if (p->held)
+    for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
   free(p->order);
   free(p->e);
   *p = (pass_plan){0};

@@ -41,6 +41,7 @@ typedef struct pass_plan {
   int n, cap;
   graph_node **order; /* [n] pending nodes, producers first */
   pass_entry *e;      /* [n] */
+  bool held;          /* pass_plan_hold: order's nodes hold a reference each */
 } pass_plan;
 
 /** Collects the pending nodes roots [n_roots] need (not inlined sources)
@@ -48,9 +49,15 @@ typedef struct pass_plan {
  *  (nothing fused, no host). p may hold an earlier collect (it is reset).
  *  False on OOM. */
 bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots);
+/** Retains every node of p (once), so a nested force on this thread (a
+ *  lowering fallback), which realizes some of them and drops their
+ *  inputs, frees none that p still points at. Released by
+ *  pass_plan_free. */
+void pass_plan_hold(pass_plan *p);
 /** Marks p's still pending nodes as p's again (after a nested force on
  *  this thread collected some of them under its own plan). */
 void pass_plan_remark(const pass_plan *p);
+/** Frees p's arrays (and the references pass_plan_hold took). */
 void pass_plan_free(pass_plan *p);
 
 /** Position of n in p, or -1 when n is not one of p's nodes. */

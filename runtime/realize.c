@@ -226,6 +226,7 @@ static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding
     stored[n_stored++] = p->order[s];
   run->cacheable = false;
   run->fell_back = true;
+  pass_plan_hold(run->plan);
   pass_unstore(run->plan, n);
   int st = rt_realize(stored, n_stored, err, errlen);
   pass_plan_remark(run->plan); /* the nested force collected some of our nodes */
@@ -245,6 +246,7 @@ static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, s
   if (!had_fused) return st;
   run->cacheable = false;
   run->fell_back = true;
+  pass_plan_hold(p);
   pass_unfuse_inputs(p, n);
   graph_node *inputs[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;

@@ -205,6 +205,34 @@ static void debug_cache_check_catches_a_wrong_binding(void **state) {
   kiln_scope_end();
 }
 
+/* An integer matmul is a generated kernel (cast, product, row sum, cast)
+ * whose root cannot take its fused row reduction: lowering falls back,
+ * realizing the inputs in a nested force. That force realizes nodes of
+ * the outer plan, which drop their inputs; the outer plan holds its nodes
+ * (pass_plan_hold), so none it still points at is freed (ASan checks). */
+static void fallback_keeps_the_plan_alive(void **state) {
+  kiln_dtype dtypes[] = {KILN_I16, KILN_I8, KILN_U8, KILN_I32};
+  for (int d = 0; d < 4; d++) {
+    kiln_scope_begin();
+    int64_t sa[2] = {3, 4}, sb[2] = {4, 2};
+    double va[12], vb[8];
+    for (int i = 0; i < 12; i++) va[i] = (i * 5) % 7;
+    for (int i = 0; i < 8; i++) vb[i] = (i * 3) % 5;
+    kiln_tensor *a = kiln_to_dtype(kiln_from_data(KILN_F64, 2, sa, va), dtypes[d]);
+    kiln_tensor *b = kiln_to_dtype(kiln_from_data(KILN_F64, 2, sb, vb), dtypes[d]);
+    kiln_tensor *c = kiln_matmul(a, b);
+    double want[6];
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 2; j++) {
+        want[i * 2 + j] = 0;
+        for (int k = 0; k < 4; k++) want[i * 2 + j] += va[i * 4 + k] * vb[k * 2 + j];
+      }
+    expect_values_tol(c, want, 6, 0);
+    kiln_scope_end();
+    expect_no_error();
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(force_writes_no_outside_node),
@@ -213,6 +241,7 @@ int main(void) {
       cmocka_unit_test(invalid_entries_are_not_cached),
       cmocka_unit_test(debug_cache_checks_hits),
       cmocka_unit_test(debug_cache_check_catches_a_wrong_binding),
+      cmocka_unit_test(fallback_keeps_the_plan_alive),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
