@@ -54,10 +54,12 @@ static void choose_layout(blas_mat *m) {
   }
 }
 
-static blas_mat operand(const graph_input *in) {
+/* Operand `in` of a matmul whose buffer holds `data` (NULL: its layout
+ * only). */
+static blas_mat operand(const graph_input *in, const void *data) {
   const graph_view *v = &in->view;
   int nd = v->ndim, esz = graph_dtypes[in->node->dtype].size;
-  blas_mat m = {.base = (const char *)in->node->buffer->data + v->offset * esz,
+  blas_mat m = {.base = data ? (const char *)data + v->offset * esz : NULL,
                 .rows = v->sizes[nd - 2], .cols = v->sizes[nd - 1],
                 .s_row = v->strides[nd - 2], .s_col = v->strides[nd - 1]};
   choose_layout(&m);
@@ -144,7 +146,7 @@ static mm_dims dims_of(const graph_node *n) {
 
 static bool fits_int(const mm_dims *d) { return d->m <= INT32_MAX && d->nn <= INT32_MAX && d->k <= INT32_MAX; }
 
-int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
+int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
   bool f64 = n->dtype == KILN_F64;
   mm_dims d = dims_of(n);
   int esz = d.esz, nb = d.nb;
@@ -158,7 +160,7 @@ int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
     memset(out->data, 0, (size_t)(n->numel * esz));
     return KILN_OK;
   }
-  blas_mat a = operand(&n->inputs[0]), b = operand(&n->inputs[1]);
+  blas_mat a = operand(&n->inputs[0], in[0]), b = operand(&n->inputs[1], in[1]);
   char *scratch = NULL;
   if (a.pack || b.pack) {
     scratch = malloc((size_t)((a.pack ? m * k : 0) + (b.pack ? k * nn : 0)) * (size_t)esz);
@@ -197,7 +199,7 @@ bool rt_cublas_can_run(const graph_node *n) {
   for (int i = 0; i < 2; i++) {
     const graph_input *in = &n->inputs[i];
     if (!in->node->buffer || !rt_device_is_real(in->node->buffer)) return false;
-    blas_mat m = operand(in);
+    blas_mat m = operand(in, in->node->buffer->data);
     if (m.pack || m.ld > INT32_MAX) return false;
   }
   return cuda_blas_available(NULL, 0);
@@ -229,7 +231,8 @@ int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen)
   if (d.k == 0) return upload_zeros(out, err, errlen);
   if (d.m == 0 || d.nn == 0 || d.batches == 0) return KILN_OK;
   const graph_view *va = &n->inputs[0].view, *vb = &n->inputs[1].view;
-  blas_mat a = operand(&n->inputs[0]), b = operand(&n->inputs[1]);
+  blas_mat a = operand(&n->inputs[0], n->inputs[0].node->buffer->data);
+  blas_mat b = operand(&n->inputs[1], n->inputs[1].node->buffer->data);
   cuda_gemm g = swapped(n->dtype == KILN_F64, &a, &b, &d);
   const char *c = out->data;
   if (d.nb == 1 && d.batches > 1) { /* one strided-batched call */

@@ -6,10 +6,12 @@
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
  *
- * A MATMUL on the real device runs through cuBLAS on device memory
- * (rt_cublas_matmul, when rt_cublas_can_run). Everything else runs on the
- * host whatever the node's device: inputs on KILN_CUDA are read through
- * host copies (swapped into the input nodes for the call), and a
+ * Each extern op is one row of `externs` below: its host function and
+ * its profiler record. A MATMUL on the real device runs through cuBLAS on
+ * device memory (rt_cublas_matmul, when rt_cublas_can_run). Everything
+ * else runs on the host whatever the node's device: inputs on KILN_CUDA
+ * are read through host copies (never swapped into the input nodes, which
+ * other threads may read), and a
  * KILN_CUDA node's result is uploaded (docs/cuda.md: index_add_'s
  * SCATTER, or a MATMUL recorded for cuBLAS that cuBLAS cannot run now).
  */
@@ -31,22 +33,23 @@ static void match_blas_threads(void) {
   }
 }
 
-/* Name, flops and bytes of one run, as the profiler reports them. */
-static void describe(const graph_node *n, bool cublas, kiln_kernel_record *r, char *name, size_t len) {
-  if (n->op != GRAPH_OP_MATMUL) { /* index loops */
-    int64_t esz = graph_dtypes[n->dtype].size;
-    snprintf(name, len, "loop_%s_%lld", graph_ops[n->op].name, (long long)n->numel);
-    *r = (kiln_kernel_record){.name = name,
-                              .backend = "loop",
-                              .n_ops = 1,
-                              .numel = n->numel,
-                              .bytes_read = n->numel * esz,
-                              .bytes_written = n->numel * esz,
-                              .run_ns = r->run_ns,
-                              .cache_hit = true,
-                              .threads = 1};
-    return;
-  }
+/* Name, flops and bytes of an index loop's run (SCATTER). */
+static void describe_loop(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
+  int64_t esz = graph_dtypes[n->dtype].size;
+  snprintf(name, len, "loop_%s_%lld", graph_ops[n->op].name, (long long)n->numel);
+  *r = (kiln_kernel_record){.name = name,
+                            .backend = "loop",
+                            .n_ops = 1,
+                            .numel = n->numel,
+                            .bytes_read = n->numel * esz,
+                            .bytes_written = n->numel * esz,
+                            .run_ns = r->run_ns,
+                            .cache_hit = true,
+                            .threads = 1};
+}
+
+/* Name, flops and bytes of a GEMM (BLAS or cuBLAS). */
+static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *r, char *name, size_t len) {
   int nd = n->ndim, esz = graph_dtypes[n->dtype].size;
   int64_t m = n->sizes[nd - 2], nn = n->sizes[nd - 1], k = n->inputs[0].view.sizes[nd - 1];
   int64_t batches = nd > 2 ? n->numel / (m * nn > 0 ? m * nn : 1) : 1;
@@ -64,59 +67,59 @@ static void describe(const graph_node *n, bool cublas, kiln_kernel_record *r, ch
   r->threads = cublas ? 1 : openblas_get_num_threads();
 }
 
-static int dispatch(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
-  switch (n->op) {
-  case GRAPH_OP_MATMUL: return rt_blas_matmul(n, out, err, errlen);
-  case GRAPH_OP_SCATTER: return rt_index_scatter(n, out, err, errlen);
-  default:
-    snprintf(err, errlen, "op %s has no extern implementation", graph_ops[n->op].name);
-    return KILN_ERR_UNSUPPORTED;
-  }
+/* The extern ops: one entry per op of kind EXTERN (graph/ops.def). A new
+ * library call or host loop is one row and its functions. `host` runs it
+ * on host memory (in[i]: input i's buffer data); `describe` fills the
+ * profiler record (on_device: it ran through the device path). */
+typedef struct extern_impl {
+  graph_op op;
+  int (*host)(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+  void (*describe)(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len);
+  bool blas; /* runs OpenBLAS: its thread count follows the pool's */
+} extern_impl;
+
+static const extern_impl externs[] = {
+    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true},
+    {GRAPH_OP_SCATTER, rt_index_scatter, describe_loop, false},
+};
+
+static const extern_impl *impl_of(graph_op op) {
+  for (size_t i = 0; i < sizeof externs / sizeof externs[0]; i++)
+    if (externs[i].op == op) return &externs[i];
+  return NULL;
 }
 
-/* Gives each input on the device a host copy for the call: its device
- * buffer moves to saved[i] (NULL when it was already on the host). */
-static int inputs_to_host(graph_node *n, graph_buffer **saved, char *err, size_t errlen) {
+/* Host data of each input: its buffer, or a host copy of it (staged[i],
+ * released by the caller) for a buffer on the device. No node is
+ * written: inputs may be realized data other threads read too. */
+static int host_inputs(const graph_node *n, const void **in, graph_buffer **staged, char *err, size_t errlen) {
   int st = KILN_OK;
   for (int i = 0; i < n->n_inputs && st == KILN_OK; i++) {
-    graph_node *in = n->inputs[i].node;
-    saved[i] = NULL;
-    if (in->buffer->device == KILN_CPU) continue;
-    graph_buffer *host = NULL;
-    st = rt_buffer_copy_to(in->buffer, KILN_CPU, &host, err, errlen);
-    if (st != KILN_OK) {
-      graph_buffer_release(host);
-      break;
-    }
-    saved[i] = in->buffer;
-    in->buffer = host;
+    const graph_buffer *b = n->inputs[i].node->buffer;
+    staged[i] = NULL;
+    if (b->device != KILN_CPU) st = rt_buffer_copy_to(b, KILN_CPU, &staged[i], err, errlen);
+    in[i] = staged[i] ? staged[i]->data : b->data;
   }
   return st;
 }
 
-static void inputs_back(graph_node *n, graph_buffer **saved) {
-  for (int i = n->n_inputs - 1; i >= 0; i--)
-    if (saved[i]) {
-      graph_buffer_release(n->inputs[i].node->buffer);
-      n->inputs[i].node->buffer = saved[i];
-    }
-}
-
 /* Computes n on the host into *out (a new host buffer). */
-static int run_on_host(graph_node *n, graph_buffer **out, int64_t *t0, int64_t *t1, char *err, size_t errlen) {
+static int run_on_host(const extern_impl *x, graph_node *n, graph_buffer **out, int64_t *t0, int64_t *t1, char *err,
+                       size_t errlen) {
   int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
   *out = graph_buffer_alloc(bytes);
   if (!*out) {
     snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
     return KILN_ERR_OOM;
   }
-  graph_buffer *saved[GRAPH_MAX_INPUTS] = {0};
-  int st = inputs_to_host(n, saved, err, errlen);
-  if (n->op == GRAPH_OP_MATMUL) match_blas_threads();
+  const void *in[GRAPH_MAX_INPUTS] = {0};
+  graph_buffer *staged[GRAPH_MAX_INPUTS] = {0};
+  int st = host_inputs(n, in, staged, err, errlen);
+  if (x->blas) match_blas_threads();
   *t0 = rt_now_ns();
-  if (st == KILN_OK) st = dispatch(n, *out, err, errlen);
+  if (st == KILN_OK) st = x->host(n, in, *out, err, errlen);
   *t1 = rt_now_ns();
-  inputs_back(n, saved);
+  for (int i = 0; i < n->n_inputs; i++) graph_buffer_release(staged[i]);
   return st;
 }
 
@@ -135,10 +138,15 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
     int st = in->buffer ? KILN_OK : rt_realize(&in, 1, err, errlen);
     if (st != KILN_OK) return st;
   }
+  const extern_impl *x = impl_of(n->op);
+  if (!x) {
+    snprintf(err, errlen, "op %s has no extern implementation", graph_ops[n->op].name);
+    return KILN_ERR_UNSUPPORTED;
+  }
   graph_buffer *out = NULL;
   int64_t t0 = 0, t1 = 0;
   bool cublas = rt_cublas_can_run(n);
-  int st = cublas ? run_on_device(n, &out, &t0, &t1, err, errlen) : run_on_host(n, &out, &t0, &t1, err, errlen);
+  int st = cublas ? run_on_device(n, &out, &t0, &t1, err, errlen) : run_on_host(x, n, &out, &t0, &t1, err, errlen);
   if (st == KILN_OK && n->device == KILN_CUDA && !cublas) {
     graph_buffer *dev = NULL;
     st = rt_buffer_copy_to(out, KILN_CUDA, &dev, err, errlen);
@@ -152,7 +160,7 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   if (rt_debug_level() >= 1 || rt_profiling()) {
     kiln_kernel_record r = {.run_ns = t1 - t0};
     char name[96];
-    describe(n, cublas, &r, name, sizeof name);
+    x->describe(n, cublas, &r, name, sizeof name);
     if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
     if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
   }

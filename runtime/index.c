@@ -18,10 +18,10 @@
 #include "graph_walk.h"
 #include "runtime.h"
 
-/* Checks every index of input `in` of n against size. */
-static int check_indices(const graph_node *n, int in, int64_t size, char *err, size_t errlen) {
+/* Checks every index of input `in` of n (its buffer holds `base`)
+ * against size. */
+static int check_indices(const graph_node *n, int in, const char *base, int64_t size, char *err, size_t errlen) {
   const graph_input *ix = &n->inputs[in];
-  const char *base = ix->node->buffer->data;
   int64_t count = graph_view_numel(&ix->view);
   graph_walk w;
   graph_walk_init(&w, &ix->view, 0);
@@ -55,21 +55,21 @@ static void add_at(kiln_dtype dt, char *at, const char *v) {
   }
 }
 
-int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
+int rt_index_scatter(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
   const graph_input *self = &n->inputs[0], *ix = &n->inputs[1], *src = &n->inputs[2];
   int dim = (int)n->attr.scalar;
   int64_t size = self->view.sizes[dim];
-  int st = check_indices(n, 1, size, err, errlen);
+  int st = check_indices(n, 1, in[1], size, err, errlen);
   if (st != KILN_OK) return st;
   size_t esz = (size_t)graph_dtypes[n->dtype].size;
   char *o = out->data;
-  const char *b = self->node->buffer->data;
+  const char *b = in[0];
   graph_walk w;
   graph_walk_init(&w, &self->view, 0);
   for (int64_t e = 0; e < n->numel; e++, graph_walk_next(&w)) memcpy(o + (size_t)e * esz, b + (size_t)w.off * esz, esz);
   int64_t ostride[KILN_MAX_DIMS];
   graph_contiguous_strides(self->view.ndim, self->view.sizes, ostride);
-  const char *ib = ix->node->buffer->data, *sb = src->node->buffer->data;
+  const char *ib = in[1], *sb = in[2];
   int64_t count = graph_view_numel(&ix->view);
   graph_walk wi, ws;
   graph_walk_init(&wi, &ix->view, 0);

@@ -163,8 +163,9 @@ void rt_cuda_check_reset(void);
 /** Runs an EXTERN node (realizing any pending input first) into a new
  *  buffer, records its profile line, and marks it realized. */
 int rt_run_extern(graph_node *n, char *err, size_t errlen);
-/** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]). */
-int rt_blas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+/** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]); in[i]:
+ *  host data of input i's buffer (its view's offset not applied). */
+int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 /** True when the last two dims of v (a matmul operand) are neither
  *  row- nor column-major with a usable leading dimension: BLAS needs a
  *  contiguous copy (the host packs one; the device path gets it from
@@ -180,9 +181,10 @@ bool rt_cublas_can_run(const graph_node *n);
 /** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
  *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */
 int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
-/** The SCATTER extern op (index.c): realized inputs, out a fresh buffer
- *  of n's numel; KILN_ERR_INDEX for an index out of range. */
-int rt_index_scatter(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+/** The SCATTER extern op (index.c): in[i] the host data of input i's
+ *  buffer, out a fresh buffer of n's numel; KILN_ERR_INDEX for an index
+ *  out of range. */
+int rt_index_scatter(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */
