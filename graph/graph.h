@@ -83,7 +83,7 @@ bool graph_view_reshape(const graph_view *v, int ndim, const int64_t *sizes, gra
 /* --------------------------------------------------------------- nodes */
 
 typedef enum graph_op {
-#define X(name, arity, kind, result) GRAPH_OP_##name,
+#define X(name, arity, kind, result, props) GRAPH_OP_##name,
 #include "ops.def"
 #undef X
   GRAPH_OP_COUNT
@@ -96,14 +96,41 @@ typedef enum graph_kind {
 
 typedef enum graph_result { GRAPH_RES_SAME, GRAPH_RES_FLOAT, GRAPH_RES_BOOL, GRAPH_RES_LONG, GRAPH_RES_NODE } graph_result;
 
+/* Properties of an op (graph/ops.def's props column, plus what its kind
+ * implies); a pass asks for the one it needs through the predicates
+ * below. */
+enum {
+  /* one output element per index of the node's sizes, computed from the
+   * inputs read at that index: UNARY, BINARY, TERNARY, CAST (from the kind) */
+  GRAPH_PROP_POINTWISE = 1 << 0,
+  /* pointwise, or GATHER: also one output element per index, but one
+   * input (the source) is read at a data-dependent position (from the kind) */
+  GRAPH_PROP_ELEMENTWISE = 1 << 1,
+  GRAPH_PROP_CHEAP = 1 << 2,          /* ops.def CHEAP: cheap to recompute per reader */
+  GRAPH_PROP_MOVEMENT = 1 << 3,       /* ops.def MOVE: elements moved, never combined */
+  GRAPH_PROP_DIFFERENTIABLE = 1 << 4, /* ops.def DIFF: a derivative in its float inputs */
+};
+
 typedef struct graph_op_info {
-  const char *name; /* "add" */
+  const char *name; /* "ADD" */
   int arity;
   graph_kind kind;
   graph_result result;
+  unsigned props; /* GRAPH_PROP_* */
 } graph_op_info;
 
 extern const graph_op_info graph_ops[GRAPH_OP_COUNT];
+
+static inline bool graph_op_has(graph_op op, unsigned prop) { return (graph_ops[op].props & prop) != 0; }
+/** Computed at each index of its sizes from its inputs at that index
+ *  (views may broadcast): loops over all its inputs merge and fuse alike. */
+static inline bool graph_op_is_pointwise(graph_op op) { return graph_op_has(op, GRAPH_PROP_POINTWISE); }
+/** Pointwise or a gather: fuses into its readers as one value per index. */
+static inline bool graph_op_is_elementwise(graph_op op) { return graph_op_has(op, GRAPH_PROP_ELEMENTWISE); }
+/** Cheap enough that each reader of a fused value recomputes it. */
+static inline bool graph_op_is_cheap(graph_op op) { return graph_op_has(op, GRAPH_PROP_CHEAP); }
+static inline bool graph_op_is_movement(graph_op op) { return graph_op_has(op, GRAPH_PROP_MOVEMENT); }
+static inline bool graph_op_is_differentiable(graph_op op) { return graph_op_has(op, GRAPH_PROP_DIFFERENTIABLE); }
 
 #define GRAPH_MAX_INPUTS 3
 

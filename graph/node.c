@@ -14,10 +14,29 @@
 
 #include "graph.h"
 
+/* The properties each kind implies (ops.def's header); the props column
+ * adds the op's own. */
+#define KIND_SOURCE 0
+#define KIND_UNARY (GRAPH_PROP_POINTWISE | GRAPH_PROP_ELEMENTWISE)
+#define KIND_BINARY KIND_UNARY
+#define KIND_TERNARY KIND_UNARY
+#define KIND_CAST KIND_UNARY
+#define KIND_GATHER GRAPH_PROP_ELEMENTWISE
+#define KIND_REDUCE 0
+#define KIND_SCAN 0
+#define KIND_ASSIGN 0
+#define KIND_EXTERN 0
+#define CHEAP GRAPH_PROP_CHEAP
+#define MOVE GRAPH_PROP_MOVEMENT
+#define DIFF GRAPH_PROP_DIFFERENTIABLE
+
 const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
-#define X(name, arity, kind, result) {#name, arity, GRAPH_##kind, GRAPH_RES_##result},
+#define X(name, arity, kind, result, props) {#name, arity, GRAPH_##kind, GRAPH_RES_##result, KIND_##kind | (props)},
 #include "ops.def"
 #undef X
+#undef CHEAP
+#undef MOVE
+#undef DIFF
 };
 
 static uint64_t next_node_id = 1;
