@@ -32,10 +32,7 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static bool is_elementwise(graph_op op) {
-  graph_kind k = graph_ops[op].kind;
-  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
-}
+static bool is_elementwise(graph_op op) { return graph_op_is_elementwise(op); }
 
 static bool pending_full(const graph_node *n) { return !n->buffer && n->op == GRAPH_OP_FULL; }
 
@@ -179,8 +176,7 @@ static bool same_node(const graph_node *a, const graph_node *b) {
 
 static bool cse_candidate(const graph_node *n) {
   graph_kind k = graph_ops[n->op].kind;
-  return !n->buffer && (is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN ||
-                        k == GRAPH_GATHER);
+  return !n->buffer && (is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN);
 }
 
 typedef struct cse_table {

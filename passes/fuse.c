@@ -16,7 +16,7 @@
  *     read of its whole output.
  *  3. An elementwise node read by several readers is fused only when it is
  *     cheap — its own op and everything fused into it are plain arithmetic,
- *     comparisons or selects (no transcendental, division or pow) — since
+ *     comparisons or selects (CHEAP in graph/ops.def) — since
  *     each reader recomputes it — or when it depends on a fused reduction:
  *     then it is recomputed from a row that is still in cache, which beats
  *     writing and re-reading the whole tensor. Otherwise it is
@@ -64,22 +64,12 @@
 
 #include "lower.h"
 
-static bool is_elementwise(const graph_node *n) {
-  graph_kind k = graph_ops[n->op].kind;
-  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST || k == GRAPH_GATHER;
-}
+/* Fuses into its readers as one value per index (a gather too: its index
+ * fuses into it, its source is a buffer, rule 5). */
+static bool is_elementwise(const graph_node *n) { return graph_op_is_elementwise(n->op); }
 
-static bool cheap_op(graph_op op) {
-  switch (op) {
-  case GRAPH_OP_NEG: case GRAPH_OP_ABS: case GRAPH_OP_RELU: case GRAPH_OP_CAST: case GRAPH_OP_ADD:
-  case GRAPH_OP_SUB: case GRAPH_OP_MUL: case GRAPH_OP_MAXIMUM: case GRAPH_OP_MINIMUM: case GRAPH_OP_EQ:
-  case GRAPH_OP_NE: case GRAPH_OP_LT: case GRAPH_OP_LE: case GRAPH_OP_GT: case GRAPH_OP_GE:
-  case GRAPH_OP_LOGICAL_AND: case GRAPH_OP_LOGICAL_OR: case GRAPH_OP_LOGICAL_XOR: case GRAPH_OP_LOGICAL_NOT:
-  case GRAPH_OP_WHERE: case GRAPH_OP_CLAMP: case GRAPH_OP_SIGN:
-    return true;
-  default: return false;
-  }
-}
+/* Rule 3's "plain arithmetic, comparisons or selects": ops.def's CHEAP. */
+static bool cheap_op(graph_op op) { return graph_op_is_cheap(op); }
 
 /* Cheap including everything already fused into it (inputs are decided
  * first, in post-order, so their flags are final). */
@@ -180,8 +170,7 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
 /* An elementwise kernel root whose inputs are all on its device (not a
  * transfer between devices). */
 static bool plain_kernel(const graph_node *n) {
-  graph_kind k = graph_ops[n->op].kind;
-  bool pointwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+  bool pointwise = graph_op_is_pointwise(n->op);
   for (int i = 0; pointwise && i < n->n_inputs; i++) pointwise = n->inputs[i].node->device == n->device;
   return pointwise && !n->buffer && !n->fused && !depends_on_rows(n);
 }

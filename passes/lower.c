@@ -779,8 +779,7 @@ static const graph_node *find_spill(const lower_ctx *c) {
   for (int i = c->n_rows - 1; i >= 0; i--) {
     const graph_node *e = c->rows[i]->inputs[0].node;
     const graph_view *v = &c->rows[i]->inputs[0].view;
-    graph_kind k = graph_ops[e->op].kind;
-    bool elementwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+    bool elementwise = graph_op_is_pointwise(e->op);
     bool same = e->ndim == root->ndim && !memcmp(e->sizes, root->sizes, sizeof *e->sizes * (size_t)e->ndim);
     bool found = false;
     if (is_fused(c, e) && elementwise && !e->fuse_cheap && e->dtype == root->dtype && same && pass_plain_view(v, e) &&
@@ -957,9 +956,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->args = kir_param(c->k, KILN_I64, false);
   c->fargs = kir_param(c->k, KILN_F64, false);
   add_outputs(c);
-  if (c->b->n_outputs > 0 && kind != GRAPH_UNARY && kind != GRAPH_BINARY && kind != GRAPH_TERNARY &&
-      kind != GRAPH_CAST)
-    return KILN_ERR_UNSUPPORTED;
+  if (c->b->n_outputs > 0 && !graph_op_is_pointwise(n->op)) return KILN_ERR_UNSUPPORTED;
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0)
