@@ -16,6 +16,10 @@
 
 #include "kiln/kiln.h"
 
+/** Name of a status code, e.g. "KILN_ERR_SHAPE" (static string): what
+ *  kiln_status_name returns, for layers below the API. */
+const char *graph_status_name(kiln_status s);
+
 /* ------------------------------------------------------------- dtypes */
 
 typedef enum graph_category { GRAPH_CAT_BOOL = 0, GRAPH_CAT_INT = 1, GRAPH_CAT_FLOAT = 2 } graph_category;

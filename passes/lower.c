@@ -995,7 +995,7 @@ int pass_lower_node(const graph_node *n, bool in_place, kir_kernel *k, pass_bind
   if (merge) pass_merged_free(&merged);
   if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;
   if (st != KILN_OK) {
-    snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, kiln_status_name(st),
+    snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, graph_status_name(st),
              c.full ? ": too many inputs for one kernel" : "");
     kir_free(k);
     return st;
