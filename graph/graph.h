@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kiln/kiln.h"
 
@@ -138,6 +139,28 @@ static inline bool graph_op_is_differentiable(graph_op op) { return graph_op_has
 
 #define GRAPH_MAX_INPUTS 3
 
+/* Node attributes are one byte blob (as ggml's op_params): the schedule
+ * key (runtime/schedule.c) and CSE (passes/algebra.c) hash and compare
+ * attr_len bytes of it, so an attribute added later can never be left
+ * out of either. Read and written only through graph_attr_* below.
+ * Each field has a fixed offset (setting one never moves another) and
+ * reads as zero when unset; bytes from attr_len on are zero, and attr_len
+ * ends at the last nonzero byte, so most nodes (no attributes, or all
+ * zero) have attr_len 0, and two nodes have the same attributes exactly
+ * when their attr_len and bytes are equal (-0.0 is not 0.0).
+ *   [0, 8)   scalar (double): FULL's value, ARANGE's start, CLAMP's lo,
+ *            GATHER's and SCATTER's dim
+ *   [8, 16)  scalar2 (double): ARANGE's step, CLAMP's hi
+ *   [16, 20) reduce_mask (uint32): REDUCE: bit k = input dim k reduced;
+ *            SCAN: the one bit of the scanned dim
+ *   [20, ..) region (ASSIGN: the view written), compact: ndim (1 byte),
+ *            offset, sizes[ndim], strides[ndim] (int64) */
+#define GRAPH_ATTR_SCALAR 0
+#define GRAPH_ATTR_SCALAR2 8
+#define GRAPH_ATTR_REDUCE_MASK 16
+#define GRAPH_ATTR_REGION 20
+#define GRAPH_ATTR_BYTES (GRAPH_ATTR_REGION + 1 + 8 + 16 * KILN_MAX_DIMS)
+
 struct graph_node;
 
 /** One recorded input: the version read and the view it was read through.
@@ -188,12 +211,8 @@ typedef struct graph_node {
   int64_t sizes[KILN_MAX_DIMS];
   int n_inputs;
   graph_input inputs[GRAPH_MAX_INPUTS];
-  struct {
-    double scalar, scalar2;
-    uint32_t reduce_mask; /* REDUCE: bit k set = input dim k reduced;
-                             SCAN: the one bit of the scanned dim */
-    graph_view region;    /* ASSIGN: where the value is written */
-  } attr;
+  uint16_t attr_len;                    /* attributes: see GRAPH_ATTR_BYTES */
+  unsigned char attr[GRAPH_ATTR_BYTES]; /* zero from attr_len on */
   graph_buffer *buffer; /* set once realized; inputs are then dropped */
   struct graph_node *free_next; /* work list while releasing */
   int sched_mark;               /* scratch for the scheduler */
@@ -223,6 +242,29 @@ graph_node *graph_node_retain(graph_node *n);
 /** Drops a reference; frees the node (and, iteratively, inputs it held the
  *  last reference to) at zero. */
 void graph_node_release(graph_node *n);
+/* Attributes (the layout is above GRAPH_ATTR_BYTES's definition). */
+static inline double graph_attr_scalar(const graph_node *n) {
+  double v;
+  memcpy(&v, n->attr + GRAPH_ATTR_SCALAR, sizeof v);
+  return v;
+}
+static inline double graph_attr_scalar2(const graph_node *n) {
+  double v;
+  memcpy(&v, n->attr + GRAPH_ATTR_SCALAR2, sizeof v);
+  return v;
+}
+static inline uint32_t graph_attr_reduce_mask(const graph_node *n) {
+  uint32_t m;
+  memcpy(&m, n->attr + GRAPH_ATTR_REDUCE_MASK, sizeof m);
+  return m;
+}
+/** ASSIGN's region, decoded (ndim 0 when unset). */
+graph_view graph_attr_region(const graph_node *n);
+void graph_attr_set_scalar(graph_node *n, double v);
+void graph_attr_set_scalar2(graph_node *n, double v);
+void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask);
+void graph_attr_set_region(graph_node *n, const graph_view *region);
+
 /** Marks n realized with buf (takes the reference) and drops its inputs. */
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
 /** Live pending (unrealized) nodes in the process, for tests and the

@@ -1,6 +1,6 @@
 /*
- * node.c — version nodes, buffers, storages and tensor handles, with their
- * reference counts.
+ * node.c — version nodes (and their attribute bytes), buffers, storages and
+ * tensor handles, with their reference counts.
  *
  * Invariants: a pending node holds a reference to each input node; once
  * realized (buffer set) it drops them, so a realized graph is freed as soon
@@ -175,6 +175,57 @@ void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
     n->inputs[i].node = NULL;
   }
   n->n_inputs = 0;
+}
+
+/* ---------------------------------------------------------- attributes */
+
+static const unsigned char zero_attr[GRAPH_ATTR_BYTES];
+
+/* attr_len = the end of the last nonzero byte before `len`. */
+static void attr_trim(graph_node *n, int len) {
+  while (len > 0 && n->attr[len - 1] == 0) len--;
+  n->attr_len = (uint16_t)len;
+}
+
+/* Writes bytes at `at` and moves attr_len to the last nonzero byte (bytes
+ * past the old attr_len were zero, so only the new ones can extend it).
+ * Zeros written past attr_len (every elementwise op records its two
+ * scalars, mostly 0) change nothing and return at once. */
+static inline void attr_write(graph_node *n, int at, const void *src, int bytes) {
+  if (at >= n->attr_len && memcmp(src, zero_attr, (size_t)bytes) == 0) return;
+  memcpy(n->attr + at, src, (size_t)bytes);
+  attr_trim(n, at + bytes > n->attr_len ? at + bytes : n->attr_len);
+}
+
+void graph_attr_set_scalar(graph_node *n, double v) { attr_write(n, GRAPH_ATTR_SCALAR, &v, sizeof v); }
+void graph_attr_set_scalar2(graph_node *n, double v) { attr_write(n, GRAPH_ATTR_SCALAR2, &v, sizeof v); }
+void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
+  attr_write(n, GRAPH_ATTR_REDUCE_MASK, &mask, sizeof mask);
+}
+
+void graph_attr_set_region(graph_node *n, const graph_view *region) {
+  unsigned char buf[GRAPH_ATTR_BYTES - GRAPH_ATTR_REGION], *w = buf;
+  size_t dims = sizeof *region->sizes * (size_t)region->ndim;
+  *w++ = (unsigned char)region->ndim;
+  memcpy(w, &region->offset, sizeof region->offset);
+  memcpy(w + sizeof region->offset, region->sizes, dims);
+  memcpy(w + sizeof region->offset + dims, region->strides, dims);
+  w += sizeof region->offset + 2 * dims;
+  if (n->attr_len > GRAPH_ATTR_REGION) { /* drop the old region: a shorter one leaves no old bytes */
+    memset(n->attr + GRAPH_ATTR_REGION, 0, (size_t)(n->attr_len - GRAPH_ATTR_REGION));
+    attr_trim(n, GRAPH_ATTR_REGION);
+  }
+  attr_write(n, GRAPH_ATTR_REGION, buf, (int)(w - buf));
+}
+
+graph_view graph_attr_region(const graph_node *n) {
+  const unsigned char *r = n->attr + GRAPH_ATTR_REGION;
+  graph_view v = {.ndim = r[0]};
+  size_t dims = sizeof *v.sizes * (size_t)v.ndim;
+  memcpy(&v.offset, r + 1, sizeof v.offset);
+  memcpy(v.sizes, r + 1 + sizeof v.offset, dims);
+  memcpy(v.strides, r + 1 + sizeof v.offset + dims, dims);
+  return v;
 }
 
 /* ------------------------------------------------ storages and tensors */

@@ -86,7 +86,7 @@ static bool cheap(const graph_node *n) {
 static bool row_reduction(const graph_node *n) {
   if (graph_ops[n->op].kind != GRAPH_REDUCE) return false;
   int nd = n->inputs[0].view.ndim;
-  uint32_t mask = n->attr.reduce_mask, all = nd ? (uint32_t)((1ull << nd) - 1) : 0;
+  uint32_t mask = graph_attr_reduce_mask(n), all = nd ? (uint32_t)((1ull << nd) - 1) : 0;
   if (mask == 0) return false;
   uint32_t low = mask & (~mask + 1); /* lowest reduced dim */
   return mask == (all & ~(low - 1));
