@@ -260,10 +260,30 @@ static inline uint32_t graph_attr_reduce_mask(const graph_node *n) {
 }
 /** ASSIGN's region, decoded (ndim 0 when unset). */
 graph_view graph_attr_region(const graph_node *n);
-void graph_attr_set_scalar(graph_node *n, double v);
-void graph_attr_set_scalar2(graph_node *n, double v);
-void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask);
 void graph_attr_set_region(graph_node *n, const graph_view *region);
+
+/* The setters' common step (inline: every elementwise op records two
+ * scalars, mostly 0): writes bytes at `at` and moves attr_len to the last
+ * nonzero byte; bytes past the old attr_len were zero, so only the new
+ * ones can extend it, and zeros written there change nothing. */
+static inline void graph_attr_write(graph_node *n, int at, const void *src, int bytes) {
+  static const unsigned char zero[8];
+  if (at >= n->attr_len && bytes <= 8 && memcmp(src, zero, (size_t)bytes) == 0) return;
+  memcpy(n->attr + at, src, (size_t)bytes);
+  int len = at + bytes;
+  if (len < n->attr_len) return; /* the last nonzero byte lies beyond */
+  while (len > 0 && n->attr[len - 1] == 0) len--;
+  n->attr_len = (uint16_t)len;
+}
+static inline void graph_attr_set_scalar(graph_node *n, double v) {
+  graph_attr_write(n, GRAPH_ATTR_SCALAR, &v, sizeof v);
+}
+static inline void graph_attr_set_scalar2(graph_node *n, double v) {
+  graph_attr_write(n, GRAPH_ATTR_SCALAR2, &v, sizeof v);
+}
+static inline void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
+  graph_attr_write(n, GRAPH_ATTR_REDUCE_MASK, &mask, sizeof mask);
+}
 
 /** Marks n realized with buf (takes the reference) and drops its inputs. */
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);

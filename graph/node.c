@@ -179,30 +179,6 @@ void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
 
 /* ---------------------------------------------------------- attributes */
 
-static const unsigned char zero_attr[GRAPH_ATTR_BYTES];
-
-/* attr_len = the end of the last nonzero byte before `len`. */
-static void attr_trim(graph_node *n, int len) {
-  while (len > 0 && n->attr[len - 1] == 0) len--;
-  n->attr_len = (uint16_t)len;
-}
-
-/* Writes bytes at `at` and moves attr_len to the last nonzero byte (bytes
- * past the old attr_len were zero, so only the new ones can extend it).
- * Zeros written past attr_len (every elementwise op records its two
- * scalars, mostly 0) change nothing and return at once. */
-static inline void attr_write(graph_node *n, int at, const void *src, int bytes) {
-  if (at >= n->attr_len && memcmp(src, zero_attr, (size_t)bytes) == 0) return;
-  memcpy(n->attr + at, src, (size_t)bytes);
-  attr_trim(n, at + bytes > n->attr_len ? at + bytes : n->attr_len);
-}
-
-void graph_attr_set_scalar(graph_node *n, double v) { attr_write(n, GRAPH_ATTR_SCALAR, &v, sizeof v); }
-void graph_attr_set_scalar2(graph_node *n, double v) { attr_write(n, GRAPH_ATTR_SCALAR2, &v, sizeof v); }
-void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
-  attr_write(n, GRAPH_ATTR_REDUCE_MASK, &mask, sizeof mask);
-}
-
 void graph_attr_set_region(graph_node *n, const graph_view *region) {
   unsigned char buf[GRAPH_ATTR_BYTES - GRAPH_ATTR_REGION], *w = buf;
   size_t dims = sizeof *region->sizes * (size_t)region->ndim;
@@ -213,9 +189,11 @@ void graph_attr_set_region(graph_node *n, const graph_view *region) {
   w += sizeof region->offset + 2 * dims;
   if (n->attr_len > GRAPH_ATTR_REGION) { /* drop the old region: a shorter one leaves no old bytes */
     memset(n->attr + GRAPH_ATTR_REGION, 0, (size_t)(n->attr_len - GRAPH_ATTR_REGION));
-    attr_trim(n, GRAPH_ATTR_REGION);
+    int len = GRAPH_ATTR_REGION;
+    while (len > 0 && n->attr[len - 1] == 0) len--;
+    n->attr_len = (uint16_t)len;
   }
-  attr_write(n, GRAPH_ATTR_REGION, buf, (int)(w - buf));
+  graph_attr_write(n, GRAPH_ATTR_REGION, buf, (int)(w - buf));
 }
 
 graph_view graph_attr_region(const graph_node *n) {

@@ -128,7 +128,8 @@ static void attributes_tell_nodes_apart(void **state) {
   assert_true(isinf(got) && got > 0);
   int64_t sq[2] = {2, 2};
   kiln_tensor *src = realized(kiln_reshape(kiln_arange(KILN_F32, 1, 5, 1), 2, sq));
-  kiln_tensor *idx = realized(kiln_reshape(kiln_from_data(KILN_I64, 1, (int64_t[]){4}, (int64_t[]){0, 1, 1, 0}), 2, sq));
+  kiln_tensor *flat_idx = kiln_from_data(KILN_I64, 1, (int64_t[]){4}, (int64_t[]){0, 1, 1, 0});
+  kiln_tensor *idx = realized(kiln_reshape(flat_idx, 2, sq));
   /* src [[1, 2], [3, 4]]: dim 0 [[1, 4], [3, 2]], dim 1 [[1, 2], [4, 3]] */
   kiln_tensor *g = kiln_sub(kiln_gather(src, 0, idx), kiln_gather(src, 1, idx));
   expect_values_tol(g, (double[]){0, 2, -1, -1}, 4, 0);
