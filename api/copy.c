@@ -105,7 +105,7 @@ KILN_API int kiln_fill_(kiln_tensor *t, double value) {
   if (!api_check(t, "kiln_fill_", "t")) return KILN_ERR_ARG;
   graph_node *val = graph_node_new(GRAPH_OP_FULL, KILN_F64, 0, NULL);
   if (!val) return api_error(KILN_ERR_OOM, "kiln_fill_", "out of memory");
-  val->attr.scalar = value;
+  graph_attr_set_scalar(val, value);
   graph_view bv = {.ndim = t->view.ndim}; /* every stride 0 */
   for (int d = 0; d < bv.ndim; d++) bv.sizes[d] = t->view.sizes[d];
   int st = api_assign(t, val, &bv, "kiln_fill_");

@@ -108,7 +108,7 @@ static kiln_tensor *full_tensor(kiln_dtype dtype, int ndim, const int64_t *sizes
   if (!api_check_dtype(dtype, fn) || !api_check_sizes(ndim, sizes, fn)) return NULL;
   int64_t numel = sizes_numel(ndim, sizes);
   graph_node *n = graph_node_new(GRAPH_OP_FULL, dtype, 1, &numel);
-  if (n) n->attr.scalar = cast_value(dtype, value);
+  if (n) graph_attr_set_scalar(n, cast_value(dtype, value));
   return source_tensor(n, dtype, ndim, sizes, fn);
 }
 
@@ -188,8 +188,8 @@ KILN_API kiln_tensor *kiln_arange(kiln_dtype dtype, double start, double end, do
   if (n < 0) return NULL;
   graph_node *node = graph_node_new(GRAPH_OP_ARANGE, dtype, 1, &n);
   if (node) {
-    node->attr.scalar = xstart;
-    node->attr.scalar2 = xstep;
+    graph_attr_set_scalar(node, xstart);
+    graph_attr_set_scalar2(node, xstep);
   }
   return source_tensor(node, dtype, 1, &n, fn);
 }

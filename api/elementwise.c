@@ -128,8 +128,8 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
     return NULL;
   }
   node->cdtype = graph_ops[op].result == GRAPH_RES_FLOAT ? node->dtype : promoted;
-  node->attr.scalar = attr0;
-  node->attr.scalar2 = attr1;
+  graph_attr_set_scalar(node, attr0);
+  graph_attr_set_scalar2(node, attr1);
   for (int i = 0; i < n; i++) {
     graph_view bv;
     graph_view_broadcast(vp[i], ndim, sizes, &bv); /* cannot fail: sizes broadcast */
@@ -143,7 +143,7 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
       api_error(KILN_ERR_OOM, fn, "out of memory");
       return NULL;
     }
-    scalar_nodes[i]->attr.scalar = scalars[i];
+    graph_attr_set_scalar(scalar_nodes[i], scalars[i]);
     graph_node_add_input(node, scalar_nodes[i], &bv);
     graph_node_release(scalar_nodes[i]);
   }

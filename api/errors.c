@@ -30,21 +30,7 @@ KILN_API void kiln_clear_error(void) {
   last_message[0] = 0;
 }
 
-KILN_API const char *kiln_status_name(kiln_status s) {
-  switch (s) {
-  case KILN_OK: return "KILN_OK";
-  case KILN_ERR_ARG: return "KILN_ERR_ARG";
-  case KILN_ERR_SHAPE: return "KILN_ERR_SHAPE";
-  case KILN_ERR_DTYPE: return "KILN_ERR_DTYPE";
-  case KILN_ERR_OOM: return "KILN_ERR_OOM";
-  case KILN_ERR_DEVICE: return "KILN_ERR_DEVICE";
-  case KILN_ERR_COMPILE: return "KILN_ERR_COMPILE";
-  case KILN_ERR_IO: return "KILN_ERR_IO";
-  case KILN_ERR_UNSUPPORTED: return "KILN_ERR_UNSUPPORTED";
-  case KILN_ERR_INDEX: return "KILN_ERR_INDEX";
-  }
-  return "KILN_ERR_UNKNOWN";
-}
+KILN_API const char *kiln_status_name(kiln_status s) { return graph_status_name(s); }
 
 const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes) {
   size_t used = 0;

@@ -65,7 +65,7 @@ kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tens
   graph_node *n = graph_node_new(GRAPH_OP_GATHER, t->storage->dtype, iv->ndim, iv->sizes);
   if (n) {
     n->cdtype = n->dtype;
-    n->attr.scalar = dim;
+    graph_attr_set_scalar(n, dim);
     graph_node_add_input(n, api_version(t), tv);
     graph_node_add_input(n, api_version(index), iv);
   }
@@ -165,7 +165,7 @@ static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_
     return api_error(KILN_ERR_OOM, fn, "out of memory");
   }
   n->cdtype = n->dtype;
-  n->attr.scalar = dim;
+  graph_attr_set_scalar(n, dim);
   graph_node_add_input(n, api_version(t), &t->view);
   graph_node_add_input(n, api_version(index), iv);
   graph_node_add_input(n, api_version(src), &cv);

@@ -44,7 +44,7 @@ int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view
   graph_view flat = graph_view_contiguous(1, &numel);
   graph_node_add_input(n, s->version, &flat);
   graph_node_add_input(n, value, value_view);
-  n->attr.region = dst->view;
+  graph_attr_set_region(n, &dst->view);
   n->device = s->device; /* a write from another device is copied over */
   graph_storage_set_version(s, n);
   api_maybe_realize(n, fn);
@@ -199,7 +199,7 @@ KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value) {
   if (off < 0) return kiln_last_status();
   graph_node *val = graph_node_new(GRAPH_OP_FULL, t->storage->dtype, 0, NULL);
   if (!val) return api_error(KILN_ERR_OOM, "kiln_set", "out of memory");
-  val->attr.scalar = value;
+  graph_attr_set_scalar(val, value);
   kiln_tensor elem = {.storage = t->storage, .view = {.ndim = 0, .offset = off}};
   graph_view vv = {0};
   int st = api_assign(&elem, val, &vv, "kiln_set");

@@ -54,7 +54,7 @@ static kiln_tensor *reduce_node(kiln_tensor *t, uint32_t mask, bool keepdim, gra
     return NULL;
   }
   n->cdtype = t->storage->dtype;
-  n->attr.reduce_mask = mask;
+  graph_attr_set_reduce_mask(n, mask);
   graph_node_add_input(n, t->storage->version, v);
   kiln_tensor *r = api_tensor_from_node(n, fn);
   if (!r || keepdim) return r;

@@ -25,7 +25,7 @@ static kiln_tensor *scan(kiln_tensor *t, int dim, graph_op op, const char *fn) {
     return NULL;
   }
   n->cdtype = in;
-  n->attr.reduce_mask = 1u << d;
+  graph_attr_set_reduce_mask(n, 1u << d);
   graph_node_add_input(n, api_version(t), v);
   return api_tensor_from_node(n, fn);
 }

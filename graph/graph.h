@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kiln/kiln.h"
 
@@ -24,6 +25,10 @@
 /** A setting read once: *slot caches read()'s value (the environment
  *  parsed); store GRAPH_ENV_UNREAD to read it again. Thread-safe. */
 int64_t graph_env_once(atomic_int_fast64_t *slot, int64_t (*read)(void));
+
+/** Name of a status code, e.g. "KILN_ERR_SHAPE" (static string): what
+ *  kiln_status_name returns, for layers below the API. */
+const char *graph_status_name(kiln_status s);
 
 /* ------------------------------------------------------------- dtypes */
 
@@ -92,7 +97,7 @@ bool graph_view_reshape(const graph_view *v, int ndim, const int64_t *sizes, gra
 /* --------------------------------------------------------------- nodes */
 
 typedef enum graph_op {
-#define X(name, arity, kind, result) GRAPH_OP_##name,
+#define X(name, arity, kind, result, props) GRAPH_OP_##name,
 #include "ops.def"
 #undef X
   GRAPH_OP_COUNT
@@ -105,16 +110,65 @@ typedef enum graph_kind {
 
 typedef enum graph_result { GRAPH_RES_SAME, GRAPH_RES_FLOAT, GRAPH_RES_BOOL, GRAPH_RES_LONG, GRAPH_RES_NODE } graph_result;
 
+/* Properties of an op (graph/ops.def's props column, plus what its kind
+ * implies); a pass asks for the one it needs through the predicates
+ * below. */
+enum {
+  /* one output element per index of the node's sizes, computed from the
+   * inputs read at that index: UNARY, BINARY, TERNARY, CAST (from the kind) */
+  GRAPH_PROP_POINTWISE = 1 << 0,
+  /* pointwise, or GATHER: also one output element per index, but one
+   * input (the source) is read at a data-dependent position (from the kind) */
+  GRAPH_PROP_ELEMENTWISE = 1 << 1,
+  GRAPH_PROP_CHEAP = 1 << 2,          /* ops.def CHEAP: cheap to recompute per reader */
+  GRAPH_PROP_MOVEMENT = 1 << 3,       /* ops.def MOVE: elements moved, never combined */
+  GRAPH_PROP_DIFFERENTIABLE = 1 << 4, /* ops.def DIFF: a derivative in its float inputs */
+};
+
 typedef struct graph_op_info {
-  const char *name; /* "add" */
+  const char *name; /* "ADD" */
   int arity;
   graph_kind kind;
   graph_result result;
+  unsigned props; /* GRAPH_PROP_* */
 } graph_op_info;
 
 extern const graph_op_info graph_ops[GRAPH_OP_COUNT];
 
+static inline bool graph_op_has(graph_op op, unsigned prop) { return (graph_ops[op].props & prop) != 0; }
+/** Computed at each index of its sizes from its inputs at that index
+ *  (views may broadcast): loops over all its inputs merge and fuse alike. */
+static inline bool graph_op_is_pointwise(graph_op op) { return graph_op_has(op, GRAPH_PROP_POINTWISE); }
+/** Pointwise or a gather: fuses into its readers as one value per index. */
+static inline bool graph_op_is_elementwise(graph_op op) { return graph_op_has(op, GRAPH_PROP_ELEMENTWISE); }
+/** Cheap enough that each reader of a fused value recomputes it. */
+static inline bool graph_op_is_cheap(graph_op op) { return graph_op_has(op, GRAPH_PROP_CHEAP); }
+static inline bool graph_op_is_movement(graph_op op) { return graph_op_has(op, GRAPH_PROP_MOVEMENT); }
+static inline bool graph_op_is_differentiable(graph_op op) { return graph_op_has(op, GRAPH_PROP_DIFFERENTIABLE); }
+
 #define GRAPH_MAX_INPUTS 3
+
+/* Node attributes are one byte blob (as ggml's op_params): the schedule
+ * key (runtime/schedule.c) and CSE (passes/algebra.c) hash and compare
+ * attr_len bytes of it, so an attribute added later can never be left
+ * out of either. Read and written only through graph_attr_* below.
+ * Each field has a fixed offset (setting one never moves another) and
+ * reads as zero when unset; bytes from attr_len on are zero, and attr_len
+ * ends at the last nonzero byte, so most nodes (no attributes, or all
+ * zero) have attr_len 0, and two nodes have the same attributes exactly
+ * when their attr_len and bytes are equal (-0.0 is not 0.0).
+ *   [0, 8)   scalar (double): FULL's value, ARANGE's start, CLAMP's lo,
+ *            GATHER's and SCATTER's dim
+ *   [8, 16)  scalar2 (double): ARANGE's step, CLAMP's hi
+ *   [16, 20) reduce_mask (uint32): REDUCE: bit k = input dim k reduced;
+ *            SCAN: the one bit of the scanned dim
+ *   [20, ..) region (ASSIGN: the view written), compact: ndim (1 byte),
+ *            offset, sizes[ndim], strides[ndim] (int64) */
+#define GRAPH_ATTR_SCALAR 0
+#define GRAPH_ATTR_SCALAR2 8
+#define GRAPH_ATTR_REDUCE_MASK 16
+#define GRAPH_ATTR_REGION 20
+#define GRAPH_ATTR_BYTES (GRAPH_ATTR_REGION + 1 + 8 + 16 * KILN_MAX_DIMS)
 
 struct graph_node;
 
@@ -166,12 +220,8 @@ typedef struct graph_node {
   int64_t sizes[KILN_MAX_DIMS];
   int n_inputs;
   graph_input inputs[GRAPH_MAX_INPUTS];
-  struct {
-    double scalar, scalar2;
-    uint32_t reduce_mask; /* REDUCE: bit k set = input dim k reduced;
-                             SCAN: the one bit of the scanned dim */
-    graph_view region;    /* ASSIGN: where the value is written */
-  } attr;
+  uint16_t attr_len;                    /* attributes: see GRAPH_ATTR_BYTES */
+  unsigned char attr[GRAPH_ATTR_BYTES]; /* zero from attr_len on */
   graph_buffer *buffer; /* set once realized; inputs are then dropped */
   struct graph_node *free_next; /* work list while releasing */
   /* The per-force plan that holds this pending node, and its position
@@ -191,6 +241,49 @@ graph_node *graph_node_retain(graph_node *n);
 /** Drops a reference; frees the node (and, iteratively, inputs it held the
  *  last reference to) at zero. */
 void graph_node_release(graph_node *n);
+/* Attributes (the layout is above GRAPH_ATTR_BYTES's definition). */
+static inline double graph_attr_scalar(const graph_node *n) {
+  double v;
+  memcpy(&v, n->attr + GRAPH_ATTR_SCALAR, sizeof v);
+  return v;
+}
+static inline double graph_attr_scalar2(const graph_node *n) {
+  double v;
+  memcpy(&v, n->attr + GRAPH_ATTR_SCALAR2, sizeof v);
+  return v;
+}
+static inline uint32_t graph_attr_reduce_mask(const graph_node *n) {
+  uint32_t m;
+  memcpy(&m, n->attr + GRAPH_ATTR_REDUCE_MASK, sizeof m);
+  return m;
+}
+/** ASSIGN's region, decoded (ndim 0 when unset). */
+graph_view graph_attr_region(const graph_node *n);
+void graph_attr_set_region(graph_node *n, const graph_view *region);
+
+/* The setters' common step (inline: every elementwise op records two
+ * scalars, mostly 0): writes bytes at `at` and moves attr_len to the last
+ * nonzero byte; bytes past the old attr_len were zero, so only the new
+ * ones can extend it, and zeros written there change nothing. */
+static inline void graph_attr_write(graph_node *n, int at, const void *src, int bytes) {
+  static const unsigned char zero[8];
+  if (at >= n->attr_len && bytes <= 8 && memcmp(src, zero, (size_t)bytes) == 0) return;
+  memcpy(n->attr + at, src, (size_t)bytes);
+  int len = at + bytes;
+  if (len < n->attr_len) return; /* the last nonzero byte lies beyond */
+  while (len > 0 && n->attr[len - 1] == 0) len--;
+  n->attr_len = (uint16_t)len;
+}
+static inline void graph_attr_set_scalar(graph_node *n, double v) {
+  graph_attr_write(n, GRAPH_ATTR_SCALAR, &v, sizeof v);
+}
+static inline void graph_attr_set_scalar2(graph_node *n, double v) {
+  graph_attr_write(n, GRAPH_ATTR_SCALAR2, &v, sizeof v);
+}
+static inline void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
+  graph_attr_write(n, GRAPH_ATTR_REDUCE_MASK, &mask, sizeof mask);
+}
+
 /** Marks n realized with buf (takes the reference) and drops its inputs. */
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
 /** Live pending (unrealized) nodes in the process, for tests and the

@@ -1,6 +1,6 @@
 /*
- * node.c — version nodes, buffers, storages and tensor handles, with their
- * reference counts.
+ * node.c — version nodes (and their attribute bytes), buffers, storages and
+ * tensor handles, with their reference counts.
  *
  * Invariants: a pending node holds a reference to each input node; once
  * realized (buffer set) it drops them, so a realized graph is freed as soon
@@ -17,10 +17,29 @@
 
 #include "graph.h"
 
+/* The properties each kind implies (ops.def's header); the props column
+ * adds the op's own. */
+#define KIND_SOURCE 0
+#define KIND_UNARY (GRAPH_PROP_POINTWISE | GRAPH_PROP_ELEMENTWISE)
+#define KIND_BINARY KIND_UNARY
+#define KIND_TERNARY KIND_UNARY
+#define KIND_CAST KIND_UNARY
+#define KIND_GATHER GRAPH_PROP_ELEMENTWISE
+#define KIND_REDUCE 0
+#define KIND_SCAN 0
+#define KIND_ASSIGN 0
+#define KIND_EXTERN 0
+#define CHEAP GRAPH_PROP_CHEAP
+#define MOVE GRAPH_PROP_MOVEMENT
+#define DIFF GRAPH_PROP_DIFFERENTIABLE
+
 const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
-#define X(name, arity, kind, result) {#name, arity, GRAPH_##kind, GRAPH_RES_##result},
+#define X(name, arity, kind, result, props) {#name, arity, GRAPH_##kind, GRAPH_RES_##result, KIND_##kind | (props)},
 #include "ops.def"
 #undef X
+#undef CHEAP
+#undef MOVE
+#undef DIFF
 };
 
 static atomic_uint_fast64_t next_node_id = 1;
@@ -159,6 +178,35 @@ void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
     n->inputs[i].node = NULL;
   }
   n->n_inputs = 0;
+}
+
+/* ---------------------------------------------------------- attributes */
+
+void graph_attr_set_region(graph_node *n, const graph_view *region) {
+  unsigned char buf[GRAPH_ATTR_BYTES - GRAPH_ATTR_REGION], *w = buf;
+  size_t dims = sizeof *region->sizes * (size_t)region->ndim;
+  *w++ = (unsigned char)region->ndim;
+  memcpy(w, &region->offset, sizeof region->offset);
+  memcpy(w + sizeof region->offset, region->sizes, dims);
+  memcpy(w + sizeof region->offset + dims, region->strides, dims);
+  w += sizeof region->offset + 2 * dims;
+  if (n->attr_len > GRAPH_ATTR_REGION) { /* drop the old region: a shorter one leaves no old bytes */
+    memset(n->attr + GRAPH_ATTR_REGION, 0, (size_t)(n->attr_len - GRAPH_ATTR_REGION));
+    int len = GRAPH_ATTR_REGION;
+    while (len > 0 && n->attr[len - 1] == 0) len--;
+    n->attr_len = (uint16_t)len;
+  }
+  graph_attr_write(n, GRAPH_ATTR_REGION, buf, (int)(w - buf));
+}
+
+graph_view graph_attr_region(const graph_node *n) {
+  const unsigned char *r = n->attr + GRAPH_ATTR_REGION;
+  graph_view v = {.ndim = r[0]};
+  size_t dims = sizeof *v.sizes * (size_t)v.ndim;
+  memcpy(&v.offset, r + 1, sizeof v.offset);
+  memcpy(v.sizes, r + 1 + sizeof v.offset, dims);
+  memcpy(v.strides, r + 1 + sizeof v.offset + dims, dims);
+  return v;
 }
 
 /* ------------------------------------------------ storages and tensors */

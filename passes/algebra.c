@@ -32,10 +32,7 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static bool is_elementwise(graph_op op) {
-  graph_kind k = graph_ops[op].kind;
-  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
-}
+static bool is_elementwise(graph_op op) { return graph_op_is_elementwise(op); }
 
 static bool pending_full(const graph_node *n) { return !n->buffer && n->op == GRAPH_OP_FULL; }
 
@@ -58,7 +55,7 @@ static bool identity_layout(const graph_node *n, int i) {
 static bool fill_is(const graph_node *n, double v) {
   if (!pending_full(n)) return false;
   unsigned char tmp[8];
-  graph_store_scalar(n->dtype, tmp, n->attr.scalar);
+  graph_store_scalar(n->dtype, tmp, graph_attr_scalar(n));
   double got = graph_load_scalar(n->dtype, tmp);
   return got == v && !signbit(got);
 }
@@ -101,7 +98,7 @@ static bool foldable(const graph_node *n) {
 static double operand(const graph_node *n, int i) {
   const graph_node *f = n->inputs[i].node;
   unsigned char tmp[8];
-  graph_store_scalar(f->dtype, tmp, f->attr.scalar);
+  graph_store_scalar(f->dtype, tmp, graph_attr_scalar(f));
   double v = graph_load_scalar(f->dtype, tmp);
   graph_store_scalar(n->dtype, tmp, v);
   return graph_load_scalar(n->dtype, tmp);
@@ -143,8 +140,8 @@ static void fold(graph_node *n, graph_node **dropped, int *n_dropped) {
   for (int i = 0; i < n->n_inputs; i++) dropped[(*n_dropped)++] = n->inputs[i].node;
   n->n_inputs = 0;
   n->op = GRAPH_OP_FULL;
-  n->attr.scalar = v;
-  n->attr.scalar2 = 0;
+  graph_attr_set_scalar(n, v);
+  graph_attr_set_scalar2(n, 0);
 }
 
 /* ------------------------------------------------------------------ CSE */
@@ -166,10 +163,9 @@ static uint64_t node_hash(const graph_node *n) {
 
 static bool same_node(const graph_node *a, const graph_node *b) {
   if (a->op != b->op || a->device != b->device || a->dtype != b->dtype || a->cdtype != b->cdtype || a->ndim != b->ndim ||
-      a->numel != b->numel || a->n_inputs != b->n_inputs || a->attr.reduce_mask != b->attr.reduce_mask)
+      a->numel != b->numel || a->n_inputs != b->n_inputs || a->attr_len != b->attr_len)
     return false;
-  if (memcmp(&a->attr.scalar, &b->attr.scalar, sizeof(double)) || memcmp(&a->attr.scalar2, &b->attr.scalar2, sizeof(double)))
-    return false;
+  if (memcmp(a->attr, b->attr, a->attr_len)) return false; /* every attribute, bitwise: -0.0 is not 0.0 */
   for (int d = 0; d < a->ndim; d++)
     if (a->sizes[d] != b->sizes[d]) return false;
   for (int i = 0; i < a->n_inputs; i++)
@@ -179,8 +175,7 @@ static bool same_node(const graph_node *a, const graph_node *b) {
 
 static bool cse_candidate(const graph_node *n) {
   graph_kind k = graph_ops[n->op].kind;
-  return !n->buffer && (is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN ||
-                        k == GRAPH_GATHER);
+  return !n->buffer && (is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN);
 }
 
 typedef struct cse_table {

@@ -16,7 +16,7 @@
  *     read of its whole output.
  *  3. An elementwise node read by several readers is fused only when it is
  *     cheap — its own op and everything fused into it are plain arithmetic,
- *     comparisons or selects (no transcendental, division or pow) — since
+ *     comparisons or selects (CHEAP in graph/ops.def) — since
  *     each reader recomputes it — or when it depends on a fused reduction:
  *     then it is recomputed from a row that is still in cache, which beats
  *     writing and re-reading the whole tensor. Otherwise it is
@@ -69,22 +69,12 @@
 
 #include "lower.h"
 
-static bool is_elementwise(const graph_node *n) {
-  graph_kind k = graph_ops[n->op].kind;
-  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST || k == GRAPH_GATHER;
-}
+/* Fuses into its readers as one value per index (a gather too: its index
+ * fuses into it, its source is a buffer, rule 5). */
+static bool is_elementwise(const graph_node *n) { return graph_op_is_elementwise(n->op); }
 
-static bool cheap_op(graph_op op) {
-  switch (op) {
-  case GRAPH_OP_NEG: case GRAPH_OP_ABS: case GRAPH_OP_RELU: case GRAPH_OP_CAST: case GRAPH_OP_ADD:
-  case GRAPH_OP_SUB: case GRAPH_OP_MUL: case GRAPH_OP_MAXIMUM: case GRAPH_OP_MINIMUM: case GRAPH_OP_EQ:
-  case GRAPH_OP_NE: case GRAPH_OP_LT: case GRAPH_OP_LE: case GRAPH_OP_GT: case GRAPH_OP_GE:
-  case GRAPH_OP_LOGICAL_AND: case GRAPH_OP_LOGICAL_OR: case GRAPH_OP_LOGICAL_XOR: case GRAPH_OP_LOGICAL_NOT:
-  case GRAPH_OP_WHERE: case GRAPH_OP_CLAMP: case GRAPH_OP_SIGN:
-    return true;
-  default: return false;
-  }
-}
+/* Rule 3's "plain arithmetic, comparisons or selects": ops.def's CHEAP. */
+static bool cheap_op(graph_op op) { return graph_op_is_cheap(op); }
 
 /* Cheap including everything already fused into it (inputs are decided
  * first, in post-order, so their flags are final). */
@@ -102,7 +92,7 @@ static bool cheap(const pass_plan *p, int i) {
 static bool row_reduction(const graph_node *n) {
   if (graph_ops[n->op].kind != GRAPH_REDUCE) return false;
   int nd = n->inputs[0].view.ndim;
-  uint32_t mask = n->attr.reduce_mask, all = nd ? (uint32_t)((1ull << nd) - 1) : 0;
+  uint32_t mask = graph_attr_reduce_mask(n), all = nd ? (uint32_t)((1ull << nd) - 1) : 0;
   if (mask == 0) return false;
   uint32_t low = mask & (~mask + 1); /* lowest reduced dim */
   return mask == (all & ~(low - 1));
@@ -203,8 +193,7 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
  * transfer between devices). */
 static bool plain_kernel(pass_plan *p, int i) {
   const graph_node *n = p->order[i];
-  graph_kind k = graph_ops[n->op].kind;
-  bool pointwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+  bool pointwise = graph_op_is_pointwise(n->op);
   for (int j = 0; pointwise && j < n->n_inputs; j++) pointwise = n->inputs[j].node->device == n->device;
   return pointwise && !n->buffer && !p->e[i].fused && !depends_on_rows(p, n);
 }

@@ -209,7 +209,7 @@ static int int_arg(lower_ctx *c, int64_t value) {
  * int64 array (I64 bit-exact beyond 2^53), floats in the F64 array. */
 static bool fill_value(const graph_node *src, int64_t *iv, double *fv) {
   unsigned char tmp[8];
-  graph_store_scalar(src->dtype, tmp, src->attr.scalar);
+  graph_store_scalar(src->dtype, tmp, graph_attr_scalar(src));
   *fv = graph_load_scalar(src->dtype, tmp);
   if (src->dtype == KILN_I64) memcpy(iv, tmp, 8);
   else *iv = (int64_t)*fv;
@@ -321,13 +321,13 @@ static const edge *find_edge(const lower_ctx *c, const graph_node *n, int i) {
 static int source_value(kir_kernel *k, const graph_node *src, int idx) {
   if (src->op == GRAPH_OP_FULL) {
     unsigned char tmp[8];
-    graph_store_scalar(src->dtype, tmp, src->attr.scalar); /* round as a cast does */
+    graph_store_scalar(src->dtype, tmp, graph_attr_scalar(src)); /* round as a cast does */
     return pass_cst(k, graph_compute_dtype(src->dtype), graph_load_scalar(src->dtype, tmp));
   }
   /* ARANGE: start + i * step, computed in F64 then converted */
   int x = kir_cast(k, KILN_F64, idx);
-  x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KILN_F64, src->attr.scalar2));
-  x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KILN_F64, src->attr.scalar));
+  x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KILN_F64, graph_attr_scalar2(src)));
+  x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KILN_F64, graph_attr_scalar(src)));
   return pass_to_register(k, pass_cast_to(k, src->dtype, x));
 }
 
@@ -426,7 +426,7 @@ static int half_operand(lower_ctx *c, const graph_node *n, int i, int v) {
  * make a kernel read outside the source's view. */
 static int gather_at(lower_ctx *c, const graph_node *n, const int *idx) {
   kir_kernel *k = c->k;
-  int dim = (int)n->attr.scalar, sidx[KILN_MAX_DIMS];
+  int dim = (int)graph_attr_scalar(n), sidx[KILN_MAX_DIMS];
   int64_t size = n->inputs[0].view.sizes[dim];
   int i = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
   i = pass_alu2(k, KIR_MAX, i, kir_const_i(k, KIR_INDEX, 0));
@@ -625,7 +625,7 @@ static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, 
 static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   kir_kernel *k = c->k;
   const graph_view *v = &q->inputs[0].view;
-  uint32_t mask = q->attr.reduce_mask;
+  uint32_t mask = graph_attr_reduce_mask(q);
   bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
   kiln_dtype t = reduce_acc_type(q);
   int red_dim = -1;
@@ -678,7 +678,7 @@ static int column_lanes(const graph_node *n) {
   const graph_view *v = &n->inputs[0].view;
   int last = v->ndim - 1;
   bool arg = n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN;
-  if (arg || last < 1 || (n->attr.reduce_mask & (1u << last)) || n->attr.reduce_mask == 0) return 0;
+  if (arg || last < 1 || (graph_attr_reduce_mask(n) & (1u << last)) || graph_attr_reduce_mask(n) == 0) return 0;
   if (v->strides[last] != 1 || v->sizes[last] == 0) return 0;
   for (int lanes = LANES_MAX; lanes >= 16; lanes /= 2)
     if (v->sizes[last] % lanes == 0) return lanes;
@@ -689,7 +689,7 @@ static int lower_columns(lower_ctx *c, int lanes) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
   const graph_view *v = &n->inputs[0].view;
-  uint32_t mask = n->attr.reduce_mask;
+  uint32_t mask = graph_attr_reduce_mask(n);
   int last = v->ndim - 1, ranges[KILN_MAX_DIMS], acc[LANES_MAX];
   kiln_dtype t = reduce_acc_type(n);
   bool first = true;
@@ -730,7 +730,7 @@ static int lower_reduce(lower_ctx *c) {
   int lanes = column_lanes(n);
   if (lanes) return lower_columns(c, lanes);
   int ranges[KILN_MAX_DIMS];
-  open_kept(c, &n->inputs[0].view, n->attr.reduce_mask, ranges);
+  open_kept(c, &n->inputs[0].view, graph_attr_reduce_mask(n), ranges);
   store_contiguous(c, ranges, emit_reduce(c, n, ranges));
   close_ranges(c->k, n->inputs[0].view.ndim, ranges);
   return KILN_OK;
@@ -738,7 +738,7 @@ static int lower_reduce(lower_ctx *c) {
 
 bool pass_same_rows(const graph_node *a, const graph_node *b) {
   const graph_view *va = &a->inputs[0].view, *vb = &b->inputs[0].view;
-  if (a->attr.reduce_mask != b->attr.reduce_mask || va->ndim != vb->ndim) return false;
+  if (graph_attr_reduce_mask(a) != graph_attr_reduce_mask(b) || va->ndim != vb->ndim) return false;
   for (int d = 0; d < va->ndim; d++)
     if (va->sizes[d] != vb->sizes[d]) return false;
   return true;
@@ -797,8 +797,7 @@ static const graph_node *find_spill(const lower_ctx *c) {
   for (int i = c->n_rows - 1; i >= 0; i--) {
     const graph_node *e = c->rows[i]->inputs[0].node;
     const graph_view *v = &c->rows[i]->inputs[0].view;
-    graph_kind k = graph_ops[e->op].kind;
-    bool elementwise = k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
+    bool elementwise = graph_op_is_pointwise(e->op);
     bool same = e->ndim == root->ndim && !memcmp(e->sizes, root->sizes, sizeof *e->sizes * (size_t)e->ndim);
     bool found = false;
     int at = pass_pos(c->plan, e);
@@ -819,11 +818,11 @@ static int lower_rows(lower_ctx *c) {
   bool full = false;
   for (int i = 1; i < c->n_rows; i++)
     if (!pass_same_rows(c->rows[i], q0)) return KILN_ERR_UNSUPPORTED;
-  while (c->n_outer < v->ndim && !(q0->attr.reduce_mask & (1u << c->n_outer))) c->n_outer++;
+  while (c->n_outer < v->ndim && !(graph_attr_reduce_mask(q0) & (1u << c->n_outer))) c->n_outer++;
   if (!root_fits_rows(root, q0, c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
   int ranges[KILN_MAX_DIMS];
   if (full && graph_ops[root->op].kind != GRAPH_REDUCE) c->spill = find_spill(c);
-  open_kept(c, v, q0->attr.reduce_mask, ranges);
+  open_kept(c, v, graph_attr_reduce_mask(q0), ranges);
   for (int d = 0; d < c->n_outer; d++) c->outer[d] = ranges[d];
   for (int i = 0; i < c->n_rows; i++) c->row_value[i] = emit_reduce(c, c->rows[i], ranges);
   int value;
@@ -859,7 +858,7 @@ static int lower_scan(lower_ctx *c) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
   const graph_view *v = &n->inputs[0].view;
-  uint32_t mask = n->attr.reduce_mask;
+  uint32_t mask = graph_attr_reduce_mask(n);
   int ranges[KILN_MAX_DIMS], s = -1, last = v->ndim - 1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) s = d;
@@ -943,8 +942,9 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
     kir_end(k, r);
     c->n_memo = 0;
   }
-  const graph_view *reg = &n->attr.region;
-  int ranges[KILN_MAX_DIMS], perm[KILN_MAX_DIMS];
+  graph_view region = graph_attr_region(n);
+  const graph_view *reg = &region;
+  int ranges[KILN_MAX_DIMS] = {0}, perm[KILN_MAX_DIMS]; /* {0}: GCC cannot bound a decoded ndim */
   write_order(reg, perm);
   for (int i = 0; i < reg->ndim; i++) ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], in_place && i == 0);
   int val = input_at(c, n, 1, ranges);
@@ -979,9 +979,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->args = kir_param(c->k, KILN_I64, false);
   c->fargs = kir_param(c->k, KILN_F64, false);
   add_outputs(c);
-  if (c->b->n_outputs > 0 && kind != GRAPH_UNARY && kind != GRAPH_BINARY && kind != GRAPH_TERNARY &&
-      kind != GRAPH_CAST)
-    return KILN_ERR_UNSUPPORTED;
+  if (c->b->n_outputs > 0 && !graph_op_is_pointwise(n->op)) return KILN_ERR_UNSUPPORTED;
   walk(c, n, kind == GRAPH_ASSIGN && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0)
@@ -989,7 +987,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   if (kind == GRAPH_REDUCE) return lower_reduce(c);
   if (kind == GRAPH_SCAN) return lower_scan(c);
   if (kind == GRAPH_ASSIGN) {
-    int off = int_arg(c, n->attr.region.offset);
+    int off = int_arg(c, graph_attr_region(n).offset);
     return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
   }
   return lower_elementwise(c);
@@ -1023,7 +1021,7 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   if (merge) pass_merged_free(&merged);
   if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;
   if (st != KILN_OK) {
-    snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, kiln_status_name(st),
+    snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, graph_status_name(st),
              c.full ? ": too many inputs for one kernel" : "");
     kir_free(k);
     return st;

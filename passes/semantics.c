@@ -114,8 +114,9 @@ int pass_op_unary(kir_kernel *k, graph_op op, int x, const graph_node *n) {
   case GRAPH_OP_TRUNC: return fl ? pass_alu1(k, KIR_TRUNC, x) : x;
   case GRAPH_OP_LOGICAL_NOT: return pass_alu2(k, KIR_XOR, pass_cast_to(k, KILN_BOOL, x), kir_const_f(k, KILN_BOOL, 1));
   case GRAPH_OP_CLAMP: {
-    if (!isnan(n->attr.scalar)) x = pass_alu2(k, KIR_MAX, x, pass_cst(k, t, n->attr.scalar));
-    if (!isnan(n->attr.scalar2)) x = pass_alu2(k, KIR_MIN, x, pass_cst(k, t, n->attr.scalar2));
+    double lo = graph_attr_scalar(n), hi = graph_attr_scalar2(n);
+    if (!isnan(lo)) x = pass_alu2(k, KIR_MAX, x, pass_cst(k, t, lo));
+    if (!isnan(hi)) x = pass_alu2(k, KIR_MIN, x, pass_cst(k, t, hi));
     return x;
   }
   default: return -1;

@@ -32,11 +32,6 @@ typedef struct group {
   int n;
 } group;
 
-static bool elementwise(const graph_node *n) {
-  graph_kind k = graph_ops[n->op].kind;
-  return k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST;
-}
-
 static bool same_sizes(const graph_view *v, const graph_node *root) {
   return v->ndim == root->ndim && memcmp(v->sizes, root->sizes, sizeof v->sizes[0] * (size_t)root->ndim) == 0;
 }
@@ -56,7 +51,7 @@ static int find(const group *g, const graph_node *n) {
 
 /* Collects the pointwise group below n; false when it is not one. */
 static bool collect(const pass_plan *p, group *g, const graph_node *n, const graph_node *root) {
-  if (!elementwise(n) || n->ndim != root->ndim ||
+  if (!graph_op_is_pointwise(n->op) || n->ndim != root->ndim ||
       memcmp(n->sizes, root->sizes, sizeof n->sizes[0] * (size_t)root->ndim) != 0)
     return false;
   for (int i = 0; i < n->n_inputs; i++) {

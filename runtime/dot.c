@@ -41,7 +41,7 @@ static void declare(FILE *f, const graph_node *n, const char *id) {
   fprintf(f, "  \"%s\" [label=\"", id);
   if (n->buffer) fprintf(f, "buffer");
   else fprintf(f, "%s", graph_ops[n->op].name);
-  if (!n->buffer && n->op == GRAPH_OP_FULL) fprintf(f, " %g", n->attr.scalar);
+  if (!n->buffer && n->op == GRAPH_OP_FULL) fprintf(f, " %g", graph_attr_scalar(n));
   fprintf(f, "\\n%s ", graph_dtypes[n->dtype].name);
   shape(f, n->ndim, n->sizes);
   fprintf(f, "\"%s];\n", n->buffer ? ", style=filled, fillcolor=\"#dddddd\"" : "");

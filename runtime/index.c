@@ -6,7 +6,7 @@
  * so an index can never make the loop read or write outside a buffer.
  *
  * SCATTER (index_add_): inputs self (the target's view), index and src
- *   (both views of the index's sizes); attr.scalar = dim. The result [self
+ *   (both views of the index's sizes); attribute scalar = dim. The result [self
  *   sizes] is self's elements, then for each c of the index in row-major
  *   order out[c with c[dim] = index[c]] += src[c]. Sequential, so duplicate
  *   indices accumulate in order, as in Torch's CPU loop. (index_copy_ and
@@ -29,7 +29,7 @@ static int check_indices(const graph_node *n, int in, const char *base, int64_t 
     int64_t i = graph_load_index(ix->node->dtype, base, w.off);
     if (i < 0 || i >= size) {
       snprintf(err, errlen, "%s: index %lld is out of range for dim %d of size %lld", graph_ops[n->op].name,
-               (long long)i, (int)n->attr.scalar, (long long)size);
+               (long long)i, (int)graph_attr_scalar(n), (long long)size);
       return KILN_ERR_INDEX;
     }
   }
@@ -57,7 +57,7 @@ static void add_at(kiln_dtype dt, char *at, const char *v) {
 
 int rt_index_scatter(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
   const graph_input *self = &n->inputs[0], *ix = &n->inputs[1], *src = &n->inputs[2];
-  int dim = (int)n->attr.scalar;
+  int dim = (int)graph_attr_scalar(n);
   int64_t size = self->view.sizes[dim];
   int st = check_indices(n, 1, in[1], size, err, errlen);
   if (st != KILN_OK) return st;

@@ -168,7 +168,11 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
                           .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns,
                           .run_ns = t1 - t0, .bytes_read = b->bytes_read};
   bool assign = n->op == GRAPH_OP_ASSIGN;
-  r.numel = assign ? graph_view_numel(&n->attr.region) : n->numel;
+  r.numel = n->numel;
+  if (assign) {
+    graph_view region = graph_attr_region(n);
+    r.numel = graph_view_numel(&region);
+  }
   r.bytes_written = (assign && rk->k.in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
   for (int j = 0; j < b->n_outputs; j++) r.bytes_written += b->outputs[j]->numel * graph_dtypes[b->outputs[j]->dtype].size;
   int64_t per_elem = b->n_ops - (assign ? 1 : 0);
@@ -191,7 +195,10 @@ static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const
   }
   int64_t work = n->numel;
   if (graph_ops[n->op].kind == GRAPH_REDUCE) work = graph_view_numel(&n->inputs[0].view);
-  else if (n->op == GRAPH_OP_ASSIGN && k->in_place) work = graph_view_numel(&n->attr.region);
+  else if (n->op == GRAPH_OP_ASSIGN && k->in_place) {
+    graph_view region = graph_attr_region(n);
+    work = graph_view_numel(&region);
+  }
   return rt_pool_run_timed(k->fn, bufs, k->extent, work / k->extent, spans, n_spans);
 }
 

@@ -78,10 +78,11 @@ static __attribute__((noinline)) bool grow_key(keybuf *k, size_t n) {
  * so the field writes below are unchecked appends through a cursor. */
 _Static_assert(GRAPH_OP_COUNT < 255 && KILN_MAX_DIMS < 256, "ops, dtypes and ranks are one key byte");
 #define VIEW_BOUND (2 + 8 + 16 * KILN_MAX_DIMS)
-#define EXT_BOUND (4 + 8 + 8 * KILN_MAX_DIMS + 16)
+#define ATTR_BOUND (3 + GRAPH_ATTR_BYTES)
+#define EXT_BOUND (4 + 8 + 8 * KILN_MAX_DIMS + ATTR_BOUND)
 
 static size_t node_bound(const graph_node *n) {
-  return 6 + 8 * KILN_MAX_DIMS + 1 + 24 + VIEW_BOUND + (size_t)n->n_inputs * (4 + VIEW_BOUND + EXT_BOUND);
+  return 6 + 8 * KILN_MAX_DIMS + ATTR_BOUND + (size_t)n->n_inputs * (4 + VIEW_BOUND + EXT_BOUND);
 }
 
 static inline unsigned char *put(unsigned char *w, const void *x, size_t n) {
@@ -95,6 +96,21 @@ static inline unsigned char *put_u8(unsigned char *w, int64_t x) {
 }
 
 static inline unsigned char *put_i32(unsigned char *w, int32_t x) { return put(w, &x, sizeof x); }
+
+/* Every attribute (graph_node.attr: scalars compiled in for CLAMP and
+ * materialized sources, the reduce mask, ASSIGN's region): its length in
+ * one byte (255: two more bytes hold it), then its bytes. Most nodes have
+ * none and cost the length byte alone. */
+static inline unsigned char *put_attrs(unsigned char *w, const graph_node *n) {
+  if (n->attr_len == 0) return put_u8(w, 0);
+  if (n->attr_len < 255) {
+    w = put_u8(w, n->attr_len);
+  } else {
+    w = put_u8(w, 255);
+    w = put(w, &n->attr_len, sizeof n->attr_len);
+  }
+  return put(w, n->attr, n->attr_len);
+}
 
 static unsigned char *put_full_view(unsigned char *w, const graph_view *v) {
   w = put_u8(w, v->ndim);
@@ -193,24 +209,10 @@ static unsigned char *external_ref(unsigned char *w, const graph_node *in, ext_t
     w = put(w, &in->numel, sizeof in->numel);
     w = put(w, in->sizes, sizeof *in->sizes * (size_t)in->ndim);
     if (!in->buffer && in->op == GRAPH_OP_ARANGE) { /* compiled into the kernel */
-      w = put(w, &in->attr.scalar, sizeof(double));
-      w = put(w, &in->attr.scalar2, sizeof(double));
+      w = put_attrs(w, in);
     }
   }
   *ref = -1 - number;
-  return w;
-}
-
-/* Scalar attributes (compiled in for CLAMP and materialized sources) and
- * the reduce mask: a flag byte says which are nonzero, only those follow. */
-static unsigned char *put_attrs(unsigned char *w, const graph_node *n) {
-  uint64_t s1, s2;
-  memcpy(&s1, &n->attr.scalar, sizeof s1);
-  memcpy(&s2, &n->attr.scalar2, sizeof s2);
-  w = put_u8(w, (s1 != 0) | (s2 != 0) << 1 | (n->attr.reduce_mask != 0) << 2);
-  if (s1) w = put(w, &s1, sizeof s1);
-  if (s2) w = put(w, &s2, sizeof s2);
-  if (n->attr.reduce_mask) w = put(w, &n->attr.reduce_mask, sizeof n->attr.reduce_mask);
   return w;
 }
 
@@ -224,7 +226,6 @@ static void put_node(keybuf *k, const pass_plan *p, const graph_node *n, ext_tab
   w = put(w, head, sizeof head);
   w = put(w, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
   w = put_attrs(w, n);
-  if (n->op == GRAPH_OP_ASSIGN) w = put_full_view(w, &n->attr.region);
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
     int32_t ref = in->buffer ? -1 : pass_pos(p, in);

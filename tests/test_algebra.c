@@ -113,6 +113,34 @@ static void constant_folding(void **state) {
   expect_no_error();
 }
 
+/* Nodes that differ only in an attribute are not common (CSE compares
+ * the attribute bytes): clamp's lower bound 0.0 and -0.0 (1 / clamp(-2,
+ * lo, 5) is +inf and -inf; merged, their difference would be NaN), gather
+ * along dim 0 and dim 1 with one source and index, cumsum along dim 0 and
+ * dim 1 (merged, each difference would be 0). */
+static void attributes_tell_nodes_apart(void **state) {
+  rt_set_fusion(1); /* the simplifier runs with fusion on */
+  kiln_scope_begin();
+  kiln_tensor *x = realized(kiln_full(KILN_F64, 1, (int64_t[]){1}, -2));
+  kiln_tensor *inv = kiln_sub(kiln_reciprocal(kiln_clamp(x, 0.0, 5)), kiln_reciprocal(kiln_clamp(x, -0.0, 5)));
+  double got;
+  assert_int_equal(kiln_read(inv, &got, sizeof got), KILN_OK);
+  assert_true(isinf(got) && got > 0);
+  int64_t sq[2] = {2, 2};
+  kiln_tensor *src = realized(kiln_reshape(kiln_arange(KILN_F32, 1, 5, 1), 2, sq));
+  kiln_tensor *flat_idx = kiln_from_data(KILN_I64, 1, (int64_t[]){4}, (int64_t[]){0, 1, 1, 0});
+  kiln_tensor *idx = realized(kiln_reshape(flat_idx, 2, sq));
+  /* src [[1, 2], [3, 4]]: dim 0 [[1, 4], [3, 2]], dim 1 [[1, 2], [4, 3]] */
+  kiln_tensor *g = kiln_sub(kiln_gather(src, 0, idx), kiln_gather(src, 1, idx));
+  expect_values_tol(g, (double[]){0, 2, -1, -1}, 4, 0);
+  /* dim 0 [[1, 2], [4, 6]], dim 1 [[1, 3], [3, 7]] */
+  kiln_tensor *c = kiln_sub(kiln_cumsum(src, 0), kiln_cumsum(src, 1));
+  expect_values_tol(c, (double[]){0, -1, 1, -1}, 4, 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+  expect_no_error();
+}
+
 /* Fused and simplified results equal the unfused, unsimplified ones bit
  * for bit on a mix of everything above. */
 static void same_bits_as_unsimplified(void **state) {
@@ -136,7 +164,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(identities), cmocka_unit_test(float_plus_zero_keeps_its_sign_rule),
       cmocka_unit_test(common_subexpressions), cmocka_unit_test(constant_folding),
-      cmocka_unit_test(same_bits_as_unsimplified),
+      cmocka_unit_test(same_bits_as_unsimplified), cmocka_unit_test(attributes_tell_nodes_apart),
   };
   rt_set_fusion(1); /* the simplifier runs with fusion on (KILN_FUSE=0 skips the passes) */
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,27 +79,27 @@ static void test_constants_shapes(void **state) {
   assert_int_equal(n->op, GRAPH_OP_FULL);
   assert_int_equal(n->ndim, 1); /* sources produce the flat storage [numel] */
   assert_int_equal(n->numel, 24);
-  assert_true(n->attr.scalar == 0.0);
+  assert_true(graph_attr_scalar(n) == 0.0);
   assert_null(n->buffer); /* lazy */
   kiln_storage *s = kiln_storage_of(z);
   assert_int_equal(kiln_storage_numel(s), 24);
   assert_int_equal(kiln_storage_dtype(s), KILN_F32);
   kiln_storage_release(s);
 
-  assert_true(version_of(kiln_ones(KILN_I8, 1, V(5)))->attr.scalar == 1.0);
-  assert_true(version_of(kiln_full(KILN_I32, 1, V(2), 2.7))->attr.scalar == 2.0);   /* as a cast */
-  assert_true(version_of(kiln_full(KILN_I32, 1, V(2), -2.7))->attr.scalar == -2.0);
-  assert_true(version_of(kiln_full(KILN_BOOL, 1, V(2), 0.5))->attr.scalar == 1.0);
-  assert_true(version_of(kiln_full(KILN_U8, 1, V(2), 300))->attr.scalar == 44.0);  /* wraps */
-  assert_true(version_of(kiln_full(KILN_F16, 1, V(2), 0.1))->attr.scalar == (double)graph_f16_to_f32(graph_f32_to_f16(0.1f)));
-  assert_true(version_of(kiln_full(KILN_F64, 1, V(2), 0.1))->attr.scalar == 0.1);
+  assert_true(graph_attr_scalar(version_of(kiln_ones(KILN_I8, 1, V(5)))) == 1.0);
+  assert_true(graph_attr_scalar(version_of(kiln_full(KILN_I32, 1, V(2), 2.7))) == 2.0);   /* as a cast */
+  assert_true(graph_attr_scalar(version_of(kiln_full(KILN_I32, 1, V(2), -2.7))) == -2.0);
+  assert_true(graph_attr_scalar(version_of(kiln_full(KILN_BOOL, 1, V(2), 0.5))) == 1.0);
+  assert_true(graph_attr_scalar(version_of(kiln_full(KILN_U8, 1, V(2), 300))) == 44.0);  /* wraps */
+  assert_true(graph_attr_scalar(version_of(kiln_full(KILN_F16, 1, V(2), 0.1))) == (double)graph_f16_to_f32(graph_f32_to_f16(0.1f)));
+  assert_true(graph_attr_scalar(version_of(kiln_full(KILN_F64, 1, V(2), 0.1))) == 0.1);
   check_view(kiln_empty(KILN_U8, 2, V(0, 3)), 2, V(0, 3), V(3, 1), 0);
   assert_int_equal(version_of(kiln_empty(KILN_U8, 2, V(0, 3)))->numel, 0);
   kiln_tensor *sc = kiln_scalar(KILN_F64, 3.5);
   check_view(sc, 0, NULL, NULL, 0);
   assert_int_equal(kiln_numel(sc), 1);
   assert_int_equal(version_of(sc)->numel, 1);
-  assert_true(version_of(sc)->attr.scalar == 3.5);
+  assert_true(graph_attr_scalar(version_of(sc)) == 3.5);
   check_view(kiln_zeros(KILN_F32, 0, NULL), 0, NULL, NULL, 0);
   int64_t ones[KILN_MAX_DIMS];
   for (int i = 0; i < KILN_MAX_DIMS; i++) ones[i] = 1;
@@ -149,7 +149,7 @@ static void test_arange_shapes(void **state) {
   check_view(a, 1, V(4), V(1), 0); /* 0 3 6 9 */
   const graph_node *n = version_of(a);
   assert_int_equal(n->op, GRAPH_OP_ARANGE);
-  assert_true(n->attr.scalar == 0.0 && n->attr.scalar2 == 3.0);
+  assert_true(graph_attr_scalar(n) == 0.0 && graph_attr_scalar2(n) == 3.0);
   assert_int_equal(kiln_numel(kiln_arange(KILN_F64, 0, 1, 0.1)), 10); /* ceil(9.99...) in double */
   assert_int_equal(kiln_numel(kiln_arange(KILN_F64, 1, 0, -0.25)), 4);
   assert_int_equal(kiln_numel(kiln_arange(KILN_F32, 0, 0, 1)), 0);
@@ -158,7 +158,7 @@ static void test_arange_shapes(void **state) {
   /* integer dtypes truncate start/end/step first (Scalar::to<int64_t>) */
   kiln_tensor *i32 = kiln_arange(KILN_I32, 0, 5, 1.5);
   assert_int_equal(kiln_numel(i32), 4); /* length from the double formula: ceil(5/1.5) */
-  assert_true(version_of(i32)->attr.scalar2 == 1.0);
+  assert_true(graph_attr_scalar2(version_of(i32)) == 1.0);
   assert_int_equal(kiln_numel(kiln_arange(KILN_I64, 0, 5, 1.5)), 5); /* I64: integer formula */
   assert_int_equal(kiln_numel(kiln_arange(KILN_I64, 10, 0, -3)), 4);
   assert_int_equal(kiln_numel(kiln_arange(KILN_I16, 0.5, 3.9, 1)), 4); /* ceil(3.4) */

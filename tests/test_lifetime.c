@@ -78,6 +78,9 @@ static void first_error_is_kept(void **state) {
   kiln_clear_error();
   assert_string_equal(kiln_status_name(KILN_ERR_SHAPE), "KILN_ERR_SHAPE");
   assert_string_equal(kiln_status_name(KILN_OK), "KILN_OK");
+  for (int s = KILN_ERR_INDEX; s <= KILN_OK; s++) /* every code is named (graph/status.c) */
+    assert_null(strstr(kiln_status_name((kiln_status)s), "UNKNOWN"));
+  assert_string_equal(kiln_status_name((kiln_status)-1000), "KILN_ERR_UNKNOWN");
   kiln_release(x);
 }
 

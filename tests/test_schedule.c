@@ -126,6 +126,122 @@ static void key_tells_apart(void **state) {
   expect_no_error();
 }
 
+/* The schedule key of the pending graph below root (as rt_realize builds
+ * it, before simplification) copied into key [4096]; returns its length. */
+static size_t key_of(graph_node *root, unsigned char *key) {
+  pass_plan p;
+  assert_int_equal(rt_plan(&root, 1, false, &p), KILN_OK);
+  size_t len = 0;
+  const unsigned char *k = rt_schedule_key(&p, &root, 1, true, &len);
+  pass_plan_free(&p);
+  assert_non_null(k);
+  assert_true(len <= 4096);
+  memcpy(key, k, len);
+  return len;
+}
+
+/* A node of `op` over input `in` read through view v, sizes v's. */
+static graph_node *node_over(graph_op op, graph_node *in, const graph_view *v) {
+  graph_node *n = graph_node_new(op, KILN_F32, v->ndim, v->sizes);
+  assert_non_null(n);
+  graph_node_add_input(n, in, v);
+  return n;
+}
+
+/* Keys of a and b are equal exactly when `equal`; releases both. */
+static void expect_keys(graph_node *a, graph_node *b, bool equal) {
+  static unsigned char ka[4096], kb[4096];
+  size_t la = key_of(a, ka), lb = key_of(b, kb);
+  assert_int_equal(la == lb && memcmp(ka, kb, la) == 0, equal);
+  graph_node_release(a);
+  graph_node_release(b);
+}
+
+/* Two nodes that differ only in one attribute have different keys, for
+ * every attribute (the key holds the attribute bytes, whatever they are);
+ * equal attributes, or a zero one set and one never set, give one key. */
+static void attribute_bytes_in_key(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = data(4, 0), *y = data(4, 10);
+  graph_node *xn = x->storage->version, *yn = y->storage->version;
+  int64_t four = 4, sq[2] = {2, 2};
+  graph_view flat = graph_view_contiguous(1, &four), grid = graph_view_contiguous(2, sq);
+  graph_node *a, *b;
+  /* scalar: clamp's lower bound, 0.0 against -0.0 and against unset */
+  a = node_over(GRAPH_OP_CLAMP, xn, &flat), b = node_over(GRAPH_OP_CLAMP, xn, &flat);
+  graph_attr_set_scalar(a, 0.0);
+  expect_keys(a, b, true);
+  a = node_over(GRAPH_OP_CLAMP, xn, &flat), b = node_over(GRAPH_OP_CLAMP, xn, &flat);
+  graph_attr_set_scalar(a, 0.0);
+  graph_attr_set_scalar(b, -0.0);
+  expect_keys(a, b, false);
+  /* scalar2: clamp's upper bound */
+  a = node_over(GRAPH_OP_CLAMP, xn, &flat), b = node_over(GRAPH_OP_CLAMP, xn, &flat);
+  graph_attr_set_scalar2(a, 5);
+  graph_attr_set_scalar2(b, 6);
+  expect_keys(a, b, false);
+  /* reduce_mask: a cumsum along dim 0 or dim 1 of [2, 2] */
+  a = node_over(GRAPH_OP_CUMSUM, xn, &grid), b = node_over(GRAPH_OP_CUMSUM, xn, &grid);
+  graph_attr_set_reduce_mask(a, 1);
+  graph_attr_set_reduce_mask(b, 2);
+  expect_keys(a, b, false);
+  /* region: two in-place writes into [4] buffers (external buffers are
+   * numbered by first use, so x and y encode alike) whose regions differ
+   * only in their last stride, the last attribute byte */
+  graph_node *val = graph_node_new(GRAPH_OP_FULL, KILN_F32, 0, NULL);
+  graph_view region = {.ndim = 2, .offset = 0, .sizes = {2, 1}, .strides = {2, 1}};
+  graph_node *w[2];
+  for (int i = 0; i < 2; i++) {
+    w[i] = node_over(GRAPH_OP_ASSIGN, i ? yn : xn, &flat);
+    graph_view bv;
+    assert_true(graph_view_broadcast(&(graph_view){.ndim = 0}, 2, region.sizes, &bv));
+    graph_node_add_input(w[i], val, &bv);
+    region.strides[1] = i ? 3 : 1; /* a size-1 dim: any stride writes the same elements */
+    graph_attr_set_region(w[i], &region);
+  }
+  expect_keys(w[0], w[1], false);
+  graph_node_release(val);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* The setters keep the attribute bytes canonical (zero past attr_len,
+ * attr_len at the last nonzero byte), so equal attributes are equal bytes
+ * whatever order they were set in: a scalar set back to 0, a region
+ * replaced by a shorter one or by the zero region. */
+static void attribute_bytes_are_canonical(void **state) {
+  int64_t one = 1;
+  graph_node *n = graph_node_new(GRAPH_OP_ASSIGN, KILN_F32, 1, &one);
+  graph_node *m = graph_node_new(GRAPH_OP_ASSIGN, KILN_F32, 1, &one);
+  assert_int_equal(n->attr_len, 0);
+  graph_attr_set_scalar2(n, 5);
+  assert_int_equal(n->attr_len, GRAPH_ATTR_SCALAR2 + 8);
+  assert_true(graph_attr_scalar2(n) == 5 && graph_attr_scalar(n) == 0);
+  graph_attr_set_scalar2(n, 0);
+  assert_int_equal(n->attr_len, 0);
+  graph_attr_set_scalar(n, -0.0);
+  assert_int_equal(n->attr_len, 8); /* the sign bit is the last byte */
+  assert_true(signbit(graph_attr_scalar(n)));
+  graph_attr_set_scalar(n, 0);
+  graph_view big = {.ndim = 3, .offset = 7, .sizes = {2, 3, 4}, .strides = {12, 4, 1}};
+  graph_view small = {.ndim = 1, .offset = 7, .sizes = {24}, .strides = {1}};
+  graph_attr_set_reduce_mask(n, 4);
+  graph_attr_set_region(n, &big);
+  graph_attr_set_region(n, &small);
+  graph_attr_set_reduce_mask(m, 4);
+  graph_attr_set_region(m, &small);
+  assert_int_equal(n->attr_len, m->attr_len);
+  assert_memory_equal(n->attr, m->attr, sizeof n->attr);
+  graph_view got = graph_attr_region(n);
+  assert_true(got.ndim == 1 && got.offset == 7 && got.sizes[0] == 24 && got.strides[0] == 1);
+  assert_int_equal(graph_attr_reduce_mask(n), 4);
+  graph_attr_set_reduce_mask(n, 0);
+  graph_attr_set_region(n, &(graph_view){.ndim = 0});
+  assert_int_equal(n->attr_len, 0);
+  graph_node_release(n);
+  graph_node_release(m);
+}
+
 /* The cache is looked up before simplification, then after it when it
  * changed the graph. (x*s)+b with s = 1 simplifies to x+b; with s = 2 it
  * does not, and is cached unsimplified; with s = 1 again that entry is a
@@ -275,6 +391,8 @@ int main(void) {
       cmocka_unit_test(same_structure_new_data_hits),
       cmocka_unit_test(different_structure_misses),
       cmocka_unit_test(key_tells_apart),
+      cmocka_unit_test(attribute_bytes_in_key),
+      cmocka_unit_test(attribute_bytes_are_canonical),
       cmocka_unit_test(lookup_before_and_after_simplify),
       cmocka_unit_test(in_place_updates_hit),
       cmocka_unit_test(repeated_chain_hits),
