@@ -972,36 +972,88 @@ static void add_outputs(lower_ctx *c) {
     if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], false);
 }
 
+/* ------------------------------------------------- the table of kinds */
+
+static int root_elementwise(lower_ctx *c, bool in_place) { return lower_elementwise(c); }
+static int root_reduce(lower_ctx *c, bool in_place) { return lower_reduce(c); }
+static int root_scan(lower_ctx *c, bool in_place) { return lower_scan(c); }
+
+static int root_assign(lower_ctx *c, bool in_place) {
+  int off = int_arg(c, graph_attr_region(c->root).offset);
+  return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
+}
+
+/* What the elements of a kernel's work are: its output's, the input it
+ * reduces, or the region an in-place write covers. */
+typedef enum kernel_cost { COST_OUTPUT, COST_INPUT, COST_REGION } kernel_cost;
+
+/* How a kernel root of each kind is lowered, named and costed: one row
+ * per graph_kind, so a new kind of kernel is one row and its lowering
+ * function. `lower` runs after the group was walked (external reads
+ * bound); NULL: never a generated kernel (extern ops run in the runtime).
+ * `prefix` starts the kernel's name; `rows`: it may consume fused row
+ * reductions (lower_rows); `outputs`: it may store further results
+ * (multi-output, fuse.c rule 7); `skips_old`: in place, it does not read
+ * its first input (the old version it writes into). */
+typedef struct kind_rules {
+  char prefix;
+  int (*lower)(lower_ctx *c, bool in_place);
+  bool rows, outputs, skips_old;
+  kernel_cost cost;
+} kind_rules;
+
+static const kind_rules kinds[GRAPH_KIND_COUNT] = {
+    [GRAPH_SOURCE] = {'S', root_elementwise, true, false, false, COST_OUTPUT},
+    [GRAPH_UNARY] = {'E', root_elementwise, true, true, false, COST_OUTPUT},
+    [GRAPH_BINARY] = {'E', root_elementwise, true, true, false, COST_OUTPUT},
+    [GRAPH_TERNARY] = {'E', root_elementwise, true, true, false, COST_OUTPUT},
+    [GRAPH_CAST] = {'C', root_elementwise, true, true, false, COST_OUTPUT},
+    [GRAPH_GATHER] = {'G', root_elementwise, true, false, false, COST_OUTPUT},
+    [GRAPH_REDUCE] = {'R', root_reduce, true, false, false, COST_INPUT},
+    [GRAPH_SCAN] = {'P', root_scan, false, false, false, COST_OUTPUT},
+    [GRAPH_ASSIGN] = {'A', root_assign, false, false, true, COST_REGION},
+    [GRAPH_EXTERN] = {'X', NULL, false, false, false, COST_OUTPUT},
+};
+
+pass_kernel_cost pass_kernel_cost_of(const graph_node *n, bool in_place, int n_ops) {
+  kernel_cost cost = kinds[graph_ops[n->op].kind].cost;
+  pass_kernel_cost r = {.numel = n->numel, .written = n->numel, .work = n->numel};
+  int64_t per_elem = n_ops;
+  if (cost == COST_REGION) {
+    graph_view region = graph_attr_region(n);
+    r.numel = graph_view_numel(&region);
+    if (in_place) r.written = r.work = r.numel;
+    per_elem = n_ops - 1; /* the write itself */
+  }
+  r.flops = r.numel * (per_elem > 0 ? per_elem : 0);
+  if (cost == COST_INPUT) {
+    r.work = graph_view_numel(&n->inputs[0].view);
+    r.flops = r.work * n_ops;
+  }
+  return r;
+}
+
 static int lower_root(lower_ctx *c, bool in_place) {
   const graph_node *n = c->root;
-  graph_kind kind = graph_ops[n->op].kind;
+  const kind_rules *rules = &kinds[graph_ops[n->op].kind];
   c->out = kir_param(c->k, n->dtype, true);
   c->args = kir_param(c->k, KILN_I64, false);
   c->fargs = kir_param(c->k, KILN_F64, false);
   add_outputs(c);
-  if (c->b->n_outputs > 0 && !graph_op_is_pointwise(n->op)) return KILN_ERR_UNSUPPORTED;
-  walk(c, n, kind == GRAPH_ASSIGN && in_place);
+  if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
+  walk(c, n, rules->skips_old && in_place);
   if (c->full) return KILN_ERR_UNSUPPORTED;
-  if (c->n_rows > 0)
-    return kind == GRAPH_ASSIGN || kind == GRAPH_SCAN || c->b->n_outputs ? KILN_ERR_UNSUPPORTED : lower_rows(c);
-  if (kind == GRAPH_REDUCE) return lower_reduce(c);
-  if (kind == GRAPH_SCAN) return lower_scan(c);
-  if (kind == GRAPH_ASSIGN) {
-    int off = int_arg(c, graph_attr_region(n).offset);
-    return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
-  }
-  return lower_elementwise(c);
+  if (c->n_rows > 0) return rules->rows && !c->b->n_outputs ? lower_rows(c) : KILN_ERR_UNSUPPORTED;
+  return rules->lower(c, in_place);
 }
 
 /* The kernel's name, as the profiler and KILN_DEBUG show it: its kind
- * (E elementwise, R reduction or row-fused, P scan (cumsum, cumprod), A
- * in-place write, C cast, S source), the ops it computes (producers first) and the root's sizes,
- * e.g. E_mul_add_relu_16777216 or R_amax_sub_exp_sum_div_4096x4096. */
+ * (the table's prefix: E elementwise, R reduction or row-fused, P scan
+ * (cumsum, cumprod), A in-place write, C cast, S source, G gather), the
+ * ops it computes (producers first) and the root's sizes, e.g.
+ * E_mul_add_relu_16777216 or R_amax_sub_exp_sum_div_4096x4096. */
 static void finish_name(lower_ctx *c, const graph_node *n) {
-  static const char prefix[] = {[GRAPH_SOURCE] = 'S', [GRAPH_UNARY] = 'E', [GRAPH_BINARY] = 'E',
-                                [GRAPH_TERNARY] = 'E', [GRAPH_CAST] = 'C', [GRAPH_REDUCE] = 'R',
-                                [GRAPH_ASSIGN] = 'A', [GRAPH_EXTERN] = 'X', [GRAPH_SCAN] = 'P', [GRAPH_GATHER] = 'G'};
-  char kind = c->n_rows > 0 ? 'R' : prefix[graph_ops[n->op].kind]; /* a row-fused kernel reduces rows */
+  char kind = c->n_rows > 0 ? 'R' : kinds[graph_ops[n->op].kind].prefix; /* a row-fused kernel reduces rows */
   int len = snprintf(c->k->name, sizeof c->k->name, "%c%s", kind, c->name);
   for (int d = 0; d < n->ndim && len < 90; d++)
     len += snprintf(c->k->name + len, sizeof c->k->name - (size_t)len, d ? "x%lld" : "_%lld", (long long)n->sizes[d]);
@@ -1012,7 +1064,7 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   kir_init(k, "");
   memset(b, 0, sizeof *b);
   pass_merged merged; /* the loop nest over merged dims, when it has any to merge */
-  bool not_kernel = n->op == GRAPH_OP_BUFFER || graph_ops[n->op].kind == GRAPH_EXTERN;
+  bool not_kernel = n->op == GRAPH_OP_BUFFER || !kinds[graph_ops[n->op].kind].lower;
   int at = pass_pos(p, n);
   bool stores = at >= 0 && p->e[at].stores >= 0;
   bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged);

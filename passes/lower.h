@@ -115,6 +115,16 @@ bool pass_plain_view(const graph_view *v, const graph_node *src);
  *  sizes (they can share a row loop). */
 bool pass_same_rows(const graph_node *a, const graph_node *b);
 
+/** What a kernel rooted at n costs, from its kind's row of the lowering
+ *  table: `numel` elements computed (an ASSIGN's region), `written`
+ *  elements stored (the region only in place), `work` elements one split
+ *  of the parallel range covers in all (a reduction: the input it reads),
+ *  and `flops` (n_ops arithmetic ops per element, the write excluded). */
+typedef struct pass_kernel_cost {
+  int64_t numel, written, work, flops;
+} pass_kernel_cost;
+pass_kernel_cost pass_kernel_cost_of(const graph_node *n, bool in_place, int n_ops);
+
 /** Extent of the kernel's parallel range (the runtime passes [0, extent)
  *  or splits it), 0 when it has none. */
 int64_t pass_parallel_extent(const kir_kernel *k);

@@ -167,25 +167,18 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
   kiln_kernel_record r = {.name = rk->k.name, .backend = backend_name(rk->k.on_device), .n_ops = b->n_ops,
                           .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns,
                           .run_ns = t1 - t0, .bytes_read = b->bytes_read};
-  bool assign = n->op == GRAPH_OP_ASSIGN;
-  r.numel = n->numel;
-  if (assign) {
-    graph_view region = graph_attr_region(n);
-    r.numel = graph_view_numel(&region);
-  }
-  r.bytes_written = (assign && rk->k.in_place ? r.numel : n->numel) * graph_dtypes[n->dtype].size;
+  pass_kernel_cost cost = pass_kernel_cost_of(n, rk->k.in_place, b->n_ops);
+  r.numel = cost.numel;
+  r.flops = cost.flops;
+  r.bytes_written = cost.written * graph_dtypes[n->dtype].size;
   for (int j = 0; j < b->n_outputs; j++) r.bytes_written += b->outputs[j]->numel * graph_dtypes[b->outputs[j]->dtype].size;
-  int64_t per_elem = b->n_ops - (assign ? 1 : 0);
-  r.flops = graph_ops[n->op].kind == GRAPH_REDUCE ? graph_view_numel(&n->inputs[0].view) * b->n_ops
-                                                  : r.numel * (per_elem > 0 ? per_elem : 0);
   if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
   if (rt_profiling()) rt_profile_add(&r, t0, spans, n_spans);
 }
 
 /* Runs the kernel over its parallel range on the pool; returns the
  * threads used. Work per item is the elements one iteration of the
- * parallel range touches: output elements (or region elements of an
- * in-place ASSIGN), or for a reduction the input elements it reads. */
+ * parallel range touches (pass_kernel_cost_of). */
 static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const *bufs, rt_pool_span *spans,
                       int *n_spans) {
   *n_spans = 0;
@@ -193,12 +186,7 @@ static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const
     k->fn(bufs, 0, k->extent);
     return 1;
   }
-  int64_t work = n->numel;
-  if (graph_ops[n->op].kind == GRAPH_REDUCE) work = graph_view_numel(&n->inputs[0].view);
-  else if (n->op == GRAPH_OP_ASSIGN && k->in_place) {
-    graph_view region = graph_attr_region(n);
-    work = graph_view_numel(&region);
-  }
+  int64_t work = pass_kernel_cost_of(n, k->in_place, k->binding.n_ops).work;
   return rt_pool_run_timed(k->fn, bufs, k->extent, work / k->extent, spans, n_spans);
 }
 

@@ -42,12 +42,14 @@ static bool arity_fits(graph_kind k, int arity) {
   case GRAPH_BINARY: case GRAPH_ASSIGN: case GRAPH_GATHER: return arity == 2;
   case GRAPH_TERNARY: return arity == 3;
   case GRAPH_EXTERN: return arity >= 1 && arity <= GRAPH_MAX_INPUTS;
+  case GRAPH_KIND_COUNT: break; /* not a kind */
   }
   return false;
 }
 
 static void arity_matches_kind(void **state) {
   for (int op = 0; op < GRAPH_OP_COUNT; op++) {
+    expect_op(op, graph_ops[op].kind < GRAPH_KIND_COUNT);
     expect_op(op, graph_ops[op].arity >= 0 && graph_ops[op].arity <= GRAPH_MAX_INPUTS);
     expect_op(op, arity_fits(graph_ops[op].kind, graph_ops[op].arity));
   }

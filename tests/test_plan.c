@@ -18,6 +18,7 @@
 #include "kiln/kiln.h"
 #include "lower.h"
 #include "runtime.h"
+#include "kernel_util.h"
 #include "test_util.h"
 
 static kiln_tensor *ramp(int64_t rows, int64_t cols, double start, double step) {
@@ -233,6 +234,38 @@ static void fallback_keeps_the_plan_alive(void **state) {
   }
 }
 
+/* Every kind of node a kernel computes has a row in lower.c's table of
+ * kinds: its kernel lowers, and its name starts with the kind's letter. */
+static void every_kind_has_a_lowering(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = ramp(2, 3, -1, 0.5);
+  int64_t idx_sizes[2] = {2, 3};
+  int64_t idx_v[6] = {2, 0, 1, 1, 2, 0};
+  kiln_tensor *idx = kiln_from_data(KILN_I64, 2, idx_sizes, idx_v);
+  kiln_tensor *w = kiln_clone(x);
+  assert_int_equal(kiln_fill_(kiln_narrow(w, 1, 0, 1), 7), KILN_OK);
+  int d1 = 1;
+  struct { kiln_tensor *t; char prefix; } cases[] = {
+      {kiln_full(KILN_F32, 2, idx_sizes, 1.5), 'S'},
+      {kiln_exp(x), 'E'},
+      {kiln_add(x, x), 'E'},
+      {kiln_where(kiln_gt_scalar(x, 0), x, kiln_neg(x)), 'E'},
+      {kiln_to_dtype(x, KILN_F32), 'C'},
+      {kiln_sum(x, 1, &d1, false), 'R'},
+      {kiln_cumsum(x, 1), 'P'},
+      {w, 'A'},
+      {kiln_gather(x, 1, idx), 'G'},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kir_kernel k;
+    lower_for_test(cases[i].t, &k);
+    if (k.name[0] != cases[i].prefix) fail_msg("case %zu: kernel %s, expected prefix %c", i, k.name, cases[i].prefix);
+    kir_free(&k);
+  }
+  kiln_scope_end();
+  expect_no_error();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(force_writes_no_outside_node),
@@ -242,6 +275,7 @@ int main(void) {
       cmocka_unit_test(debug_cache_checks_hits),
       cmocka_unit_test(debug_cache_check_catches_a_wrong_binding),
       cmocka_unit_test(fallback_keeps_the_plan_alive),
+      cmocka_unit_test(every_kind_has_a_lowering),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
