@@ -84,8 +84,9 @@ bool pass_is_inlined(const graph_node *n);
 /** Lowers the kernel rooted at n (a node of plan p, fused as p decided)
  *  into k (initialised by this call) and fills *b. The nodes n stores
  *  (p's multi-output decision) are computed and stored too
- *  (binding->outputs; elementwise roots only, else KILN_ERR_UNSUPPORTED). For ASSIGN, `in_place` says the output buffer already holds
- *  the old version: only the region is written. Returns KILN_OK, or an
+ *  (binding->outputs; elementwise roots only, else KILN_ERR_UNSUPPORTED).
+ *  For ASSIGN, `in_place` says the output buffer already holds the old
+ *  version: only the region is written. Returns KILN_OK, or an
  *  error with a message in err (KILN_ERR_UNSUPPORTED when the group needs
  *  more inputs or arguments than a kernel takes: the caller then
  *  materializes its producers). */

@@ -43,7 +43,6 @@ static int64_t read_fusion(void) {
 
 static bool fusion_enabled(void) { return graph_env_once(&fusion, read_fusion); }
 
-
 /* Simplifies a collected plan (with fusion on); when that changed the
  * graph, collects it again (under a new plan id), so dead nodes drop out,
  * and returns true. */
@@ -171,7 +170,8 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
   r.numel = cost.numel;
   r.flops = cost.flops;
   r.bytes_written = cost.written * graph_dtypes[n->dtype].size;
-  for (int j = 0; j < b->n_outputs; j++) r.bytes_written += b->outputs[j]->numel * graph_dtypes[b->outputs[j]->dtype].size;
+  for (int j = 0; j < b->n_outputs; j++)
+    r.bytes_written += b->outputs[j]->numel * graph_dtypes[b->outputs[j]->dtype].size;
   if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
   if (rt_profiling()) rt_profile_add(&r, t0, spans, n_spans);
 }
@@ -580,7 +580,8 @@ static void decide(graph_node *const *nodes, int n, sched_run *run, rt_decision 
   pass_plan *p = run->plan;
   if (run->cached) {
     rt_schedule_apply(run->cached, p);
-    if (rt_debug_cache()) run->status = rt_check_cached_decisions(run->cached, p, nodes, n, fusion_enabled(), err, errlen);
+    if (rt_debug_cache())
+      run->status = rt_check_cached_decisions(run->cached, p, nodes, n, fusion_enabled(), err, errlen);
     return;
   }
   pass_fuse(p, nodes, n, fusion_enabled());

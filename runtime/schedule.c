@@ -140,7 +140,8 @@ static unsigned char *put_view(unsigned char *w, const graph_view *v, const grap
  * open-addressing table keyed by node address. */
 typedef struct ext_table {
   const graph_node **nodes; /* [cap], NULL = free */
-  int32_t *number;          /* [cap] */
+  int32_t *number;          /* [cap]: the node's number */
+  int32_t *slot;            /* [cap / 2]: where number i sits (clearing touches only those) */
   int cap, n;
   bool oom;
 } ext_table;
@@ -153,10 +154,11 @@ static size_t ext_hash(const graph_node *x, int cap) {
 static bool ext_grow(ext_table *t) {
   int cap = t->cap ? t->cap * 2 : 64;
   const graph_node **nodes = calloc((size_t)cap, sizeof *nodes);
-  int32_t *number = malloc(sizeof *number * (size_t)cap);
-  if (!nodes || !number) {
+  int32_t *number = malloc(sizeof *number * (size_t)cap), *slot = malloc(sizeof *slot * (size_t)(cap / 2));
+  if (!nodes || !number || !slot) {
     free(nodes);
     free(number);
+    free(slot);
     return false;
   }
   for (int i = 0; i < t->cap; i++) {
@@ -165,16 +167,19 @@ static bool ext_grow(ext_table *t) {
     while (nodes[j]) j = (j + 1) & (size_t)(cap - 1);
     nodes[j] = t->nodes[i];
     number[j] = t->number[i];
+    slot[number[j]] = (int32_t)j;
   }
   free(t->nodes);
   free(t->number);
+  free(t->slot);
   t->nodes = nodes;
   t->number = number;
+  t->slot = slot;
   t->cap = cap;
   return true;
 }
 
-/* x's number, or -1 after inserting it as the next one (*fresh). */
+/* x's number; a node not seen yet gets the next one (*fresh). */
 static int32_t ext_find(ext_table *t, const graph_node *x, bool *fresh) {
   *fresh = false;
   if ((t->n + 1) * 2 > t->cap && !ext_grow(t)) {
@@ -185,13 +190,14 @@ static int32_t ext_find(ext_table *t, const graph_node *x, bool *fresh) {
   for (; t->nodes[j]; j = (j + 1) & (size_t)(t->cap - 1))
     if (t->nodes[j] == x) return t->number[j];
   t->nodes[j] = x;
+  t->slot[t->n] = (int32_t)j;
   t->number[j] = t->n++;
   *fresh = true;
   return t->number[j];
 }
 
 static void ext_clear(ext_table *t) {
-  if (t->n) memset(t->nodes, 0, sizeof *t->nodes * (size_t)t->cap);
+  for (int i = 0; i < t->n; i++) t->nodes[t->slot[i]] = NULL;
   t->n = 0;
   t->oom = false;
 }
@@ -244,11 +250,16 @@ static _Thread_local ext_table key_ext;
 static pthread_key_t key_owner;
 static pthread_once_t key_owner_once = PTHREAD_ONCE_INIT;
 
-static void free_key_buf(void *p) {
-  free(p);
+static void free_key_ext(void) {
   free(key_ext.nodes);
   free(key_ext.number);
+  free(key_ext.slot);
   key_ext = (ext_table){0};
+}
+
+static void free_key_buf(void *p) {
+  free(p);
+  free_key_ext();
 }
 static void make_key_owner(void) { pthread_key_create(&key_owner, free_key_buf); }
 
@@ -315,6 +326,7 @@ static void free_all(void) {
   if (key_buf.p) pthread_setspecific(key_owner, NULL);
   free(key_buf.p);
   key_buf = (keybuf){0};
+  free_key_ext();
   for (size_t i = 0; i < n_slots; i++) free_schedule(slots[i]);
   free(slots);
   slots = NULL;

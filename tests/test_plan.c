@@ -74,6 +74,7 @@ static void plans_have_distinct_ids(void **state) {
  * on no fused row and, read twice and expensive, is materialized too
  * instead of being recomputed by both readers. */
 static void stale_row_dependence_is_dropped(void **state) {
+  rt_set_fusion(1); /* fusion decisions, also when the suite runs with KILN_FUSE=0 */
   kiln_scope_begin();
   kiln_tensor *x = ramp(4, 6, -2, 0.5);
   int d1 = 1, d0 = 0;
@@ -110,6 +111,7 @@ static void stale_row_dependence_is_dropped(void **state) {
   }
   expect_values_tol(out, want, 4, 1e-9);
   kiln_scope_end();
+  rt_set_fusion(-1);
   expect_no_error();
 }
 
@@ -173,6 +175,7 @@ static void debug_cache_checks_hits(void **state) {
 /* The check itself can fail: a cached kernel whose binding names another
  * input buffer, or other fill values, than a fresh lowering. */
 static void debug_cache_check_catches_a_wrong_binding(void **state) {
+  rt_set_fusion(1); /* one kernel reading a and b, also under KILN_FUSE=0 */
   kiln_scope_begin();
   kiln_tensor *a = ramp(2, 4, 0, 1), *b = ramp(2, 4, 5, -1);
   kiln_tensor *y = kiln_add_scalar(kiln_mul(a, b), 3.5); /* non-integral: an F64 fill */
@@ -204,6 +207,7 @@ static void debug_cache_check_catches_a_wrong_binding(void **state) {
   assert_non_null(strstr(err, "float arguments"));
   pass_plan_free(&p);
   kiln_scope_end();
+  rt_set_fusion(-1);
 }
 
 /* An integer matmul is a generated kernel (cast, product, row sum, cast)

@@ -51,7 +51,9 @@ typedef struct worker {
 
 #define ROWS 6
 
-static double input_value(int id, int it, int64_t i) { return 0.01 * (double)((i * 37 + id * 11 + it * 5) % 101) - 0.4; }
+static double input_value(int id, int it, int64_t i) {
+  return 0.01 * (double)((i * 37 + id * 11 + it * 5) % 101) - 0.4;
+}
 static double shared_value(int64_t i) { return 0.001 * (double)(i % 97) + 0.25; }
 
 static bool close_to(double got, double want) { return fabs(got - want) <= 1e-9 * (1 + fabs(want)); }
