@@ -23,12 +23,34 @@
 /** Not read yet (the initial value of a graph_env_once slot). */
 #define GRAPH_ENV_UNREAD INT64_MIN
 /** A setting read once: *slot caches read()'s value (the environment
- *  parsed); store GRAPH_ENV_UNREAD to read it again. Thread-safe. */
-int64_t graph_env_once(atomic_int_fast64_t *slot, int64_t (*read)(void));
+ *  parsed); store GRAPH_ENV_UNREAD to read it again. Atomic: the first
+ *  forces of several threads may read a setting at the same time, and
+ *  each computes the same value from the same environment. */
+static inline int64_t graph_env_once(atomic_int_fast64_t *slot, int64_t (*read)(void)) {
+  int64_t v = atomic_load_explicit(slot, memory_order_relaxed);
+  if (v == GRAPH_ENV_UNREAD) {
+    v = read();
+    atomic_store_explicit(slot, v, memory_order_relaxed);
+  }
+  return v;
+}
 
 /** Name of a status code, e.g. "KILN_ERR_SHAPE" (static string): what
  *  kiln_status_name returns, for layers below the API. */
 const char *graph_status_name(kiln_status s);
+
+/* ----------------------------------------------------- reference counts */
+
+/** Takes a reference (an object's count is atomic: realized data may be
+ *  shared between threads). */
+static inline void graph_ref(atomic_int *rc) { atomic_fetch_add_explicit(rc, 1, memory_order_relaxed); }
+/** Drops a reference; true when it was the last (free the object). The
+ *  last reference needs no atomic read-modify-write: no other thread can
+ *  take one from an object it holds no reference to. */
+static inline bool graph_unref(atomic_int *rc) {
+  if (atomic_load_explicit(rc, memory_order_acquire) == 1) return true;
+  return atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) == 1;
+}
 
 /* ------------------------------------------------------------- dtypes */
 

@@ -93,12 +93,12 @@ graph_buffer *graph_buffer_own(void *data, int64_t bytes, kiln_device device, vo
 }
 
 graph_buffer *graph_buffer_retain(graph_buffer *b) {
-  if (b) b->refcount++;
+  if (b) graph_ref(&b->refcount);
   return b;
 }
 
 void graph_buffer_release(graph_buffer *b) {
-  if (!b || --b->refcount > 0) return;
+  if (!b || !graph_unref(&b->refcount)) return;
   if (b->deleter) b->deleter(b->data, b->ctx);
   else if (!b->borrowed) b->free_fn(b->data, b->bytes > 0 ? b->bytes : 1);
   free(b);
@@ -144,14 +144,14 @@ void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view
 }
 
 graph_node *graph_node_retain(graph_node *n) {
-  if (n) n->refcount++;
+  if (n) graph_ref(&n->refcount);
   return n;
 }
 
 /* Frees n and every input whose last reference it held, through an
  * intrusive work list (no recursion, no allocation). */
 void graph_node_release(graph_node *n) {
-  if (!n || --n->refcount > 0) return;
+  if (!n || !graph_unref(&n->refcount)) return;
   n->free_next = NULL;
   graph_node *work = n;
   while (work) {
@@ -159,7 +159,7 @@ void graph_node_release(graph_node *n) {
     work = cur->free_next;
     for (int i = 0; i < cur->n_inputs; i++) {
       graph_node *in = cur->inputs[i].node;
-      if (--in->refcount > 0) continue;
+      if (!graph_unref(&in->refcount)) continue;
       in->free_next = work;
       work = in;
     }
@@ -236,7 +236,7 @@ kiln_tensor *graph_tensor_new(kiln_storage *s, const graph_view *v) {
   if (!t) return NULL;
   t->refcount = 1;
   t->storage = s;
-  s->refcount++;
+  graph_ref(&s->refcount);
   t->view = *v;
   return t;
 }

@@ -7,6 +7,7 @@
  * of an earlier plan never match a new id, so nothing is reset between
  * forces, and nodes outside the pending set are never touched.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -40,21 +41,42 @@ static bool append(pass_plan *p, graph_node *x) {
   return true;
 }
 
-typedef struct dfs_stack {
-  graph_node **items;
-  int n, cap;
-} dfs_stack;
-
-static bool push(dfs_stack *s, graph_node *x) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 64;
-    graph_node **items = realloc(s->items, sizeof *items * (size_t)cap);
+/* Pushes x on the plan's DFS stack, of *depth entries. */
+static bool push(pass_plan *p, int *depth, graph_node *x) {
+  if (*depth == p->stack_cap) {
+    int cap = p->stack_cap ? p->stack_cap * 2 : 64;
+    graph_node **items = realloc(p->stack, sizeof *items * (size_t)cap);
     if (!items) return false;
-    s->items = items;
-    s->cap = cap;
+    p->stack = items;
+    p->stack_cap = cap;
   }
-  s->items[s->n++] = x;
+  p->stack[(*depth)++] = x;
   return true;
+}
+
+/* ------------------------------------------ arrays kept between forces */
+
+/* One finished plan's arrays per thread (empty: cap 0), freed when the
+ * thread exits. */
+static _Thread_local pass_plan spare;
+static pthread_key_t spare_owner;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void free_arrays(pass_plan *p) {
+  free(p->order);
+  free(p->e);
+  free(p->stack);
+  *p = (pass_plan){0};
+}
+
+static void free_spare(void *unused) { free_arrays(&spare); }
+static void make_spare_owner(void) { pthread_key_create(&spare_owner, free_spare); }
+
+void pass_plan_init(pass_plan *p) {
+  *p = spare;
+  spare = (pass_plan){0};
+  p->n = 0;
+  p->held = false;
 }
 
 /* A node is visited once it carries the plan's id; its position is set
@@ -66,15 +88,15 @@ bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
   }
   p->n = 0;
   p->id = atomic_fetch_add_explicit(&next_plan_id, 1, memory_order_relaxed);
-  dfs_stack stack = {0};
+  int depth = 0;
   bool ok = true;
   for (int r = 0; r < n_roots && ok; r++) {
     if (!roots[r] || roots[r]->buffer || roots[r]->plan_id == p->id) continue; /* a requested fill too */
     roots[r]->plan_id = p->id;
     roots[r]->plan_pos = -1;
-    ok = push(&stack, roots[r]);
-    while (ok && stack.n > 0) {
-      graph_node *top = stack.items[stack.n - 1];
+    ok = push(p, &depth, roots[r]);
+    while (ok && depth > 0) {
+      graph_node *top = p->stack[depth - 1];
       graph_node *next = NULL;
       for (int i = 0; i < top->n_inputs && !next; i++) {
         graph_node *in = top->inputs[i].node;
@@ -83,14 +105,13 @@ bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
       if (next) {
         next->plan_id = p->id;
         next->plan_pos = -1;
-        ok = push(&stack, next);
+        ok = push(p, &depth, next);
       } else {
-        stack.n--;
+        depth--;
         ok = append(p, top);
       }
     }
   }
-  free(stack.items);
   return ok;
 }
 
@@ -112,7 +133,12 @@ void pass_plan_hold(pass_plan *p) {
 void pass_plan_free(pass_plan *p) {
   if (p->held)
     for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
-  free(p->order);
-  free(p->e);
+  if (spare.cap || spare.stack_cap || !p->cap) {
+    free_arrays(p);
+    return;
+  }
+  pthread_once(&spare_once, make_spare_owner);
+  spare = (pass_plan){.order = p->order, .e = p->e, .cap = p->cap, .stack = p->stack, .stack_cap = p->stack_cap};
+  pthread_setspecific(spare_owner, &spare);
   *p = (pass_plan){0};
 }

@@ -42,8 +42,14 @@ typedef struct pass_plan {
   graph_node **order; /* [n] pending nodes, producers first */
   pass_entry *e;      /* [n] */
   bool held;          /* pass_plan_hold: order's nodes hold a reference each */
+  graph_node **stack; /* collect's DFS stack [stack_cap] */
+  int stack_cap;
 } pass_plan;
 
+/** An empty plan, reusing the arrays a finished plan of this thread left
+ *  (pass_plan_free keeps one set per thread), so a repeated force
+ *  allocates nothing. */
+void pass_plan_init(pass_plan *p);
 /** Collects the pending nodes roots [n_roots] need (not inlined sources)
  *  into p, in post-order, under a new id; entries start undecided
  *  (nothing fused, no host). p may hold an earlier collect (it is reset).
@@ -57,7 +63,8 @@ void pass_plan_hold(pass_plan *p);
 /** Marks p's still pending nodes as p's again (after a nested force on
  *  this thread collected some of them under its own plan). */
 void pass_plan_remark(const pass_plan *p);
-/** Frees p's arrays (and the references pass_plan_hold took). */
+/** Drops the references pass_plan_hold took and frees p's arrays (or
+ *  keeps them for the thread's next plan). p is empty afterwards. */
 void pass_plan_free(pass_plan *p);
 
 /** Position of n in p, or -1 when n is not one of p's nodes. */

@@ -58,7 +58,7 @@ static bool simplify(graph_node *const *roots, int n, pass_plan *p, bool *oom) {
 }
 
 int rt_plan(graph_node *const *roots, int n, bool passes, pass_plan *p) {
-  *p = (pass_plan){0};
+  pass_plan_init(p);
   bool oom = !pass_plan_collect(p, roots, n);
   if (!oom && passes) simplify(roots, n, p, &oom);
   if (oom) {
@@ -595,7 +595,8 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   int ready = rt_backend_ready(err, errlen);
   if (ready != KILN_OK) return ready;
   rt_alloc_install();
-  pass_plan p = {0};
+  pass_plan p;
+  pass_plan_init(&p);
   sched_run run = {.plan = &p, .cacheable = use_schedule_cache()};
   size_t key_len = 0;
   const unsigned char *key = NULL;
