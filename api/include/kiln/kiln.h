@@ -426,8 +426,13 @@ KILN_API kiln_tensor *kiln_ge_scalar(kiln_tensor *t, double s);
 /** cond ? a : b, broadcasting all three; cond is BOOL or U8 (nonzero =
  *  true); result dtype promotes a and b. Torch: where. */
 KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
-/** min(max(t, lo), hi); keeps t's dtype (integers: lo/hi truncated). NaN
- *  bounds are ignored. Torch: clamp. */
+/** min(max(t, lo), hi), same sizes, keeps t's dtype; BOOL is KILN_ERR_DTYPE.
+ *  A NaN bound is no bound, as is -INFINITY for lo and INFINITY for hi. On
+ *  integer dtypes a bound is truncated toward zero and saturated to the
+ *  dtype's range (clamp(I8 [-6, 0, 6], -1000, 5) = [-6, 0, 5];
+ *  clamp(I8, 1000, INFINITY) = all 127): Torch's value, stored in t's
+ *  dtype. Torch: clamp (Torch 1.13 promotes an integer tensor with a float
+ *  bound to float and returns NaN for a NaN bound). New reference. */
 KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
 
 /* ------------------------------------------------------------ reductions
