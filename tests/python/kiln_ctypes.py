@@ -263,6 +263,8 @@ SIGNATURES = {
     "read": ("i", "Tpn"),
     "item": ("d", "T"),
     "get": ("d", "TL"),
+    "item_f64": ("i", "Tp"),
+    "get_f64": ("i", "TLp"),
     "set": ("i", "TLd"),
     "data": ("p", "T"),
     "print": ("i", "Tp"),

@@ -662,12 +662,26 @@ KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n);
 /** Forces t and copies its elements in row-major order of its view, in its
  *  dtype, to dst. Error (KILN_ERR_ARG) if dst_bytes < numel × dtype size. */
 KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes);
-/** The single element of a 1-element tensor as a double (forces). NaN and
- *  an error otherwise. Torch: item(). */
+/** The single element of a 1-element tensor (any sizes, any dtype) as a
+ *  double (forces). NaN and an error otherwise: KILN_ERR_SHAPE for another
+ *  element count — indistinguishable from a real NaN without checking
+ *  kiln_last_status(); kiln_item_f64 returns the status. Torch: item(). */
 KILN_API double kiln_item(kiln_tensor *t);
-/** Element at `index` [dim()] as a double (forces). NaN and an error
- *  (KILN_ERR_INDEX) when out of range. Torch: t[i][j]... */
+/** Element at `index` [dim()] (negative counts from the end; NULL for a
+ *  0-d tensor) as a double (forces). NaN and an error (KILN_ERR_INDEX) when
+ *  out of range; kiln_get_f64 returns the status. Torch: t[i][j]... */
 KILN_API double kiln_get(kiln_tensor *t, const int64_t *index);
+/** kiln_item with the status returned: KILN_OK and the element in *out, or
+ *  a negative status with *out untouched — KILN_ERR_ARG (t or out NULL),
+ *  KILN_ERR_SHAPE (numel != 1), or the forcing's error. A real NaN reads
+ *  back as KILN_OK and NaN. Borrows t. Torch: item(). */
+KILN_API int kiln_item_f64(kiln_tensor *t, double *out);
+/** kiln_get with the status returned: KILN_OK and the element at `index`
+ *  [dim()] in *out, or a negative status with *out untouched —
+ *  KILN_ERR_ARG (t, out, or index for a tensor of dim() > 0, NULL),
+ *  KILN_ERR_INDEX (an index out of range), or the forcing's error. Borrows
+ *  t. Torch: t[i][j]... */
+KILN_API int kiln_get_f64(kiln_tensor *t, const int64_t *index, double *out);
 /** Writes one element through the view (lazy, seen by every tensor sharing
  *  the storage). Torch: t[i][j] = v. */
 KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value);
