@@ -16,6 +16,13 @@
  *  errors are ignored until kiln_clear_error. Returns `status`. */
 int api_error(kiln_status status, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/** The status of the error this thread reported last through api_error
+ *  (KILN_OK after kiln_clear_error): what a function returns when a callee
+ *  that signals failure with false or NULL just failed. Never
+ *  kiln_last_status() for that: it is the thread's *first* error, maybe an
+ *  older one the caller did not clear, and a function returns its own
+ *  outcome. */
+kiln_status api_status(void);
 /** Formats sizes as "[3, 4]" into buf (returns buf). */
 const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
 /** Checks a tensor argument: NULL keeps the first error (or sets

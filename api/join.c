@@ -74,7 +74,7 @@ KILN_API kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim) {
     const graph_view *v = &ts[i]->view;
     if ((v->ndim == 1 && v->sizes[0] == 0) || v->sizes[d] == 0) continue;
     kiln_tensor *part = kiln_narrow(r, d, at, v->sizes[d]);
-    int st = part ? kiln_copy_(part, ts[i]) : kiln_last_status();
+    int st = part ? kiln_copy_(part, ts[i]) : api_status();
     kiln_release(part);
     at += v->sizes[d];
     if (st != KILN_OK) {

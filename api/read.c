@@ -104,7 +104,7 @@ bool api_check_host(const kiln_tensor *t, const char *fn) {
 
 KILN_API int kiln_realize(kiln_tensor *t) {
   if (!api_check(t, "kiln_realize", "t")) return KILN_ERR_ARG;
-  return api_force(t, "kiln_realize") ? KILN_OK : kiln_last_status();
+  return api_force(t, "kiln_realize") ? KILN_OK : api_status();
 }
 
 KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
@@ -147,7 +147,7 @@ KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes) {
     return api_error(KILN_ERR_ARG, "kiln_read", "destination of %zu bytes is too small for %zu bytes", dst_bytes, need);
   void *tmp;
   const char *base = api_host_data(t, "kiln_read", &tmp);
-  if (!base) return kiln_last_status();
+  if (!base) return api_status();
   if (need > 0) gather(&t->view, base, esize, dst);
   free(tmp);
   return KILN_OK;

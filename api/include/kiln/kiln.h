@@ -19,7 +19,9 @@
  *    is kept (kiln_last_error) until kiln_clear_error. A NULL tensor argument
  *    makes an op return NULL (or KILN_ERR_ARG) and keeps the first error, so
  *    a chain of calls can be checked once at its end. On error, inputs are
- *    left unchanged and out-parameters untouched.
+ *    left unchanged and out-parameters untouched. A function returning int
+ *    returns its own outcome (KILN_OK, or its own error's status) even while
+ *    an earlier error is uncleared; kiln_last_status() stays the first's.
  *  - Dimensions are 0-based; a negative dim counts from the end (-1 = last).
  *  - At most KILN_MAX_DIMS dimensions per tensor.
  *
