@@ -4,10 +4,15 @@
  * A scope is a thread-local list of tensors it owns (one reference each).
  * Scopes nest as a stack; kiln_keep moves a tensor from the innermost scope
  * to the enclosing one (or to the caller when there is none).
+ *
+ * A storage over user memory (kiln_from_blob) whose last reference goes
+ * while a write into it is pending performs that write first: the memory
+ * is the user's, and no one else would ever force it (storage_release).
  */
 #include <stdlib.h>
 
 #include "api_internal.h"
+#include "runtime.h"
 
 typedef struct api_scope {
   kiln_tensor **items;
@@ -26,9 +31,36 @@ KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
   return t;
 }
 
+/* True when s's version is a pending write (a chain of ASSIGNs) into a
+ * realized buffer of user memory (kiln_from_blob, with or without a
+ * deleter): nothing but this storage will ever perform it. */
+static bool pending_user_write(const kiln_storage *s) {
+  const graph_node *v = s->version;
+  while (v && !v->buffer && v->op == GRAPH_OP_ASSIGN) v = v->inputs[0].node;
+  return v && v != s->version && v->buffer && (v->buffer->deleter || v->buffer->borrowed);
+}
+
+/* Drops a reference to s; the last one frees it. A pending write into
+ * user memory is performed first (the user reads that memory after the
+ * deleter ran, or after releasing a NULL-deleter blob); a failure is the
+ * thread's error, named after `fn`, and the write is then lost — never
+ * silently. */
+static void storage_release(kiln_storage *s, const char *fn) {
+  if (!s || --s->refcount > 0) return;
+  if (pending_user_write(s)) {
+    char err[512];
+    graph_node *v = s->version;
+    int st = rt_realize(&v, 1, err, sizeof err);
+    if (st != KILN_OK)
+      api_error((kiln_status)st, fn, "a pending write into from_blob memory could not be performed: %s", err);
+  }
+  graph_node_release(s->version);
+  free(s);
+}
+
 KILN_API void kiln_release(kiln_tensor *t) {
   if (!t || --t->refcount > 0) return;
-  kiln_storage_release(t->storage);
+  storage_release(t->storage, "kiln_release");
   free(t);
 }
 
@@ -37,11 +69,7 @@ KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s) {
   return s;
 }
 
-KILN_API void kiln_storage_release(kiln_storage *s) {
-  if (!s || --s->refcount > 0) return;
-  graph_node_release(s->version);
-  free(s);
-}
+KILN_API void kiln_storage_release(kiln_storage *s) { storage_release(s, "kiln_storage_release"); }
 
 static bool scope_push(api_scope *s, kiln_tensor *t) {
   if (s->n == s->cap) {

@@ -117,7 +117,11 @@ typedef enum kiln_status {
 /** Adds a reference to `t` and returns it (Torch `retain`). NULL-safe. */
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
 /** Drops a reference (Torch `free`); the last one frees the handle. The
- *  storage lives while any tensor or pending op uses it. NULL-safe. */
+ *  storage lives while any tensor or pending op uses it. When this drops
+ *  the last reference to a kiln_from_blob storage with a write into it
+ *  still pending, the write is performed first (forces), then the deleter
+ *  runs; if that force fails the thread's error is set (naming
+ *  kiln_release) and the write is lost. NULL-safe. */
 KILN_API void kiln_release(kiln_tensor *t);
 /** Opens a scope on this thread: every tensor returned by a Kiln function
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
@@ -193,7 +197,9 @@ KILN_API kiln_tensor *kiln_from_data(kiln_dtype dtype, int ndim, const int64_t *
  *  user of the storage is gone, `deleter(data, ctx)` is called (deleter may
  *  be NULL: the caller keeps ownership and must keep `data` alive as long as
  *  the tensor or anything computed from it is alive). Writes through Kiln
- *  land in `data` once forced. Torch: torch.from_blob. */
+ *  land in `data` once forced, at the latest when the storage's last
+ *  reference is released (before the deleter runs). Torch:
+ *  torch.from_blob. */
 KILN_API kiln_tensor *kiln_from_blob(kiln_dtype dtype, int ndim, const int64_t *sizes,
                                      const int64_t *strides, void *data,
                                      void (*deleter)(void *data, void *ctx), void *ctx);
@@ -205,7 +211,9 @@ KILN_API kiln_storage *kiln_storage_new(kiln_dtype dtype, int64_t numel);
 KILN_API kiln_storage *kiln_storage_of(const kiln_tensor *t);
 /** Adds a reference to a storage. NULL-safe. */
 KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s);
-/** Drops a storage reference. NULL-safe. */
+/** Drops a storage reference. NULL-safe. The last reference to a
+ *  kiln_from_blob storage performs a pending write into it first, as
+ *  kiln_release. */
 KILN_API void kiln_storage_release(kiln_storage *s);
 /** Elements in a storage (-1 and an error for NULL). */
 KILN_API int64_t kiln_storage_numel(const kiln_storage *s);
