@@ -26,6 +26,27 @@ static _Thread_local int untracked_depth;
 void api_untracked_begin(void) { untracked_depth++; }
 void api_untracked_end(void) { untracked_depth--; }
 
+/* Takes one entry of t out of the open scopes, innermost first: that
+ * reference is the caller's from now on (kiln_escape), or is the one the
+ * caller is releasing (kiln_release). Each tensor counts the references
+ * scopes hold (scope_refs; a handle returned twice, e.g. by
+ * kiln_contiguous, is listed twice); a user who releases a tensor whose
+ * every reference is a scope's holds none of its own, so the release is of
+ * a scope-owned tensor, and the scope must not release it again (that was
+ * a double free at kiln_scope_end). False when no scope lists t. */
+static bool scope_remove(kiln_tensor *t) {
+  for (int k = n_scopes - 1; k >= 0; k--) {
+    api_scope *s = &scopes[k];
+    for (int i = s->n - 1; i >= 0; i--) {
+      if (s->items[i] != t) continue;
+      s->items[i] = s->items[--s->n];
+      t->scope_refs--;
+      return true;
+    }
+  }
+  return false;
+}
+
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
   if (t) t->refcount++;
   return t;
@@ -59,6 +80,7 @@ static void storage_release(kiln_storage *s, const char *fn) {
 }
 
 KILN_API void kiln_release(kiln_tensor *t) {
+  if (t && t->scope_refs > 0 && t->refcount <= t->scope_refs) scope_remove(t); /* a scope's reference */
   if (!t || --t->refcount > 0) return;
   storage_release(t->storage, "kiln_release");
   free(t);
@@ -100,7 +122,10 @@ KILN_API void kiln_scope_begin(void) {
 KILN_API void kiln_scope_end(void) {
   if (n_scopes == 0) return;
   api_scope *s = &scopes[--n_scopes];
-  for (int i = 0; i < s->n; i++) kiln_release(s->items[i]);
+  for (int i = 0; i < s->n; i++) {
+    s->items[i]->scope_refs--; /* then refcount > scope_refs: a plain release */
+    kiln_release(s->items[i]);
+  }
   free(s->items);
   if (n_scopes == 0) {
     free(scopes);
@@ -115,12 +140,18 @@ KILN_API kiln_tensor *kiln_keep(kiln_tensor *t) {
   for (int i = s->n - 1; i >= 0; i--) {
     if (s->items[i] != t) continue;
     s->items[i] = s->items[--s->n];
-    if (n_scopes > 1 && !scope_push(&scopes[n_scopes - 2], t)) {
+    if (n_scopes == 1) t->scope_refs--; /* to the caller */
+    else if (!scope_push(&scopes[n_scopes - 2], t)) {
       api_error(KILN_ERR_OOM, "kiln_keep", "out of memory");
       s->items[s->n++] = t; /* stays owned by the inner scope */
     }
     return t;
   }
+  return t;
+}
+
+KILN_API kiln_tensor *kiln_escape(kiln_tensor *t) {
+  if (t && t->scope_refs > 0) scope_remove(t);
   return t;
 }
 
@@ -131,6 +162,7 @@ kiln_tensor *api_track(kiln_tensor *t) {
     kiln_release(t);
     return NULL;
   }
+  t->scope_refs++;
   return t;
 }
 

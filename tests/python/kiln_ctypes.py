@@ -107,6 +107,7 @@ SIGNATURES = {
     "scope_begin": ("v", ""),
     "scope_end": ("v", ""),
     "keep": ("T", "T"),
+    "escape": ("T", "T"),
     "last_error": ("z", ""),
     "last_status": ("i", ""),
     "clear_error": ("v", ""),

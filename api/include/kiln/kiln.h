@@ -127,13 +127,24 @@ KILN_API void kiln_release(kiln_tensor *t);
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
 KILN_API void kiln_scope_begin(void);
 /** Closes the innermost scope, releasing every tensor it owns that was not
- *  passed to kiln_keep. Without an open scope it does nothing. */
+ *  passed to kiln_keep or kiln_escape. A tensor the scope owned that the
+ *  caller released with kiln_release (holding no reference of its own) is
+ *  no longer the scope's: that release took it out of the scope, which
+ *  does not release it again. Without an open scope it does nothing. */
 KILN_API void kiln_scope_end(void);
 /** Takes `t` out of the innermost scope: it moves to the enclosing scope, or
  *  to the caller (who then releases it) when there is none. Returns `t`
  *  (borrowed: no new reference). A tensor not owned by the scope is returned
  *  unchanged. NULL-safe. */
 KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
+/** Hands `t` to the caller from any scope depth: the open scope that owns
+ *  it (the innermost one, if several do) gives up its reference, which the
+ *  caller now owns and releases with kiln_release (or passes on). Use it to
+ *  return a tensor from a helper that opens scopes of its own, or to carry
+ *  state across loop iterations that each run in a scope. Returns `t`
+ *  (borrowed: no new reference); a tensor no scope owns is returned
+ *  unchanged. NULL-safe. Torch: — (Python's references). */
+KILN_API kiln_tensor *kiln_escape(kiln_tensor *t);
 
 /** Message of this thread's first error since the last kiln_clear_error,
  *  e.g. "kiln_add: sizes [3, 4] and [5] cannot be broadcast"; "" if none.
