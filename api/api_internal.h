@@ -28,6 +28,10 @@ const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes)
 /** Checks a tensor argument: NULL keeps the first error (or sets
  *  KILN_ERR_ARG naming `arg` when none is set). */
 bool api_check(const kiln_tensor *t, const char *fn, const char *arg);
+/** Checks a list argument of n entries: n < 0 ("n = -1 is negative") or
+ *  a NULL list for n > 0 ("the tensor list is NULL (n = 2)", `what` =
+ *  "tensor") is KILN_ERR_ARG. Returns KILN_OK or that status. */
+int api_check_list(const void *list, int n, const char *what, const char *fn);
 /** Normalises a dim in [-ndim, ndim) to [0, ndim); -1 and an error if out
  *  of range. `ndim` 0 accepts -1 and 0 as in Torch. */
 int api_wrap_dim(int dim, int ndim, const char *fn);

@@ -52,6 +52,12 @@ bool api_check(const kiln_tensor *t, const char *fn, const char *arg) {
   return false;
 }
 
+int api_check_list(const void *list, int n, const char *what, const char *fn) {
+  if (n < 0) return api_error(KILN_ERR_ARG, fn, "n = %d is negative", n);
+  if (n > 0 && !list) return api_error(KILN_ERR_ARG, fn, "the %s list is NULL (n = %d)", what, n);
+  return KILN_OK;
+}
+
 int api_wrap_dim(int dim, int ndim, const char *fn) {
   int n = ndim > 0 ? ndim : 1;
   if (dim < -n || dim >= n) {

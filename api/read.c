@@ -108,7 +108,8 @@ KILN_API int kiln_realize(kiln_tensor *t) {
 }
 
 KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
-  if (n < 0 || (n > 0 && !ts)) return api_error(KILN_ERR_ARG, "kiln_realize_many", "bad tensor list (n = %d)", n);
+  int st = api_check_list(ts, n, "tensor", "kiln_realize_many");
+  if (st != KILN_OK) return st;
   graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
   if (!nodes) return api_error(KILN_ERR_OOM, "kiln_realize_many", "out of memory");
   for (int i = 0; i < n; i++) {
@@ -118,7 +119,7 @@ KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
     }
     nodes[i] = ts[i]->storage->version;
   }
-  int st = force_nodes(nodes, n, "kiln_realize_many");
+  st = force_nodes(nodes, n, "kiln_realize_many");
   free(nodes);
   return st;
 }

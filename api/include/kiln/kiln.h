@@ -833,7 +833,11 @@ KILN_API int kiln_map2_(kiln_tensor *t, kiln_tensor *a, kiln_tensor *b, kiln_fn3
  *  if that selection fails, every force fails with its error (no silent
  *  CPU fall-back) until the program calls kiln_set_backend("llvm"). */
 KILN_API int kiln_set_backend(const char *name);
-/** Threads for kernels (env KILN_NUM_THREADS); n ≥ 1. */
+/** Threads for kernels; n ≥ 1 (KILN_ERR_ARG otherwise). The default is env
+ *  KILN_NUM_THREADS, else the number of CPUs; a KILN_NUM_THREADS that is
+ *  not a positive integer is ignored with one line on stderr when the pool
+ *  starts ("kiln: KILN_NUM_THREADS=abc is not a positive integer; using 8
+ *  threads"), the only thing Kiln prints unless KILN_DEBUG asks. */
 KILN_API int kiln_set_num_threads(int n);
 
 /* ------------------------------------------------------------ profiling */
