@@ -16,11 +16,22 @@
  *  errors are ignored until kiln_clear_error. Returns `status`. */
 int api_error(kiln_status status, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/** The status of the error this thread reported last through api_error
+ *  (KILN_OK after kiln_clear_error): what a function returns when a callee
+ *  that signals failure with false or NULL just failed. Never
+ *  kiln_last_status() for that: it is the thread's *first* error, maybe an
+ *  older one the caller did not clear, and a function returns its own
+ *  outcome. */
+kiln_status api_status(void);
 /** Formats sizes as "[3, 4]" into buf (returns buf). */
 const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
 /** Checks a tensor argument: NULL keeps the first error (or sets
  *  KILN_ERR_ARG naming `arg` when none is set). */
 bool api_check(const kiln_tensor *t, const char *fn, const char *arg);
+/** Checks a list argument of n entries: n < 0 ("n = -1 is negative") or
+ *  a NULL list for n > 0 ("the tensor list is NULL (n = 2)", `what` =
+ *  "tensor") is KILN_ERR_ARG. Returns KILN_OK or that status. */
+int api_check_list(const void *list, int n, const char *what, const char *fn);
 /** Normalises a dim in [-ndim, ndim) to [0, ndim); -1 and an error if out
  *  of range. `ndim` 0 accepts -1 and 0 as in Torch. */
 int api_wrap_dim(int dim, int ndim, const char *fn);

@@ -79,9 +79,9 @@ static void run_loop(const kiln_tensor *t, cb_span *s, cb_input *in, int n_in, c
 /* Argument checks: non-NULL tensors and function, equal element counts. */
 static int check_args(kiln_tensor *t, kiln_tensor *const *in, const char *const *names, int n_in, bool have_fn,
                       const char *fn) {
-  if (!api_check(t, fn, "t")) return kiln_last_status();
+  if (!api_check(t, fn, "t")) return api_status();
   for (int k = 0; k < n_in; k++)
-    if (!api_check(in[k], fn, names[k])) return kiln_last_status();
+    if (!api_check(in[k], fn, names[k])) return api_status();
   if (!have_fn) return api_error(KILN_ERR_ARG, fn, "the callback fn is NULL");
   if (!api_check_host(t, fn)) return KILN_ERR_DEVICE;
   for (int k = 0; k < n_in; k++)
@@ -102,11 +102,11 @@ static int check_args(kiln_tensor *t, kiln_tensor *const *in, const char *const 
 static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *names, int n_in, const cb_fn *fn,
                   const char *fname) {
   bool have_fn = n_in == 0 ? fn->f1 != NULL : n_in == 1 ? fn->f2 != NULL : fn->f3 != NULL;
-  if (check_args(t, in, names, n_in, have_fn, fname) != KILN_OK) return kiln_last_status();
+  if (check_args(t, in, names, n_in, have_fn, fname) != KILN_OK) return api_status();
   if (graph_view_numel(&t->view) == 0) return KILN_OK;
-  if (!api_force(t, fname)) return kiln_last_status();
+  if (!api_force(t, fname)) return api_status();
   for (int k = 0; k < n_in; k++)
-    if (!api_force(in[k], fname)) return kiln_last_status();
+    if (!api_force(in[k], fname)) return api_status();
   cb_span s = {.lo = t->view.offset, .hi = graph_view_extent(&t->view), .dtype = t->storage->dtype};
   s.esize = (size_t)graph_dtypes[s.dtype].size;
   rt_alloc_install();
@@ -131,7 +131,7 @@ static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *nam
   vv.offset -= s.lo;
   int st = api_assign(t, value, &vv, fname);
   graph_node_release(value);
-  if (st == KILN_OK && !api_force(t, fname)) st = kiln_last_status();
+  if (st == KILN_OK && !api_force(t, fname)) st = api_status();
   return st;
 }
 

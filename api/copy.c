@@ -90,11 +90,11 @@ bool api_check_writable(const kiln_tensor *t, const char *fn) {
 }
 
 KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src) {
-  if (!api_check(dst, "kiln_copy_", "dst") || !api_check(src, "kiln_copy_", "src")) return kiln_last_status();
+  if (!api_check(dst, "kiln_copy_", "dst") || !api_check(src, "kiln_copy_", "src")) return api_status();
   if (!api_check_writable(dst, "kiln_copy_")) return KILN_ERR_ARG;
   graph_view v;
   kiln_tensor *owned;
-  if (!source_view(dst, src, &v, &owned)) return kiln_last_status();
+  if (!source_view(dst, src, &v, &owned)) return api_status();
   kiln_tensor *from = owned ? owned : src;
   int st = api_assign(dst, from->storage->version, &v, "kiln_copy_");
   kiln_release(owned);

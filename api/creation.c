@@ -57,7 +57,7 @@ static int64_t sizes_numel(int ndim, const int64_t *sizes) {
 
 /* The status of the error a callee just set (never KILN_OK). */
 static int failed(const char *fn) {
-  kiln_status s = kiln_last_status();
+  kiln_status s = api_status();
   return s != KILN_OK ? s : api_error(KILN_ERR_OOM, fn, "out of memory");
 }
 

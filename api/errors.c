@@ -10,8 +10,10 @@
 
 static _Thread_local kiln_status last_status = KILN_OK;
 static _Thread_local char last_message[512];
+static _Thread_local kiln_status recent_status = KILN_OK; /* api_status */
 
 int api_error(kiln_status status, const char *fn, const char *fmt, ...) {
+  recent_status = status;
   if (last_status != KILN_OK) return status;
   last_status = status;
   int n = snprintf(last_message, sizeof last_message, "%s: ", fn);
@@ -25,8 +27,10 @@ int api_error(kiln_status status, const char *fn, const char *fmt, ...) {
 
 KILN_API const char *kiln_last_error(void) { return last_status == KILN_OK ? "" : last_message; }
 KILN_API kiln_status kiln_last_status(void) { return last_status; }
+kiln_status api_status(void) { return recent_status; }
 KILN_API void kiln_clear_error(void) {
   last_status = KILN_OK;
+  recent_status = KILN_OK;
   last_message[0] = 0;
 }
 
@@ -46,6 +50,12 @@ bool api_check(const kiln_tensor *t, const char *fn, const char *arg) {
   if (t) return true;
   api_error(KILN_ERR_ARG, fn, "argument %s is NULL", arg);
   return false;
+}
+
+int api_check_list(const void *list, int n, const char *what, const char *fn) {
+  if (n < 0) return api_error(KILN_ERR_ARG, fn, "n = %d is negative", n);
+  if (n > 0 && !list) return api_error(KILN_ERR_ARG, fn, "the %s list is NULL (n = %d)", what, n);
+  return KILN_OK;
 }
 
 int api_wrap_dim(int dim, int ndim, const char *fn) {

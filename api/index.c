@@ -155,7 +155,7 @@ static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_
     conv = part ? api_copy_contiguous(part, t->storage->dtype, fn) : NULL;
     kiln_release(part);
     api_untracked_end();
-    if (!conv) return kiln_last_status();
+    if (!conv) return api_status();
     cv = conv->view;
     src = conv;
   }
@@ -222,7 +222,7 @@ static int write_selected(kiln_tensor *t, int d, const int64_t *inv, kiln_tensor
   mv.strides[d] = 1;
   kiln_tensor *m = ms ? api_tensor(ms->storage, &mv, fn) : NULL;
   kiln_tensor *w = m ? kiln_where(m, value, t) : NULL;
-  int st = w ? kiln_copy_(t, w) : kiln_last_status();
+  int st = w ? kiln_copy_(t, w) : api_status();
   kiln_release(ms), kiln_release(m), kiln_release(w);
   api_untracked_end();
   free(sel);
@@ -235,7 +235,7 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
   int64_t size = t->view.sizes[d];
   if (graph_view_numel(&index->view) == 0 || graph_view_numel(&t->view) == 0) return KILN_OK;
   int64_t *inv = last_writer(index, size, fn);
-  if (!inv) return kiln_last_status();
+  if (!inv) return api_status();
   int64_t *from = malloc(sizeof *from * (size_t)size);
   if (!from) {
     free(inv);
@@ -251,7 +251,7 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
     g = api_gather(conv, &conv->view, d, ft, &iv, fn);
   }
   api_untracked_end();
-  int st = g ? write_selected(t, d, inv, g, fn) : kiln_last_status();
+  int st = g ? write_selected(t, d, inv, g, fn) : api_status();
   kiln_release(conv), kiln_release(ft), kiln_release(g);
   free(inv);
   free(from);
@@ -261,8 +261,8 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
 /* index_copy_ (add false) and index_add_ (add true). */
 static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src, bool add, const char *fn) {
   int d;
-  if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
-  if (!check_vector_index(index, fn)) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return api_status();
+  if (!check_vector_index(index, fn)) return api_status();
   int64_t n = graph_view_numel(&index->view);
   graph_view want = with_dim_size(&t->view, d, n);
   bool ok = src->view.ndim == want.ndim;
@@ -274,7 +274,7 @@ static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *s
                      api_fmt_sizes(a, sizeof a, src->view.ndim, src->view.sizes),
                      api_fmt_sizes(b, sizeof b, want.ndim, want.sizes), d, (long long)n);
   }
-  if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
+  if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return api_status();
   if (!add) return copy_slices(t, d, index, src, fn);
   graph_view iv = spread_index(index, want.ndim, want.sizes, d);
   return scatter_add(t, d, index, &iv, src, &src->view, fn);
@@ -291,15 +291,15 @@ KILN_API int kiln_index_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_t
 KILN_API int kiln_index_fill_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
   const char *fn = "kiln_index_fill_";
   int d;
-  if (!check_target(t, index, dim, &d, fn) || !check_vector_index(index, fn)) return kiln_last_status();
-  if (!api_index_check(index, fn, d, t->view.sizes[d], true)) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn) || !check_vector_index(index, fn)) return api_status();
+  if (!api_index_check(index, fn, d, t->view.sizes[d], true)) return api_status();
   if (graph_view_numel(&index->view) == 0 || graph_view_numel(&t->view) == 0) return KILN_OK;
   int64_t *inv = last_writer(index, t->view.sizes[d], fn);
-  if (!inv) return kiln_last_status();
+  if (!inv) return api_status();
   api_untracked_begin();
   kiln_tensor *s = kiln_scalar(t->storage->dtype, value);
   api_untracked_end();
-  int st = s ? write_selected(t, d, inv, s, fn) : kiln_last_status();
+  int st = s ? write_selected(t, d, inv, s, fn) : api_status();
   kiln_release(s);
   free(inv);
   return st;
@@ -369,7 +369,7 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
   uint8_t *sel = inv ? malloc((size_t)n) : NULL;
   if (!sel) {
     free(inv);
-    return inv ? api_error(KILN_ERR_OOM, fn, "out of memory") : kiln_last_status();
+    return inv ? api_error(KILN_ERR_OOM, fn, "out of memory") : api_status();
   }
   for (int64_t p = 0; p < n; p++) {
     sel[p] = inv[p] >= 0;
@@ -396,7 +396,7 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
     value_t = kiln_scalar(t->storage->dtype, value);
   }
   kiln_tensor *w = m && value_t ? kiln_where(m, value_t, t) : NULL;
-  int st = w ? kiln_copy_(t, w) : kiln_last_status();
+  int st = w ? kiln_copy_(t, w) : api_status();
   kiln_release(m), kiln_release(part), kiln_release(conv), kiln_release(flat);
   kiln_release(ft), kiln_release(g), kiln_release(value_t), kiln_release(w);
   api_untracked_end();
@@ -408,17 +408,17 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
 KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {
   const char *fn = "kiln_scatter_";
   int d;
-  if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return kiln_last_status();
-  if (!check_scatter_sizes(t, d, index, src, fn)) return kiln_last_status();
-  if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn) || !api_check(src, fn, "src")) return api_status();
+  if (!check_scatter_sizes(t, d, index, src, fn)) return api_status();
+  if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return api_status();
   return scatter_elems(t, d, index, src, 0, fn);
 }
 
 KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, double value) {
   const char *fn = "kiln_scatter_value_";
   int d;
-  if (!check_target(t, index, dim, &d, fn)) return kiln_last_status();
-  if (!check_scatter_sizes(t, d, index, NULL, fn)) return kiln_last_status();
-  if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return kiln_last_status();
+  if (!check_target(t, index, dim, &d, fn)) return api_status();
+  if (!check_scatter_sizes(t, d, index, NULL, fn)) return api_status();
+  if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return api_status();
   return scatter_elems(t, d, index, NULL, value, fn);
 }

@@ -159,7 +159,7 @@ int io_write_view(io_writer *w, const kiln_tensor *t) {
   if (graph_view_numel(&t->view) == 0) return w->status;
   void *copy; /* a KILN_CUDA tensor's storage, copied to the host */
   const char *base = api_host_data((kiln_tensor *)t, w->fn, &copy);
-  if (!base) return w->status = kiln_last_status();
+  if (!base) return w->status = api_status();
   write_elems(w, &t->view, (size_t)graph_dtypes[t->storage->dtype].size, base);
   free(copy);
   return w->status;

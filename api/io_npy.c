@@ -238,7 +238,7 @@ static int descr_dtype(const npy_header *h, kiln_dtype *out, bool *swap, const c
 static int read_preamble(io_reader *r, int64_t *hoff, uint32_t *hlen) {
   unsigned char pre[12] = {0};
   size_t have = r->size < 12 ? (size_t)r->size : 12;
-  if (io_read_at(r, 0, pre, have, "the preamble") != KILN_OK) return kiln_last_status();
+  if (io_read_at(r, 0, pre, have, "the preamble") != KILN_OK) return api_status();
   if (have < 6 || memcmp(pre, "\x93NUMPY", 6) != 0)
     return api_error(KILN_ERR_IO, r->fn, "%s: not a .npy file (no \\x93NUMPY magic)", r->path);
   if (have < 10) return io_read_at(r, 0, pre, 10, "the preamble");
@@ -263,7 +263,7 @@ static int read_preamble(io_reader *r, int64_t *hoff, uint32_t *hlen) {
 static int read_header(io_reader *r, npy_header *h, int64_t *data_off) {
   int64_t hoff = 0;
   uint32_t hlen = 0;
-  if (read_preamble(r, &hoff, &hlen) != KILN_OK) return kiln_last_status();
+  if (read_preamble(r, &hoff, &hlen) != KILN_OK) return api_status();
   char *text = malloc(hlen ? hlen : 1);
   if (!text) return api_error(KILN_ERR_OOM, r->fn, "out of memory");
   int st = io_read_at(r, hoff, text, hlen, "the header");
@@ -351,7 +351,7 @@ KILN_API int kiln_save_npy(kiln_tensor *t, const char *path) {
                      "%s has no NumPy dtype; convert it with kiln_to_dtype(t, KILN_F32) (exact) or save it with "
                      "kiln_save_safetensors",
                      graph_dtypes[t->storage->dtype].name);
-  if (!api_force(t, fn)) return kiln_last_status();
+  if (!api_force(t, fn)) return api_status();
   char header[1024]; /* 16 dims of 19 digits fit with room to spare */
   size_t hlen = npy_format_header(t, header, sizeof header);
   unsigned char pre[10] = {

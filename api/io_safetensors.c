@@ -124,7 +124,7 @@ static int parse_entry(st_file *f, st_entry *e, const char *name, json_t *v) {
          *off = json_object_get(v, "data_offsets");
   if (!dt || !sh || !off) return bad(f, name, "entry needs dtype, shape and data_offsets");
   if (json_object_size(v) != 3) return bad(f, name, "entry has keys besides dtype, shape and data_offsets");
-  if (parse_dtype(f, e, dt) || parse_shape(f, e, sh) || parse_offsets(f, e, off)) return kiln_last_status();
+  if (parse_dtype(f, e, dt) || parse_shape(f, e, sh) || parse_offsets(f, e, off)) return api_status();
   int64_t bytes = entry_bytes(e, sh);
   if (bytes < 0) return bad(f, name, "shape overflows");
   if (bytes != e->end - e->begin)
@@ -187,7 +187,7 @@ static int read_json(st_file *f) {
   if (f->r.size < 8)
     return api_error(KILN_ERR_IO, f->r.fn, "%s: file of %lld bytes is too short for a safetensors header", f->r.path,
                      (long long)f->r.size);
-  if (io_read_at(&f->r, 0, len8, 8, "the header size") != KILN_OK) return kiln_last_status();
+  if (io_read_at(&f->r, 0, len8, 8, "the header size") != KILN_OK) return api_status();
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
   if (n < 2 || n > ST_MAX_HEADER || n > (uint64_t)(f->r.size - 8))
@@ -216,7 +216,7 @@ static int read_json(st_file *f) {
 /* Opens path and validates its whole header. */
 static int st_open(st_file *f, const char *path, const char *fn) {
   *f = (st_file){0};
-  if (io_open_read(&f->r, path, fn) != KILN_OK) return kiln_last_status();
+  if (io_open_read(&f->r, path, fn) != KILN_OK) return api_status();
   int st = read_json(f);
   if (st == KILN_OK) {
     size_t cap = json_object_size(f->root);
@@ -290,7 +290,7 @@ KILN_API void kiln_safetensors_free(int n, char **names, kiln_tensor **tensors) 
 /* Every tensor of an open file into fresh arrays (names strdup'ed). */
 static int load_all(st_file *f, char ***names_out, kiln_tensor ***ts_out) {
   for (int i = 0; i < f->n; i++)
-    if (check_loadable(f, &f->e[i]) != KILN_OK) return kiln_last_status();
+    if (check_loadable(f, &f->e[i]) != KILN_OK) return api_status();
   if (f->n == 0) {
     *names_out = NULL;
     *ts_out = NULL;
@@ -306,7 +306,7 @@ static int load_all(st_file *f, char ***names_out, kiln_tensor ***ts_out) {
     if (!names[i])
       st = api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
     else if (!ts[i])
-      st = kiln_last_status();
+      st = api_status();
   }
   if (st != KILN_OK) {
     kiln_safetensors_free(f->n, names, ts);
@@ -321,7 +321,7 @@ KILN_API int kiln_load_safetensors(const char *path, int *n_out, char ***names_o
   static const char fn[] = "kiln_load_safetensors";
   if (!n_out || !names_out || !tensors_out) return api_error(KILN_ERR_ARG, fn, "an output pointer is NULL");
   st_file f;
-  if (st_open(&f, path, fn) != KILN_OK) return kiln_last_status();
+  if (st_open(&f, path, fn) != KILN_OK) return api_status();
   char **names = NULL;
   kiln_tensor **ts = NULL;
   int st = load_all(&f, &names, &ts);
@@ -439,9 +439,9 @@ static int write_file(const char *path, int n, kiln_tensor *const *ts, const cha
 
 KILN_API int kiln_save_safetensors(const char *path, int n, const char *const *names, kiln_tensor *const *ts) {
   static const char fn[] = "kiln_save_safetensors";
-  if (check_save_args(path, n, names, ts, fn) != KILN_OK) return kiln_last_status();
+  if (check_save_args(path, n, names, ts, fn) != KILN_OK) return api_status();
   for (int i = 0; i < n; i++)
-    if (!api_force(ts[i], fn)) return kiln_last_status();
+    if (!api_force(ts[i], fn)) return api_status();
   size_t cap = (size_t)(n > 0 ? n : 1);
   int64_t *begin = malloc(sizeof *begin * cap);
   int *order = malloc(sizeof *order * cap);
@@ -451,7 +451,7 @@ KILN_API int kiln_save_safetensors(const char *path, int n, const char *const *n
   if (st == KILN_OK) {
     layout(n, ts, begin, order);
     header = header_json(n, names, ts, begin, &hlen, fn);
-    if (!header) st = kiln_last_status();
+    if (!header) st = api_status();
   }
   if (st == KILN_OK) st = write_file(path, n, ts, header, hlen, order, fn);
   free(header);

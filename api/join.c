@@ -19,10 +19,11 @@
  * tensors (sizes [0]) are skipped as in Torch. Sets *ref to the first
  * other tensor, *d to the wrapped dim, *dtype to the promoted dtype. */
 static bool check_cat(kiln_tensor *const *ts, int n, int dim, int *ref, int *d, kiln_dtype *dtype, const char *fn) {
-  if (!ts || n < 1) {
+  if (n < 1) {
     api_error(KILN_ERR_ARG, fn, "needs at least one tensor (n = %d)", n);
     return false;
   }
+  if (api_check_list(ts, n, "tensor", fn) != KILN_OK) return false;
   *ref = -1;
   for (int i = 0; i < n; i++) {
     if (!ts[i]) {
@@ -74,7 +75,7 @@ KILN_API kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim) {
     const graph_view *v = &ts[i]->view;
     if ((v->ndim == 1 && v->sizes[0] == 0) || v->sizes[d] == 0) continue;
     kiln_tensor *part = kiln_narrow(r, d, at, v->sizes[d]);
-    int st = part ? kiln_copy_(part, ts[i]) : kiln_last_status();
+    int st = part ? kiln_copy_(part, ts[i]) : api_status();
     kiln_release(part);
     at += v->sizes[d];
     if (st != KILN_OK) {
@@ -88,10 +89,11 @@ KILN_API kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim) {
 
 KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim) {
   const char *fn = "kiln_stack";
-  if (!ts || n < 1) {
+  if (n < 1) {
     api_error(KILN_ERR_ARG, fn, "needs at least one tensor (n = %d)", n);
     return NULL;
   }
+  if (api_check_list(ts, n, "tensor", fn) != KILN_OK) return NULL;
   for (int i = 0; i < n; i++) {
     if (!ts[i]) {
       if (kiln_last_status() == KILN_OK) api_error(KILN_ERR_ARG, fn, "tensor %d is NULL", i);

@@ -4,10 +4,15 @@
  * A scope is a thread-local list of tensors it owns (one reference each).
  * Scopes nest as a stack; kiln_keep moves a tensor from the innermost scope
  * to the enclosing one (or to the caller when there is none).
+ *
+ * A storage over user memory (kiln_from_blob) whose last reference goes
+ * while a write into it is pending performs that write first: the memory
+ * is the user's, and no one else would ever force it (storage_release).
  */
 #include <stdlib.h>
 
 #include "api_internal.h"
+#include "runtime.h"
 
 typedef struct api_scope {
   kiln_tensor **items;
@@ -21,14 +26,63 @@ static _Thread_local int untracked_depth;
 void api_untracked_begin(void) { untracked_depth++; }
 void api_untracked_end(void) { untracked_depth--; }
 
+/* Takes one entry of t out of the open scopes, innermost first: that
+ * reference is the caller's from now on (kiln_escape), or is the one the
+ * caller is releasing (kiln_release). Each tensor counts the references
+ * scopes hold (scope_refs; a handle returned twice, e.g. by
+ * kiln_contiguous, is listed twice); a user who releases a tensor whose
+ * every reference is a scope's holds none of its own, so the release is of
+ * a scope-owned tensor, and the scope must not release it again (that was
+ * a double free at kiln_scope_end). False when no scope lists t. */
+static bool scope_remove(kiln_tensor *t) {
+  for (int k = n_scopes - 1; k >= 0; k--) {
+    api_scope *s = &scopes[k];
+    for (int i = s->n - 1; i >= 0; i--) {
+      if (s->items[i] != t) continue;
+      s->items[i] = s->items[--s->n];
+      t->scope_refs--;
+      return true;
+    }
+  }
+  return false;
+}
+
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
   if (t) t->refcount++;
   return t;
 }
 
+/* True when s's version is a pending write (a chain of ASSIGNs) into a
+ * realized buffer of user memory (kiln_from_blob, with or without a
+ * deleter): nothing but this storage will ever perform it. */
+static bool pending_user_write(const kiln_storage *s) {
+  const graph_node *v = s->version;
+  while (v && !v->buffer && v->op == GRAPH_OP_ASSIGN) v = v->inputs[0].node;
+  return v && v != s->version && v->buffer && (v->buffer->deleter || v->buffer->borrowed);
+}
+
+/* Drops a reference to s; the last one frees it. A pending write into
+ * user memory is performed first (the user reads that memory after the
+ * deleter ran, or after releasing a NULL-deleter blob); a failure is the
+ * thread's error, named after `fn`, and the write is then lost — never
+ * silently. */
+static void storage_release(kiln_storage *s, const char *fn) {
+  if (!s || --s->refcount > 0) return;
+  if (pending_user_write(s)) {
+    char err[512];
+    graph_node *v = s->version;
+    int st = rt_realize(&v, 1, err, sizeof err);
+    if (st != KILN_OK)
+      api_error((kiln_status)st, fn, "a pending write into from_blob memory could not be performed: %s", err);
+  }
+  graph_node_release(s->version);
+  free(s);
+}
+
 KILN_API void kiln_release(kiln_tensor *t) {
+  if (t && t->scope_refs > 0 && t->refcount <= t->scope_refs) scope_remove(t); /* a scope's reference */
   if (!t || --t->refcount > 0) return;
-  kiln_storage_release(t->storage);
+  storage_release(t->storage, "kiln_release");
   free(t);
 }
 
@@ -37,11 +91,7 @@ KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s) {
   return s;
 }
 
-KILN_API void kiln_storage_release(kiln_storage *s) {
-  if (!s || --s->refcount > 0) return;
-  graph_node_release(s->version);
-  free(s);
-}
+KILN_API void kiln_storage_release(kiln_storage *s) { storage_release(s, "kiln_storage_release"); }
 
 static bool scope_push(api_scope *s, kiln_tensor *t) {
   if (s->n == s->cap) {
@@ -72,7 +122,10 @@ KILN_API void kiln_scope_begin(void) {
 KILN_API void kiln_scope_end(void) {
   if (n_scopes == 0) return;
   api_scope *s = &scopes[--n_scopes];
-  for (int i = 0; i < s->n; i++) kiln_release(s->items[i]);
+  for (int i = 0; i < s->n; i++) {
+    s->items[i]->scope_refs--; /* then refcount > scope_refs: a plain release */
+    kiln_release(s->items[i]);
+  }
   free(s->items);
   if (n_scopes == 0) {
     free(scopes);
@@ -87,12 +140,18 @@ KILN_API kiln_tensor *kiln_keep(kiln_tensor *t) {
   for (int i = s->n - 1; i >= 0; i--) {
     if (s->items[i] != t) continue;
     s->items[i] = s->items[--s->n];
-    if (n_scopes > 1 && !scope_push(&scopes[n_scopes - 2], t)) {
+    if (n_scopes == 1) t->scope_refs--; /* to the caller */
+    else if (!scope_push(&scopes[n_scopes - 2], t)) {
       api_error(KILN_ERR_OOM, "kiln_keep", "out of memory");
       s->items[s->n++] = t; /* stays owned by the inner scope */
     }
     return t;
   }
+  return t;
+}
+
+KILN_API kiln_tensor *kiln_escape(kiln_tensor *t) {
+  if (t && t->scope_refs > 0) scope_remove(t);
   return t;
 }
 
@@ -103,6 +162,7 @@ kiln_tensor *api_track(kiln_tensor *t) {
     kiln_release(t);
     return NULL;
   }
+  t->scope_refs++;
   return t;
 }
 

@@ -61,7 +61,7 @@ static uint8_t *read_bools(kiln_tensor *x, int64_t *n, const char *fn) {
   }
   api_untracked_begin();
   kiln_tensor *c = kiln_to_dtype(x, KILN_BOOL);
-  int st = c ? kiln_read(c, b, (size_t)*n) : kiln_last_status();
+  int st = c ? kiln_read(c, b, (size_t)*n) : api_status();
   kiln_release(c);
   api_untracked_end();
   if (st != KILN_OK) {
@@ -83,7 +83,7 @@ static kiln_tensor *long_tensor(const int64_t *v, int64_t n, const kiln_tensor *
 static int write_where(kiln_tensor *t, kiln_tensor *m, kiln_tensor *value) {
   api_untracked_begin();
   kiln_tensor *w = kiln_where(m, value, t);
-  int st = w ? kiln_copy_(t, w) : kiln_last_status();
+  int st = w ? kiln_copy_(t, w) : api_status();
   kiln_release(w);
   api_untracked_end();
   return st;
@@ -91,14 +91,14 @@ static int write_where(kiln_tensor *t, kiln_tensor *m, kiln_tensor *value) {
 
 KILN_API int kiln_masked_fill_(kiln_tensor *t, kiln_tensor *mask, double value) {
   const char *fn = "kiln_masked_fill_";
-  if (!api_check(t, fn, "t") || !api_check(mask, fn, "mask") || !check_mask_dtype(mask, fn)) return kiln_last_status();
+  if (!api_check(t, fn, "t") || !api_check(mask, fn, "mask") || !check_mask_dtype(mask, fn)) return api_status();
   if (!api_check_writable(t, fn)) return KILN_ERR_ARG;
   kiln_tensor *m = mask_as(mask, t->view.ndim, t->view.sizes, fn);
-  if (!m) return kiln_last_status();
+  if (!m) return api_status();
   api_untracked_begin();
   kiln_tensor *v = kiln_scalar(t->storage->dtype, value);
   api_untracked_end();
-  int st = v ? write_where(t, m, v) : kiln_last_status();
+  int st = v ? write_where(t, m, v) : api_status();
   kiln_release(v);
   kiln_release(m);
   return st;
@@ -125,7 +125,7 @@ static int copy_selected(kiln_tensor *t, kiln_tensor *m, const uint8_t *sel, int
     kiln_tensor *conv = flat ? kiln_to_dtype(flat, t->storage->dtype) : NULL;
     kiln_tensor *g = idx && conv ? api_gather(conv, &conv->view, 0, idx, &idx->view, fn) : NULL;
     kiln_tensor *gv = g ? kiln_view(g, t->view.ndim, t->view.sizes) : NULL;
-    st = gv ? write_where(t, m, gv) : kiln_last_status();
+    st = gv ? write_where(t, m, gv) : api_status();
     kiln_release(idx), kiln_release(flat), kiln_release(conv), kiln_release(g), kiln_release(gv);
     api_untracked_end();
   }
@@ -135,13 +135,13 @@ static int copy_selected(kiln_tensor *t, kiln_tensor *m, const uint8_t *sel, int
 
 KILN_API int kiln_masked_copy_(kiln_tensor *t, kiln_tensor *mask, kiln_tensor *src) {
   const char *fn = "kiln_masked_copy_";
-  if (!api_check(t, fn, "t") || !api_check(mask, fn, "mask") || !api_check(src, fn, "src")) return kiln_last_status();
-  if (!check_mask_dtype(mask, fn) || !api_check_writable(t, fn)) return kiln_last_status();
+  if (!api_check(t, fn, "t") || !api_check(mask, fn, "mask") || !api_check(src, fn, "src")) return api_status();
+  if (!check_mask_dtype(mask, fn) || !api_check_writable(t, fn)) return api_status();
   kiln_tensor *m = mask_as(mask, t->view.ndim, t->view.sizes, fn);
-  if (!m) return kiln_last_status();
+  if (!m) return api_status();
   int64_t n;
   uint8_t *sel = read_bools(m, &n, fn);
-  int st = sel ? copy_selected(t, m, sel, n, src, fn) : kiln_last_status();
+  int st = sel ? copy_selected(t, m, sel, n, src, fn) : api_status();
   free(sel);
   kiln_release(m);
   return st;

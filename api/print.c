@@ -241,7 +241,7 @@ static int print_to(kiln_tensor *t, FILE *f, const char *fn) {
 }
 
 KILN_API int kiln_print(kiln_tensor *t, FILE *f) {
-  if (!api_check(t, "kiln_print", "t")) return kiln_last_status();
+  if (!api_check(t, "kiln_print", "t")) return api_status();
   if (!f) return api_error(KILN_ERR_ARG, "kiln_print", "argument f is NULL");
   int st = print_to(t, f, "kiln_print");
   if (st == KILN_OK && ferror(f)) return api_error(KILN_ERR_IO, "kiln_print", "write error");

@@ -207,7 +207,8 @@ KILN_API int kiln_profile_write_trace(const char *path) {
 
 KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *path, int flags) {
   static const char fn[] = "kiln_graph_write_dot";
-  if (n < 0 || (n > 0 && !ts)) return api_error(KILN_ERR_ARG, fn, "bad tensor list (n = %d)", n);
+  int st = api_check_list(ts, n, "tensor", fn);
+  if (st != KILN_OK) return st;
   if (!path) return api_error(KILN_ERR_ARG, fn, "path is NULL");
   if (flags & ~KILN_DOT_AFTER_PASSES) return api_error(KILN_ERR_ARG, fn, "unknown flags 0x%x", (unsigned)flags);
   graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
@@ -226,7 +227,7 @@ KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *pat
     return api_error(KILN_ERR_IO, fn, "cannot open %s: %s", path, strerror(e));
   }
   char err[256];
-  int st = rt_write_dot(nodes, n, (flags & KILN_DOT_AFTER_PASSES) != 0, f, err, sizeof err);
+  st = rt_write_dot(nodes, n, (flags & KILN_DOT_AFTER_PASSES) != 0, f, err, sizeof err);
   free(nodes);
   if (fclose(f) != 0 && st == KILN_OK) {
     st = KILN_ERR_IO;

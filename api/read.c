@@ -64,16 +64,17 @@ graph_node *api_force(kiln_tensor *t, const char *fn) {
   return t->storage->version;
 }
 
-/* bytes of b at byte offset into dst, from the host or the device. */
-static bool copy_out(const graph_buffer *b, int64_t offset, int64_t bytes, void *dst, const char *fn) {
+/* bytes of b at byte offset into dst, from the host or the device.
+ * Returns KILN_OK or the error's status (error set). */
+static int copy_out(const graph_buffer *b, int64_t offset, int64_t bytes, void *dst, const char *fn) {
   if (b->device == KILN_CPU) {
     memcpy(dst, (const char *)b->data + offset, (size_t)bytes);
-    return true;
+    return KILN_OK;
   }
   char err[512];
   int st = rt_device_download(dst, b, offset, bytes, err, sizeof err);
   if (st != KILN_OK) api_error((kiln_status)st, fn, "%s", err);
-  return st == KILN_OK;
+  return st;
 }
 
 const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
@@ -87,7 +88,7 @@ const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
     api_error(KILN_ERR_OOM, fn, "out of memory copying %lld bytes from the device", (long long)b->bytes);
     return NULL;
   }
-  if (copy_out(b, 0, b->bytes, *tmp, fn)) return *tmp;
+  if (copy_out(b, 0, b->bytes, *tmp, fn) == KILN_OK) return *tmp;
   free(*tmp);
   *tmp = NULL;
   return NULL;
@@ -103,11 +104,12 @@ bool api_check_host(const kiln_tensor *t, const char *fn) {
 
 KILN_API int kiln_realize(kiln_tensor *t) {
   if (!api_check(t, "kiln_realize", "t")) return KILN_ERR_ARG;
-  return api_force(t, "kiln_realize") ? KILN_OK : kiln_last_status();
+  return api_force(t, "kiln_realize") ? KILN_OK : api_status();
 }
 
 KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
-  if (n < 0 || (n > 0 && !ts)) return api_error(KILN_ERR_ARG, "kiln_realize_many", "bad tensor list (n = %d)", n);
+  int st = api_check_list(ts, n, "tensor", "kiln_realize_many");
+  if (st != KILN_OK) return st;
   graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
   if (!nodes) return api_error(KILN_ERR_OOM, "kiln_realize_many", "out of memory");
   for (int i = 0; i < n; i++) {
@@ -117,7 +119,7 @@ KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
     }
     nodes[i] = ts[i]->storage->version;
   }
-  int st = force_nodes(nodes, n, "kiln_realize_many");
+  st = force_nodes(nodes, n, "kiln_realize_many");
   free(nodes);
   return st;
 }
@@ -146,63 +148,87 @@ KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes) {
     return api_error(KILN_ERR_ARG, "kiln_read", "destination of %zu bytes is too small for %zu bytes", dst_bytes, need);
   void *tmp;
   const char *base = api_host_data(t, "kiln_read", &tmp);
-  if (!base) return kiln_last_status();
+  if (!base) return api_status();
   if (need > 0) gather(&t->view, base, esize, dst);
   free(tmp);
   return KILN_OK;
 }
 
-/* Storage element of `index` [ndim] in t's view, or -1 (error set). */
-static int64_t element_offset(const kiln_tensor *t, const int64_t *index, const char *fn) {
-  int64_t off = t->view.offset;
-  if (t->view.ndim > 0 && !index) {
-    api_error(KILN_ERR_ARG, fn, "index is NULL for a %d-d tensor", t->view.ndim);
-    return -1;
-  }
+/* Storage element of `index` [ndim] in t's view in *off. Returns KILN_OK
+ * or the error's status (error set). */
+static int element_offset(const kiln_tensor *t, const int64_t *index, const char *fn, int64_t *off) {
+  *off = t->view.offset;
+  if (t->view.ndim > 0 && !index)
+    return api_error(KILN_ERR_ARG, fn, "index is NULL for a %d-d tensor", t->view.ndim);
   for (int d = 0; d < t->view.ndim; d++) {
     int64_t i = index[d], size = t->view.sizes[d];
-    if (i < -size || i >= size) {
-      api_error(KILN_ERR_INDEX, fn, "index %lld is out of range for dim %d of size %lld", (long long)i, d,
-                (long long)size);
-      return -1;
-    }
-    off += (i < 0 ? i + size : i) * t->view.strides[d];
+    if (i < -size || i >= size)
+      return api_error(KILN_ERR_INDEX, fn, "index %lld is out of range for dim %d of size %lld", (long long)i, d,
+                       (long long)size);
+    *off += (i < 0 ? i + size : i) * t->view.strides[d];
   }
-  return off;
+  return KILN_OK;
 }
 
-KILN_API double kiln_get(kiln_tensor *t, const int64_t *index) {
-  if (!api_check(t, "kiln_get", "t")) return NAN;
-  int64_t off = element_offset(t, index, "kiln_get");
-  if (off < 0) return NAN;
-  graph_node *v = api_force(t, "kiln_get");
+/* Element `index` of t (forced) in *out; *out untouched on error. Returns
+ * the status: a read that fails is never mistaken for a NaN. */
+static int read_element(kiln_tensor *t, const int64_t *index, double *out, const char *fn) {
+  if (!api_check(t, fn, "t")) return KILN_ERR_ARG;
+  if (!out) return api_error(KILN_ERR_ARG, fn, "out is NULL");
+  int64_t off;
+  int st = element_offset(t, index, fn, &off);
+  if (st != KILN_OK) return st;
+  graph_node *v = t->storage->version;
+  st = force_nodes(&v, 1, fn);
+  if (st != KILN_OK) return st;
   kiln_dtype d = t->storage->dtype;
   unsigned char elem[8]; /* only this element leaves the device */
-  if (!v || !copy_out(v->buffer, off * graph_dtypes[d].size, graph_dtypes[d].size, elem, "kiln_get")) return NAN;
-  return graph_load_scalar(d, elem);
+  st = copy_out(t->storage->version->buffer, off * graph_dtypes[d].size, graph_dtypes[d].size, elem, fn);
+  if (st != KILN_OK) return st;
+  *out = graph_load_scalar(d, elem);
+  return KILN_OK;
+}
+
+/* The one element of a 1-element t, as read_element. */
+static int read_item(kiln_tensor *t, double *out, const char *fn) {
+  if (!api_check(t, fn, "t")) return KILN_ERR_ARG;
+  int64_t numel = graph_view_numel(&t->view);
+  if (numel != 1)
+    return api_error(KILN_ERR_SHAPE, fn, "a tensor with %lld elements cannot be converted to a scalar",
+                     (long long)numel);
+  int64_t zero[KILN_MAX_DIMS] = {0};
+  return read_element(t, zero, out, fn);
+}
+
+KILN_API int kiln_get_f64(kiln_tensor *t, const int64_t *index, double *out) {
+  return read_element(t, index, out, "kiln_get_f64");
+}
+
+KILN_API int kiln_item_f64(kiln_tensor *t, double *out) { return read_item(t, out, "kiln_item_f64"); }
+
+KILN_API double kiln_get(kiln_tensor *t, const int64_t *index) {
+  double v = NAN;
+  read_element(t, index, &v, "kiln_get");
+  return v;
 }
 
 KILN_API double kiln_item(kiln_tensor *t) {
-  if (!api_check(t, "kiln_item", "t")) return NAN;
-  if (graph_view_numel(&t->view) != 1) {
-    api_error(KILN_ERR_SHAPE, "kiln_item", "a tensor with %lld elements cannot be converted to a scalar",
-              (long long)graph_view_numel(&t->view));
-    return NAN;
-  }
-  int64_t zero[KILN_MAX_DIMS] = {0};
-  return kiln_get(t, zero);
+  double v = NAN;
+  read_item(t, &v, "kiln_item");
+  return v;
 }
 
 KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value) {
   if (!api_check(t, "kiln_set", "t")) return KILN_ERR_ARG;
-  int64_t off = element_offset(t, index, "kiln_set");
-  if (off < 0) return kiln_last_status();
+  int64_t off;
+  int st = element_offset(t, index, "kiln_set", &off);
+  if (st != KILN_OK) return st;
   graph_node *val = graph_node_new(GRAPH_OP_FULL, t->storage->dtype, 0, NULL);
   if (!val) return api_error(KILN_ERR_OOM, "kiln_set", "out of memory");
   graph_attr_set_scalar(val, value);
   kiln_tensor elem = {.storage = t->storage, .view = {.ndim = 0, .offset = off}};
   graph_view vv = {0};
-  int st = api_assign(&elem, val, &vv, "kiln_set");
+  st = api_assign(&elem, val, &vv, "kiln_set");
   graph_node_release(val);
   return st;
 }

@@ -603,7 +603,7 @@ static int split_last(kiln_tensor *t, int d, int64_t count, int64_t size, kiln_t
 KILN_API int kiln_split(kiln_tensor *t, int64_t size, int dim, kiln_tensor **out, int max_out) {
   static const char fn[] = "kiln_split";
   int d = split_dim(t, dim, out, max_out, fn);
-  if (d < 0) return kiln_last_status();
+  if (d < 0) return api_status();
   int64_t dim_size = t->view.sizes[d];
   if (size < 0 || (size == 0 && dim_size != 0)) {
     return api_error(KILN_ERR_ARG, fn, "split size %lld is invalid for dim %d of size %lld", (long long)size, d,
@@ -617,7 +617,7 @@ KILN_API int kiln_split(kiln_tensor *t, int64_t size, int dim, kiln_tensor **out
 KILN_API int kiln_chunk(kiln_tensor *t, int n, int dim, kiln_tensor **out, int max_out) {
   static const char fn[] = "kiln_chunk";
   int d = split_dim(t, dim, out, max_out, fn);
-  if (d < 0) return kiln_last_status();
+  if (d < 0) return api_status();
   if (n <= 0) return api_error(KILN_ERR_ARG, fn, "chunk count %d must be positive", n);
   int64_t dim_size = t->view.sizes[d];
   int64_t size = (dim_size + n - 1) / n;

@@ -15,7 +15,12 @@
  *    threads), so several kernels compile at once;
  *  - each kernel's symbol is unique (sanitised kernel name + counter) and
  *    gets its own ResourceTracker, removed again if compiling it fails;
- *  - nothing is printed: session errors are captured into the message.
+ *  - nothing is printed: session errors are captured into the message, and
+ *    each compile's LLVMContext has a diagnostic handler (diagnose) that
+ *    drops remarks, warnings and notes (LLVM's default handler prints them
+ *    to stderr: "remark: <unknown>:0:0: loop not vectorized: ..." for a
+ *    loop with a vector-width hint it cannot vectorise) and turns an error
+ *    into the compile's error instead of LLVM's exit(1).
  * The main JITDylib resolves undefined symbols from the process (libm).
  */
 #include <pthread.h>
@@ -219,12 +224,30 @@ static void prefer_vector_width(LLVMModuleRef mod, LLVMContextRef ctx) {
                               LLVMCreateStringAttribute(ctx, key, sizeof key - 1, value, sizeof value - 1));
 }
 
+/* What one compile's diagnostic handler saw: the first error's text. */
+typedef struct diag_state {
+  bool error;
+  char msg[192];
+} diag_state;
+
+/* LLVMContext diagnostic handler: keeps the first error, drops the rest. */
+static void diagnose(LLVMDiagnosticInfoRef di, void *ctx) {
+  diag_state *d = ctx;
+  if (LLVMGetDiagInfoSeverity(di) != LLVMDSError || d->error) return;
+  char *m = LLVMGetDiagInfoDescription(di);
+  snprintf(d->msg, sizeof d->msg, "%s", m ? m : "error");
+  LLVMDisposeMessage(m);
+  d->error = true;
+}
+
 /* Builds, optimises and compiles k to an object file in a fresh context
  * (no lock: kernels compile in parallel). */
 static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRef *obj, char **ir_text, char *err,
                         size_t errlen) {
   char lerr[256] = "";
+  diag_state diag = {0};
   LLVMContextRef ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(ctx, diagnose, &diag);
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, ctx);
   LLVMTargetMachineRef tm = host_machine();
   LLVMSetTarget(mod, g.triple);
@@ -244,6 +267,11 @@ static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRe
     }
   }
   if (rc == KILN_OK) rc = emit_object(mod, tm, k->name, obj, err, errlen);
+  if (rc == KILN_OK && diag.error) {
+    rc = set_err(err, errlen, k->name, "LLVM: ", diag.msg);
+    LLVMDisposeMemoryBuffer(*obj);
+    *obj = NULL;
+  }
   if (tm) LLVMDisposeTargetMachine(tm);
   LLVMDisposeModule(mod);
   LLVMContextDispose(ctx);

@@ -30,6 +30,39 @@ int pass_where(kir_kernel *k, int c, int a, int b) { return kir_alu(k, KIR_WHERE
 int pass_to_register(kir_kernel *k, int v) { return pass_cast_to(k, graph_compute_dtype(pass_type_of(k, v)), v); }
 /* ------------------------------------------------- elementwise semantics */
 
+/* The range [*min, *max] of integer type t. */
+static void int_range(kiln_dtype t, int64_t *min, int64_t *max) {
+  int bits = graph_dtypes[t].bits;
+  bool s = graph_dtypes[t].is_signed;
+  *max = (int64_t)((UINT64_C(1) << (s ? bits - 1 : bits)) - 1);
+  *min = s ? -*max - 1 : 0;
+}
+
+/* clamp on integer type t (op_clamp_int). A NaN bound is no bound (as for floats). Any
+ * other bound is truncated toward zero and saturated to t's range, so
+ * -inf/+inf and finite bounds past the range become the range's ends (a
+ * plain cast of them is undefined: -inf became 0), and a bound at the end
+ * of the range it limits is dropped. Torch computes clamp(int, float
+ * bound) in float and the result is then stored in t: truncation and
+ * saturation are monotonic, so clamping with the converted bounds gives
+ * those same integers. */
+static int64_t int_bound(double v, int64_t min, int64_t max) {
+  if (v <= (double)min) return min;
+  if (v >= (double)max) return max; /* (double)INT64_MAX is 2^63: v < 2^63 converts */
+  return (int64_t)v;
+}
+
+static int op_clamp_int(kir_kernel *k, int x, double lo, double hi) {
+  kiln_dtype t = pass_type_of(k, x);
+  int64_t min, max;
+  int_range(t, &min, &max);
+  if (!isnan(lo) && int_bound(lo, min, max) > min)
+    x = pass_alu2(k, KIR_MAX, x, kir_const_i(k, t, int_bound(lo, min, max)));
+  if (!isnan(hi) && int_bound(hi, min, max) < max)
+    x = pass_alu2(k, KIR_MIN, x, kir_const_i(k, t, int_bound(hi, min, max)));
+  return x;
+}
+
 static int op_abs(kir_kernel *k, int x) {
   /* 0 - x for x <= 0 turns -0.0 into +0.0 and keeps NaN as is */
   int zero = pass_cst(k, pass_type_of(k, x), 0);
@@ -115,6 +148,7 @@ int pass_op_unary(kir_kernel *k, graph_op op, int x, const graph_node *n) {
   case GRAPH_OP_LOGICAL_NOT: return pass_alu2(k, KIR_XOR, pass_cast_to(k, KILN_BOOL, x), kir_const_f(k, KILN_BOOL, 1));
   case GRAPH_OP_CLAMP: {
     double lo = graph_attr_scalar(n), hi = graph_attr_scalar2(n);
+    if (graph_is_int(t)) return op_clamp_int(k, x, lo, hi);
     if (!isnan(lo)) x = pass_alu2(k, KIR_MAX, x, pass_cst(k, t, lo));
     if (!isnan(hi)) x = pass_alu2(k, KIR_MIN, x, pass_cst(k, t, hi));
     return x;

@@ -38,11 +38,13 @@
  * fork: a child forgets the parent's workers (they do not exist there)
  * and starts its own on its first parallel run.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -248,13 +250,27 @@ static void fork_child(void) {
   pthread_mutex_unlock(&P.run_lock);
 }
 
+/* KILN_NUM_THREADS as a positive integer (surrounding blanks allowed), or
+ * 0 when it is unset or anything else. */
+static long env_threads(const char *e) {
+  if (!e) return 0;
+  char *end;
+  errno = 0;
+  long n = strtol(e, &end, 10);
+  while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+  return end == e || *end || errno || n < 1 ? 0 : n;
+}
+
 static void pool_init(void) {
-  long n = 0;
   const char *e = getenv("KILN_NUM_THREADS");
-  if (e) n = strtol(e, NULL, 10);
+  long n = env_threads(e);
   if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
   if (n > RT_POOL_MAX_THREADS) n = RT_POOL_MAX_THREADS;
+  /* the library prints nothing else unless KILN_DEBUG asks: a setting the
+   * user made that is ignored is worth one line */
+  if (e && env_threads(e) < 1)
+    fprintf(stderr, "kiln: KILN_NUM_THREADS=%s is not a positive integer; using %ld threads\n", e, n);
   atomic_store(&P.threads, (int)n);
   atexit(shutdown_at_exit); /* if it fails, workers just outlive main */
   pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -253,11 +253,76 @@ static void split_full_reductions(void **state) {
   kiln_scope_end();
 }
 
+/* Integers clamped in the tensor's dtype: [x] [n] stored as int64. */
+static kiln_tensor *ints(kiln_dtype dt, int64_t n, const int64_t *x) {
+  return kiln_to_dtype(kiln_from_data(KILN_I64, 1, &n, x), dt);
+}
+
+static void expect_ints(kiln_tensor *t, const int64_t *want, int64_t n, double lo, double hi) {
+  assert_non_null(t);
+  int64_t got[8];
+  kiln_scope_begin();
+  assert_int_equal(kiln_read(kiln_to_dtype(t, KILN_I64), got, sizeof got), KILN_OK);
+  kiln_scope_end();
+  for (int64_t i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail_msg("clamp(%s, %g, %g)[%lld] = %lld, want %lld", kiln_dtype_name(kiln_dtype_of(t)), lo, hi, (long long)i,
+               (long long)got[i], (long long)want[i]);
+}
+
+/* An infinite bound is no bound; a finite bound past the dtype's range
+ * clamps to the range (Torch's float result stored in the dtype); a NaN
+ * bound is no bound (Kiln's documented choice: Torch 1.13 returns a float
+ * tensor of NaN). Before the fix -inf/inf became 0 on every integer dtype. */
+static void clamp_integer_bounds(void **state) {
+  kiln_scope_begin();
+  int64_t x3[] = {-6, 0, 6};
+  kiln_tensor *i8 = ints(KILN_I8, 3, x3);
+  expect_ints(kiln_clamp(i8, -INFINITY, 5), (int64_t[]){-6, 0, 5}, 3, -INFINITY, 5);
+  expect_ints(kiln_clamp(i8, -INFINITY, INFINITY), (int64_t[]){-6, 0, 6}, 3, -INFINITY, INFINITY);
+  expect_ints(kiln_clamp(i8, -1000, 1000), (int64_t[]){-6, 0, 6}, 3, -1000, 1000);
+  expect_ints(kiln_clamp(i8, 1000, INFINITY), (int64_t[]){127, 127, 127}, 3, 1000, INFINITY);
+  expect_ints(kiln_clamp(i8, NAN, -1000), (int64_t[]){-128, -128, -128}, 3, NAN, -1000);
+  expect_ints(kiln_clamp(i8, -0.5, 2.7), (int64_t[]){0, 0, 2}, 3, -0.5, 2.7);
+  expect_ints(kiln_clamp(i8, NAN, NAN), (int64_t[]){-6, 0, 6}, 3, NAN, NAN);
+
+  const kiln_dtype dts[] = {KILN_U8, KILN_I8, KILN_I16, KILN_I32, KILN_I64};
+  const double los[] = {-INFINITY, NAN, -1e30, -300, -5.5, 2.7, 1e30, INFINITY};
+  const double his[] = {INFINITY, NAN, 1e30, 300, 5, -1e30, -INFINITY};
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+    kiln_dtype dt = dts[d];
+    int bits = kiln_dtype_size(dt) * 8;
+    long double max = dt == KILN_U8 ? 255.0L : ldexpl(1, bits - 1) - 1, min = dt == KILN_U8 ? 0 : -max - 1;
+    int64_t x[5] = {(int64_t)min, dt == KILN_U8 ? 3 : -6, 0, 6, (int64_t)max};
+    kiln_tensor *t = ints(dt, 5, x);
+    for (size_t i = 0; i < sizeof los / sizeof los[0]; i++)
+      for (size_t j = 0; j < sizeof his / sizeof his[0]; j++) {
+        /* Torch's formula min(max(x, lo), hi) in exact arithmetic, then
+         * stored in dt: truncated, saturated to the range */
+        int64_t want[5];
+        for (int e = 0; e < 5; e++) {
+          long double r = x[e];
+          if (!isnan(los[i]) && r < los[i]) r = los[i];
+          if (!isnan(his[j]) && r > his[j]) r = his[j];
+          r = r < min ? min : r > max ? max : truncl(r);
+          want[e] = (int64_t)r;
+        }
+        kiln_scope_begin();
+        expect_ints(kiln_clamp(t, los[i], his[j]), want, 5, los[i], his[j]);
+        kiln_scope_end();
+      }
+  }
+  assert_null(kiln_clamp(kiln_ones(KILN_BOOL, 1, (int64_t[]){2}), -INFINITY, INFINITY));
+  expect_error(KILN_ERR_DTYPE, "kiln_clamp", "bool", NULL);
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(promotion), cmocka_unit_test(broadcasting), cmocka_unit_test(integer_semantics),
       cmocka_unit_test(unary_values), cmocka_unit_test(reductions), cmocka_unit_test(column_reductions), cmocka_unit_test(column_sums_in_row_order),
       cmocka_unit_test(tiled_transpose), cmocka_unit_test(split_full_reductions),
+      cmocka_unit_test(clamp_integer_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,9 @@
  *    is kept (kiln_last_error) until kiln_clear_error. A NULL tensor argument
  *    makes an op return NULL (or KILN_ERR_ARG) and keeps the first error, so
  *    a chain of calls can be checked once at its end. On error, inputs are
- *    left unchanged and out-parameters untouched.
+ *    left unchanged and out-parameters untouched. A function returning int
+ *    returns its own outcome (KILN_OK, or its own error's status) even while
+ *    an earlier error is uncleared; kiln_last_status() stays the first's.
  *  - Dimensions are 0-based; a negative dim counts from the end (-1 = last).
  *  - At most KILN_MAX_DIMS dimensions per tensor.
  *
@@ -115,19 +117,34 @@ typedef enum kiln_status {
 /** Adds a reference to `t` and returns it (Torch `retain`). NULL-safe. */
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
 /** Drops a reference (Torch `free`); the last one frees the handle. The
- *  storage lives while any tensor or pending op uses it. NULL-safe. */
+ *  storage lives while any tensor or pending op uses it. When this drops
+ *  the last reference to a kiln_from_blob storage with a write into it
+ *  still pending, the write is performed first (forces), then the deleter
+ *  runs; if that force fails the thread's error is set (naming
+ *  kiln_release) and the write is lost. NULL-safe. */
 KILN_API void kiln_release(kiln_tensor *t);
 /** Opens a scope on this thread: every tensor returned by a Kiln function
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
 KILN_API void kiln_scope_begin(void);
 /** Closes the innermost scope, releasing every tensor it owns that was not
- *  passed to kiln_keep. Without an open scope it does nothing. */
+ *  passed to kiln_keep or kiln_escape. A tensor the scope owned that the
+ *  caller released with kiln_release (holding no reference of its own) is
+ *  no longer the scope's: that release took it out of the scope, which
+ *  does not release it again. Without an open scope it does nothing. */
 KILN_API void kiln_scope_end(void);
 /** Takes `t` out of the innermost scope: it moves to the enclosing scope, or
  *  to the caller (who then releases it) when there is none. Returns `t`
  *  (borrowed: no new reference). A tensor not owned by the scope is returned
  *  unchanged. NULL-safe. */
 KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
+/** Hands `t` to the caller from any scope depth: the open scope that owns
+ *  it (the innermost one, if several do) gives up its reference, which the
+ *  caller now owns and releases with kiln_release (or passes on). Use it to
+ *  return a tensor from a helper that opens scopes of its own, or to carry
+ *  state across loop iterations that each run in a scope. Returns `t`
+ *  (borrowed: no new reference); a tensor no scope owns is returned
+ *  unchanged. NULL-safe. Torch: — (Python's references). */
+KILN_API kiln_tensor *kiln_escape(kiln_tensor *t);
 
 /** Message of this thread's first error since the last kiln_clear_error,
  *  e.g. "kiln_add: sizes [3, 4] and [5] cannot be broadcast"; "" if none.
@@ -191,7 +208,9 @@ KILN_API kiln_tensor *kiln_from_data(kiln_dtype dtype, int ndim, const int64_t *
  *  user of the storage is gone, `deleter(data, ctx)` is called (deleter may
  *  be NULL: the caller keeps ownership and must keep `data` alive as long as
  *  the tensor or anything computed from it is alive). Writes through Kiln
- *  land in `data` once forced. Torch: torch.from_blob. */
+ *  land in `data` once forced, at the latest when the storage's last
+ *  reference is released (before the deleter runs). Torch:
+ *  torch.from_blob. */
 KILN_API kiln_tensor *kiln_from_blob(kiln_dtype dtype, int ndim, const int64_t *sizes,
                                      const int64_t *strides, void *data,
                                      void (*deleter)(void *data, void *ctx), void *ctx);
@@ -203,7 +222,9 @@ KILN_API kiln_storage *kiln_storage_new(kiln_dtype dtype, int64_t numel);
 KILN_API kiln_storage *kiln_storage_of(const kiln_tensor *t);
 /** Adds a reference to a storage. NULL-safe. */
 KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s);
-/** Drops a storage reference. NULL-safe. */
+/** Drops a storage reference. NULL-safe. The last reference to a
+ *  kiln_from_blob storage performs a pending write into it first, as
+ *  kiln_release. */
 KILN_API void kiln_storage_release(kiln_storage *s);
 /** Elements in a storage (-1 and an error for NULL). */
 KILN_API int64_t kiln_storage_numel(const kiln_storage *s);
@@ -426,8 +447,13 @@ KILN_API kiln_tensor *kiln_ge_scalar(kiln_tensor *t, double s);
 /** cond ? a : b, broadcasting all three; cond is BOOL or U8 (nonzero =
  *  true); result dtype promotes a and b. Torch: where. */
 KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
-/** min(max(t, lo), hi); keeps t's dtype (integers: lo/hi truncated). NaN
- *  bounds are ignored. Torch: clamp. */
+/** min(max(t, lo), hi), same sizes, keeps t's dtype; BOOL is KILN_ERR_DTYPE.
+ *  A NaN bound is no bound, as is -INFINITY for lo and INFINITY for hi. On
+ *  integer dtypes a bound is truncated toward zero and saturated to the
+ *  dtype's range (clamp(I8 [-6, 0, 6], -1000, 5) = [-6, 0, 5];
+ *  clamp(I8, 1000, INFINITY) = all 127): Torch's value, stored in t's
+ *  dtype. Torch: clamp (Torch 1.13 promotes an integer tensor with a float
+ *  bound to float and returns NaN for a NaN bound). New reference. */
 KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
 
 /* ------------------------------------------------------------ reductions
@@ -657,12 +683,26 @@ KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n);
 /** Forces t and copies its elements in row-major order of its view, in its
  *  dtype, to dst. Error (KILN_ERR_ARG) if dst_bytes < numel × dtype size. */
 KILN_API int kiln_read(kiln_tensor *t, void *dst, size_t dst_bytes);
-/** The single element of a 1-element tensor as a double (forces). NaN and
- *  an error otherwise. Torch: item(). */
+/** The single element of a 1-element tensor (any sizes, any dtype) as a
+ *  double (forces). NaN and an error otherwise: KILN_ERR_SHAPE for another
+ *  element count — indistinguishable from a real NaN without checking
+ *  kiln_last_status(); kiln_item_f64 returns the status. Torch: item(). */
 KILN_API double kiln_item(kiln_tensor *t);
-/** Element at `index` [dim()] as a double (forces). NaN and an error
- *  (KILN_ERR_INDEX) when out of range. Torch: t[i][j]... */
+/** Element at `index` [dim()] (negative counts from the end; NULL for a
+ *  0-d tensor) as a double (forces). NaN and an error (KILN_ERR_INDEX) when
+ *  out of range; kiln_get_f64 returns the status. Torch: t[i][j]... */
 KILN_API double kiln_get(kiln_tensor *t, const int64_t *index);
+/** kiln_item with the status returned: KILN_OK and the element in *out, or
+ *  a negative status with *out untouched — KILN_ERR_ARG (t or out NULL),
+ *  KILN_ERR_SHAPE (numel != 1), or the forcing's error. A real NaN reads
+ *  back as KILN_OK and NaN. Borrows t. Torch: item(). */
+KILN_API int kiln_item_f64(kiln_tensor *t, double *out);
+/** kiln_get with the status returned: KILN_OK and the element at `index`
+ *  [dim()] in *out, or a negative status with *out untouched —
+ *  KILN_ERR_ARG (t, out, or index for a tensor of dim() > 0, NULL),
+ *  KILN_ERR_INDEX (an index out of range), or the forcing's error. Borrows
+ *  t. Torch: t[i][j]... */
+KILN_API int kiln_get_f64(kiln_tensor *t, const int64_t *index, double *out);
 /** Writes one element through the view (lazy, seen by every tensor sharing
  *  the storage). Torch: t[i][j] = v. */
 KILN_API int kiln_set(kiln_tensor *t, const int64_t *index, double value);
@@ -793,7 +833,11 @@ KILN_API int kiln_map2_(kiln_tensor *t, kiln_tensor *a, kiln_tensor *b, kiln_fn3
  *  if that selection fails, every force fails with its error (no silent
  *  CPU fall-back) until the program calls kiln_set_backend("llvm"). */
 KILN_API int kiln_set_backend(const char *name);
-/** Threads for kernels (env KILN_NUM_THREADS); n ≥ 1. */
+/** Threads for kernels; n ≥ 1 (KILN_ERR_ARG otherwise). The default is env
+ *  KILN_NUM_THREADS, else the number of CPUs; a KILN_NUM_THREADS that is
+ *  not a positive integer is ignored with one line on stderr when the pool
+ *  starts ("kiln: KILN_NUM_THREADS=abc is not a positive integer; using 8
+ *  threads"), the only thing Kiln prints unless KILN_DEBUG asks. */
 KILN_API int kiln_set_num_threads(int n);
 
 /* ------------------------------------------------------------ profiling */
