@@ -48,7 +48,7 @@ static bool scope_remove(kiln_tensor *t) {
 }
 
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
-  if (t) t->refcount++;
+  if (t) graph_ref(&t->refcount);
   return t;
 }
 
@@ -67,7 +67,7 @@ static bool pending_user_write(const kiln_storage *s) {
  * thread's error, named after `fn`, and the write is then lost — never
  * silently. */
 static void storage_release(kiln_storage *s, const char *fn) {
-  if (!s || --s->refcount > 0) return;
+  if (!s || !graph_unref(&s->refcount)) return;
   if (pending_user_write(s)) {
     char err[512];
     graph_node *v = s->version;
@@ -81,13 +81,13 @@ static void storage_release(kiln_storage *s, const char *fn) {
 
 KILN_API void kiln_release(kiln_tensor *t) {
   if (t && t->scope_refs > 0 && t->refcount <= t->scope_refs) scope_remove(t); /* a scope's reference */
-  if (!t || --t->refcount > 0) return;
+  if (!t || !graph_unref(&t->refcount)) return;
   storage_release(t->storage, "kiln_release");
   free(t);
 }
 
 KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s) {
-  if (s) s->refcount++;
+  if (s) graph_ref(&s->refcount);
   return s;
 }
 

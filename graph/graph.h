@@ -333,7 +333,7 @@ struct kiln_storage {
 
 struct kiln_tensor {
   atomic_int refcount; /* atomic: realized data may be shared across threads */
-  int scope_refs;        /* how many of those references open scopes hold
+  atomic_int scope_refs; /* how many of those references open scopes hold
                             (api/lifetime.c; only the owning thread's) */
   kiln_storage *storage; /* holds a reference */
   graph_view view;
