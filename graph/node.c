@@ -154,6 +154,7 @@ void graph_node_release(graph_node *n) {
   if (!n || !graph_unref(&n->refcount)) return;
   n->free_next = NULL;
   graph_node *work = n;
+  int64_t pending_freed = 0; /* one atomic update for the whole chain */
   while (work) {
     graph_node *cur = work;
     work = cur->free_next;
@@ -163,10 +164,11 @@ void graph_node_release(graph_node *n) {
       in->free_next = work;
       work = in;
     }
-    if (!cur->buffer) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
+    pending_freed += !cur->buffer;
     graph_buffer_release(cur->buffer);
     free(cur);
   }
+  if (pending_freed) atomic_fetch_sub_explicit(&pending_nodes, pending_freed, memory_order_relaxed);
 }
 
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {

@@ -106,13 +106,15 @@ static void num_threads_warning(void **state) {
     run_child(bad[i], out, sizeof out);
     snprintf(want, sizeof want, "kiln: KILN_NUM_THREADS=%s is not a positive integer; using %ld threads\n", bad[i],
              ncpu < 1 ? 1 : ncpu);
-    if (strcmp(out, want) != 0) fail_msg("stderr for KILN_NUM_THREADS=%s: \"%s\", want \"%s\"", bad[i], out, want);
+    /* (other lines may come from the backend: cuda-emu prints its summary) */
+    if (!strstr(out, want)) fail_msg("stderr for KILN_NUM_THREADS=%s: \"%s\", want \"%s\"", bad[i], out, want);
     assert_int_equal(count(out, "KILN_NUM_THREADS"), 1); /* once */
   }
   const char *good[] = {"1", "2", " 3 ", NULL};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     run_child(good[i], out, sizeof out);
-    if (out[0]) fail_msg("stderr for KILN_NUM_THREADS=%s: \"%s\", want nothing", good[i] ? good[i] : "(unset)", out);
+    if (count(out, "KILN_NUM_THREADS"))
+      fail_msg("stderr for KILN_NUM_THREADS=%s: \"%s\", want no warning", good[i] ? good[i] : "(unset)", out);
   }
 }
 
