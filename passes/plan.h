@@ -5,13 +5,14 @@
  *
  * A plan holds the pending nodes one force needs, in post-order
  * (producers first). A node finds its entry through two fields, plan_id
- * and plan_pos, which collect writes on the pending nodes of its own
- * force only; a realized node, or a pending node of another force, is
- * never written. The id is unique in the process (an atomic counter), so
- * a stale plan_id of an earlier force can never match. Several threads
- * forcing at once therefore share no scheduler state: by kiln.h's thread
- * rules their pending sets are disjoint, and what they share (realized
- * inputs) is only read.
+ * and plan_pos, which collect (and the schedule key, for the pending
+ * sources it numbers) writes on the pending nodes of its own force only;
+ * a realized node, or a pending node of another force, is never written.
+ * The id is unique in the process (an atomic counter), so a stale plan_id
+ * of an earlier force can never match. Several threads forcing at once
+ * therefore share no scheduler state: by kiln.h's thread rules their
+ * pending sets are disjoint, and what they share (realized inputs) is
+ * only read.
  */
 #ifndef KILN_PLAN_H
 #define KILN_PLAN_H
@@ -67,7 +68,9 @@ void pass_plan_remark(const pass_plan *p);
  *  keeps them for the thread's next plan). p is empty afterwards. */
 void pass_plan_free(pass_plan *p);
 
-/** Position of n in p, or -1 when n is not one of p's nodes. */
+/** Position of n in p, or a negative number when n is not one of p's
+ *  nodes (a pending source the schedule key numbered carries p's id and
+ *  plan_pos <= -2). */
 static inline int pass_pos(const pass_plan *p, const graph_node *n) {
   return n->plan_id == p->id ? n->plan_pos : -1;
 }

@@ -98,7 +98,9 @@ typedef struct rt_schedule rt_schedule;
 
 /** The key of the schedule of plan p (collected, not yet fused) for
  *  `roots`, in a per-thread buffer valid until the thread's next call;
- *  NULL on OOM. Reads the nodes, writes none. */
+ *  NULL on OOM. Called once per collect: it numbers the pending fill and
+ *  arange sources p's nodes read in their plan marks; it writes no other
+ *  node (none realized). */
 const unsigned char *rt_schedule_key(const pass_plan *p, graph_node *const *roots, int n_roots, bool fusion,
                                      size_t *len);
 /** The cached schedule with this key, or NULL. */

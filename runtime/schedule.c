@@ -8,9 +8,10 @@
  * the plan, or an external node numbered by first use: a realized
  * buffer, or a pending FULL/ARANGE source) through which view (offset
  * included), and the backend (llvm or cuda-emu) whose entry points it
- * holds. Building the key reads the nodes and writes none: external
- * nodes are numbered in a table of the key builder's own (they may be
- * read by other threads' forces at the same time). Not in the key: buffer contents and the values of pending
+ * holds. Building the key writes no realized node: realized inputs are
+ * numbered in a table of the key builder's own (other threads' forces
+ * may read them at the same time); a pending fill or arange source, one
+ * of the force's own pending nodes, carries its number in its plan mark. Not in the key: buffer contents and the values of pending
  * FULL sources, which reach a kernel as arguments.
  *
  * A cached schedule holds the fusion decisions and, per kernel, the
@@ -141,8 +142,9 @@ static unsigned char *put_view(unsigned char *w, const graph_view *v, const grap
 typedef struct ext_table {
   const graph_node **nodes; /* [cap], NULL = free */
   int32_t *number;          /* [cap]: the node's number */
-  int32_t *slot;            /* [cap / 2]: where number i sits (clearing touches only those) */
-  int cap, n;
+  int32_t *slot;            /* [cap / 2]: where entry i sits (clearing touches only those) */
+  int cap, n;               /* n entries in the table */
+  int32_t next;             /* numbers given: the table's and the pending sources' */
   bool oom;
 } ext_table;
 
@@ -155,6 +157,7 @@ static bool ext_grow(ext_table *t) {
   int cap = t->cap ? t->cap * 2 : 64;
   const graph_node **nodes = calloc((size_t)cap, sizeof *nodes);
   int32_t *number = malloc(sizeof *number * (size_t)cap), *slot = malloc(sizeof *slot * (size_t)(cap / 2));
+  int n_moved = 0;
   if (!nodes || !number || !slot) {
     free(nodes);
     free(number);
@@ -167,7 +170,7 @@ static bool ext_grow(ext_table *t) {
     while (nodes[j]) j = (j + 1) & (size_t)(cap - 1);
     nodes[j] = t->nodes[i];
     number[j] = t->number[i];
-    slot[number[j]] = (int32_t)j;
+    slot[n_moved++] = (int32_t)j;
   }
   free(t->nodes);
   free(t->number);
@@ -190,23 +193,40 @@ static int32_t ext_find(ext_table *t, const graph_node *x, bool *fresh) {
   for (; t->nodes[j]; j = (j + 1) & (size_t)(t->cap - 1))
     if (t->nodes[j] == x) return t->number[j];
   t->nodes[j] = x;
-  t->slot[t->n] = (int32_t)j;
-  t->number[j] = t->n++;
+  t->slot[t->n++] = (int32_t)j;
+  t->number[j] = t->next++;
   *fresh = true;
   return t->number[j];
 }
 
 static void ext_clear(ext_table *t) {
   for (int i = 0; i < t->n; i++) t->nodes[t->slot[i]] = NULL;
-  t->n = 0;
+  t->n = t->next = 0;
   t->oom = false;
+}
+
+/* The number of an input not in the plan, by first use; *fresh when
+ * this is its first use. A realized buffer (which other threads' forces
+ * may read too) is looked up in the key builder's table; a pending fill
+ * or arange source is one of this force's own pending nodes, so it
+ * carries its number itself (plan_id = the plan's, plan_pos = -2 -
+ * number: never a position). */
+static int32_t external_number(const pass_plan *p, graph_node *in, ext_table *ext, bool *fresh) {
+  if (in->buffer) return ext_find(ext, in, fresh);
+  *fresh = in->plan_id != p->id;
+  if (*fresh) {
+    in->plan_id = p->id;
+    in->plan_pos = -2 - ext->next++;
+  }
+  return -2 - in->plan_pos;
 }
 
 /* An input not in the plan: numbered by first use and described once,
  * with its sizes (a plain view of it refers to them). */
-static unsigned char *external_ref(unsigned char *w, const graph_node *in, ext_table *ext, int32_t *ref) {
+static unsigned char *external_ref(unsigned char *w, const pass_plan *p, graph_node *in, ext_table *ext,
+                                   int32_t *ref) {
   bool fresh;
-  int32_t number = ext_find(ext, in, &fresh);
+  int32_t number = external_number(p, in, ext, &fresh);
   if (fresh) {
     w = put_u8(w, in->buffer ? 255 : in->op);
     w = put_u8(w, in->dtype);
@@ -233,9 +253,9 @@ static void put_node(keybuf *k, const pass_plan *p, const graph_node *n, ext_tab
   w = put(w, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
   w = put_attrs(w, n);
   for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
+    graph_node *in = n->inputs[i].node;
     int32_t ref = in->buffer ? -1 : pass_pos(p, in);
-    if (ref < 0) w = external_ref(w, in, ext, &ref);
+    if (ref < 0) w = external_ref(w, p, in, ext, &ref);
     w = put_i32(w, ref);
     w = put_view(w, &n->inputs[i].view, in);
   }
