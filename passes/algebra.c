@@ -32,8 +32,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static bool is_elementwise(graph_op op) { return graph_op_is_elementwise(op); }
-
 static bool pending_full(const graph_node *n) { return !n->buffer && n->op == GRAPH_OP_FULL; }
 
 static bool same_view(const graph_view *a, const graph_view *b) {
@@ -82,7 +80,7 @@ static int identity_input(const graph_node *n) {
 
 static bool foldable(const graph_node *n) {
   kiln_dtype d = n->dtype;
-  if (!is_elementwise(n->op) || n->cdtype != d) return false;
+  if (!graph_op_is_elementwise(n->op) || n->cdtype != d) return false;
   if (d != KILN_F32 && d != KILN_F64 && d != KILN_I32 && d != KILN_I64) return false;
   for (int i = 0; i < n->n_inputs; i++)
     if (!pending_full(n->inputs[i].node)) return false;
@@ -175,7 +173,7 @@ static bool same_node(const graph_node *a, const graph_node *b) {
 
 static bool cse_candidate(const graph_node *n) {
   graph_kind k = graph_ops[n->op].kind;
-  return !n->buffer && (is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN);
+  return !n->buffer && (graph_op_is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN);
 }
 
 typedef struct cse_table {
@@ -244,7 +242,7 @@ int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_nod
       if (cse_candidate(x)) cse_find(&t, x); /* may be the one others reuse */
       continue;
     }
-    int id = is_elementwise(x->op) ? identity_input(x) : -1;
+    int id = graph_op_is_elementwise(x->op) ? identity_input(x) : -1;
     graph_node *to = id >= 0 ? x->inputs[id].node : cse_candidate(x) ? (graph_node *)cse_find(&t, x) : NULL;
     graph_node *further = to ? replacement(p, to) : NULL;
     p->e[i].replace = further ? further : to;

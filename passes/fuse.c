@@ -71,16 +71,11 @@
 
 /* Fuses into its readers as one value per index (a gather too: its index
  * fuses into it, its source is a buffer, rule 5). */
-static bool is_elementwise(const graph_node *n) { return graph_op_is_elementwise(n->op); }
-
-/* Rule 3's "plain arithmetic, comparisons or selects": ops.def's CHEAP. */
-static bool cheap_op(graph_op op) { return graph_op_is_cheap(op); }
-
 /* Cheap including everything already fused into it (inputs are decided
  * first, in post-order, so their flags are final). */
 static bool cheap(const pass_plan *p, int i) {
   const graph_node *n = p->order[i];
-  if (!cheap_op(n->op)) return false;
+  if (!graph_op_is_cheap(n->op)) return false; /* rule 3: ops.def's CHEAP */
   for (int j = 0; j < n->n_inputs; j++) {
     const graph_node *in = n->inputs[j].node;
     if (pass_fused(p, in) && !p->e[pass_pos(p, in)].fuse_cheap) return false;
@@ -331,7 +326,7 @@ static void decide_fusion(pass_plan *p, graph_node *const *roots, int n_roots) {
       e->fused = e->row_dep = true;
       continue;
     }
-    if (!is_elementwise(x)) continue;
+    if (!graph_op_is_elementwise(x->op)) continue;
     e->row_dep = depends_on_rows(p, x);
     e->fuse_cheap = cheap(p, i);
     e->fused = e->n_consumers <= 1 || e->fuse_cheap || e->row_dep;

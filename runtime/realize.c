@@ -210,6 +210,19 @@ typedef struct sched_run {
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
                  size_t errlen);
 
+/* A lowering fallback's nested force of nodes [n]: it realizes nodes of
+ * the plan, which then drop their inputs, so the plan holds its nodes,
+ * marks them back afterwards, and neither caches this schedule nor uses
+ * bindings made before (fell_back). */
+static int realize_first(sched_run *run, graph_node *const *nodes, int n, char *err, size_t errlen) {
+  run->cacheable = false;
+  run->fell_back = true;
+  pass_plan_hold(run->plan);
+  int st = rt_realize(nodes, n, err, errlen);
+  pass_plan_remark(run->plan);
+  return st;
+}
+
 /* A multi-output kernel that cannot be lowered: the nodes it would store
  * run as kernels of their own first, then n is lowered alone. */
 static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
@@ -219,12 +232,8 @@ static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding
   int n_stored = 0, at = pass_pos(p, n);
   for (int s = p->e[at].stores; s >= 0 && n_stored < PASS_MAX_OUTPUTS; s = p->e[s].store_next)
     stored[n_stored++] = p->order[s];
-  run->cacheable = false;
-  run->fell_back = true;
-  pass_plan_hold(run->plan);
   pass_unstore(run->plan, n);
-  int st = rt_realize(stored, n_stored, err, errlen);
-  pass_plan_remark(run->plan); /* the nested force collected some of our nodes */
+  int st = realize_first(run, stored, n_stored, err, errlen);
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
@@ -239,14 +248,10 @@ static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, s
   bool had_fused = false;
   for (int i = 0; i < n->n_inputs; i++) had_fused |= pass_fused(p, n->inputs[i].node);
   if (!had_fused) return st;
-  run->cacheable = false;
-  run->fell_back = true;
-  pass_plan_hold(p);
   pass_unfuse_inputs(p, n);
   graph_node *inputs[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;
-  st = rt_realize(inputs, n->n_inputs, err, errlen);
-  pass_plan_remark(p); /* the nested force collected some of our nodes */
+  st = realize_first(run, inputs, n->n_inputs, err, errlen);
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
