@@ -74,9 +74,11 @@ int api_device_mismatch(const char *fn, kiln_device a, kiln_device b);
 
 /* ---- ops (record.c) ---- */
 
-/** The pending node read by `t` right now (its storage's version); its view
- *  is t's view. */
-static inline graph_node *api_version(const kiln_tensor *t) { return t->storage->version; }
+/** The node a value read through `t` comes from, right now: its
+ *  storage's version, or for a kiln_detach handle a DETACH node over it
+ *  (cached in t; NULL with KILN_ERR_OOM set when it cannot be made). The
+ *  view to read it through is t's view. Borrowed: retain to keep it. */
+graph_node *api_version(kiln_tensor *t);
 /** Records an in-place write of `value` (its view already broadcast to the
  *  region's sizes) into `dst`'s view: the storage gets a new ASSIGN version.
  *  Returns KILN_OK or an error. */

@@ -96,7 +96,7 @@ KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src) {
   kiln_tensor *owned;
   if (!source_view(dst, src, &v, &owned)) return api_status();
   kiln_tensor *from = owned ? owned : src;
-  int st = api_assign(dst, from->storage->version, &v, "kiln_copy_");
+  int st = api_assign(dst, api_version(from), &v, "kiln_copy_");
   kiln_release(owned);
   return st;
 }

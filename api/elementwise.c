@@ -134,7 +134,7 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
     graph_view bv;
     graph_view_broadcast(vp[i], ndim, sizes, &bv); /* cannot fail: sizes broadcast */
     if (ts[i]) {
-      graph_node_add_input(node, ts[i]->storage->version, &bv);
+      graph_node_add_input(node, api_version(ts[i]), &bv);
       continue;
     }
     scalar_nodes[i] = graph_node_new(GRAPH_OP_FULL, ops[i].dtype, 0, NULL);

@@ -75,6 +75,7 @@ static void storage_release(kiln_storage *s, const char *fn) {
     if (st != KILN_OK)
       api_error((kiln_status)st, fn, "a pending write into from_blob memory could not be performed: %s", err);
   }
+  graph_node_drop_history(s->version); /* docs/autodiff.md: a forced value no tensor shows lets its recipe go */
   graph_node_release(s->version);
   free(s);
 }
@@ -82,6 +83,7 @@ static void storage_release(kiln_storage *s, const char *fn) {
 KILN_API void kiln_release(kiln_tensor *t) {
   if (t && t->scope_refs > 0 && t->refcount <= t->scope_refs) scope_remove(t); /* a scope's reference */
   if (!t || !graph_unref(&t->refcount)) return;
+  graph_node_release(t->detach_read);
   storage_release(t->storage, "kiln_release");
   free(t);
 }

@@ -51,6 +51,24 @@ int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view
   return KILN_OK;
 }
 
+graph_node *api_version(kiln_tensor *t) {
+  graph_node *v = t->storage->version;
+  if (!t->detached) return v;
+  graph_node *d = t->detach_read;
+  if (d && d->n_inputs == 1 && d->inputs[0].node == v) return d;
+  graph_node *n = graph_node_new(GRAPH_OP_DETACH, v->dtype, 1, &v->numel);
+  if (!n) {
+    api_error(KILN_ERR_OOM, "kiln_detach", "out of memory");
+    return v;
+  }
+  graph_view flat = graph_view_contiguous(1, &v->numel);
+  graph_node_add_input(n, v, &flat);
+  n->no_grad = true;
+  t->detach_read = n;
+  graph_node_release(d);
+  return n;
+}
+
 static int force_nodes(graph_node *const *nodes, int n, const char *fn) {
   char err[512];
   int st = rt_realize(nodes, n, err, sizeof err);

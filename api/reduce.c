@@ -55,7 +55,7 @@ static kiln_tensor *reduce_node(kiln_tensor *t, uint32_t mask, bool keepdim, gra
   }
   n->cdtype = t->storage->dtype;
   graph_attr_set_reduce_mask(n, mask);
-  graph_node_add_input(n, t->storage->version, v);
+  graph_node_add_input(n, api_version(t), v);
   kiln_tensor *r = api_tensor_from_node(n, fn);
   if (!r || keepdim) return r;
   graph_view sq = {.ndim = 0};
@@ -79,6 +79,7 @@ static kiln_tensor *reduce_all_split(kiln_tensor *t, bool keepdim, graph_op op, 
   if (numel < (1 << 18) || numel % SPLIT || !graph_view_reshape(&t->view, 2, rows, &flat)) return NULL;
   kiln_tensor *v = graph_tensor_new(t->storage, &flat);
   if (!v) return NULL;
+  v->detached = t->detached;
   api_untracked_begin();
   kiln_tensor *part = reduce_node(v, 2u, true, op, dtype, fn);
   kiln_tensor *all = part ? reduce_node(part, 3u, false, op, dtype, fn) : NULL;

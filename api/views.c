@@ -35,8 +35,11 @@ static const char *fmt_ints(char *buf, int n, const int *vals) {
   return api_fmt_sizes(buf, SIZES_BUF, k, wide);
 }
 
+/* A view of t: a view of a kiln_detach handle is detached too (Torch). */
 static kiln_tensor *new_view(kiln_tensor *t, const graph_view *v, const char *fn) {
-  return api_tensor(t->storage, v, fn);
+  kiln_tensor *r = api_tensor(t->storage, v, fn);
+  if (r) r->detached = t->detached;
+  return r;
 }
 
 static void view_remove_dim(graph_view *v, int d) {
@@ -565,6 +568,7 @@ static int store_pieces(kiln_tensor *t, int d, int64_t count, const int64_t *len
     v.offset += (int64_t)i * size * v.strides[d];
     v.sizes[d] = lens ? lens[i] : size;
     pieces[i] = graph_tensor_new(t->storage, &v);
+    if (pieces[i]) pieces[i]->detached = t->detached;
     if (pieces[i]) continue;
     for (int j = 0; j < i; j++) kiln_release(pieces[j]);
     if (pieces != made) free(pieces);

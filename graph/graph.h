@@ -251,6 +251,20 @@ typedef struct graph_node {
    * holds the node; every other scheduler decision lives in the plan. */
   uint64_t plan_id;
   int32_t plan_pos;
+  /* Automatic differentiation (api/grad.c, docs/autodiff.md). A realized
+   * node keeps its inputs as its recipe: n_inputs becomes 0 (no pass sees
+   * them) and n_hist holds how many of inputs[] are kept, so a gradient
+   * through a forced value is the same as through a pending one. */
+  int n_hist;
+  bool no_grad;        /* no gradient flows through this node (DETACH, an
+                          optimizer's write); realized, it keeps no recipe */
+  bool hist_dropped;   /* realized and its recipe was let go (graph_node_drop_history) */
+  bool overwritten;    /* was realized; a later version wrote its buffer in place
+                          (buffer NULL: only its recipe is left, in that version's) */
+  const char *opaque;  /* a value computed by an element callback: its
+                          function's name (no gradient rule exists) */
+  uint64_t storage_id; /* the storage this node is (or was) a version of; 0: none */
+  uint64_t version_no; /* which version of that storage (0 the first) */
 } graph_node;
 
 /** A pending node with no inputs yet (refcount 1). NULL on OOM. */
@@ -306,8 +320,16 @@ static inline void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
   graph_attr_write(n, GRAPH_ATTR_REDUCE_MASK, &mask, sizeof mask);
 }
 
-/** Marks n realized with buf (takes the reference) and drops its inputs. */
+/** Marks n realized with buf (takes the reference). Its inputs leave the
+ *  pending graph (n_inputs 0) and stay as its recipe (n_hist) when a
+ *  gradient could flow through them: n is differentiable (ops.def DIFF),
+ *  not no_grad, and reads a float input; otherwise they are released. */
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
+/** Lets a realized node's recipe go (releases the kept inputs) and marks
+ *  it hist_dropped when there was one. Called when the storage no longer
+ *  shows n: an in-place write recorded over it, or its storage freed
+ *  (docs/autodiff.md, "What a forced value keeps"). */
+void graph_node_drop_history(graph_node *n);
 /** Live pending (unrealized) nodes in the process, for tests and the
  *  auto-realize threshold. */
 int64_t graph_pending_count(void);
@@ -325,6 +347,7 @@ void graph_buffer_release(graph_buffer *b);
 
 struct kiln_storage {
   atomic_int refcount; /* atomic: realized data may be shared across threads */
+  uint64_t id;         /* unique per storage: versions carry it (storage_id) */
   kiln_dtype dtype;
   kiln_device device;
   int64_t numel;
@@ -337,6 +360,10 @@ struct kiln_tensor {
                             (api/lifetime.c; only the owning thread's) */
   kiln_storage *storage; /* holds a reference */
   graph_view view;
+  /* kiln_detach: values read through this handle pass a DETACH node
+   * (api_version), cached here for the storage's current version. */
+  bool detached;
+  graph_node *detach_read; /* holds a reference; NULL until read */
 };
 
 /** New storage whose contents are `version` (takes the reference), on

@@ -44,6 +44,7 @@ const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
 
 static atomic_uint_fast64_t next_node_id = 1;
 static atomic_int_fast64_t pending_nodes = 0;
+static atomic_uint_fast64_t next_storage_id = 1;
 
 int64_t graph_pending_count(void) { return atomic_load_explicit(&pending_nodes, memory_order_relaxed); }
 
@@ -158,28 +159,59 @@ void graph_node_release(graph_node *n) {
   while (work) {
     graph_node *cur = work;
     work = cur->free_next;
-    for (int i = 0; i < cur->n_inputs; i++) {
+    for (int i = 0; i < cur->n_inputs + cur->n_hist; i++) { /* one of them is 0 */
       graph_node *in = cur->inputs[i].node;
       if (!graph_unref(&in->refcount)) continue;
       in->free_next = work;
       work = in;
     }
-    pending_freed += !cur->buffer;
+    pending_freed += !cur->buffer && !cur->overwritten;
     graph_buffer_release(cur->buffer);
     free(cur);
   }
   if (pending_freed) atomic_fetch_sub_explicit(&pending_nodes, pending_freed, memory_order_relaxed);
 }
 
+/* Whether a gradient could flow from n into its inputs: the recipe worth
+ * keeping once n is realized. */
+static bool keeps_recipe(const graph_node *n) {
+  if (n->no_grad || !graph_op_is_differentiable(n->op)) return false;
+  for (int i = 0; i < n->n_inputs; i++)
+    if (graph_is_float(n->inputs[i].node->dtype)) return true;
+  return false;
+}
+
+static void release_inputs(graph_node *n, int count) {
+  for (int i = 0; i < count; i++) {
+    graph_node_release(n->inputs[i].node);
+    n->inputs[i].node = NULL;
+  }
+}
+
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
   if (!n->buffer) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
   graph_buffer_release(n->buffer);
   n->buffer = buf;
-  for (int i = 0; i < n->n_inputs; i++) {
-    graph_node_release(n->inputs[i].node);
-    n->inputs[i].node = NULL;
+  if (n->n_inputs && keeps_recipe(n)) {
+    n->n_hist = n->n_inputs;
+    graph_node *old = n->op == GRAPH_OP_ASSIGN ? n->inputs[0].node : NULL;
+    if (old && old->buffer == buf) { /* written in place: the old contents are gone */
+      old->buffer = NULL;
+      old->overwritten = true;
+      graph_buffer_release(buf);
+    }
+  } else {
+    release_inputs(n, n->n_inputs);
   }
   n->n_inputs = 0;
+}
+
+void graph_node_drop_history(graph_node *n) {
+  if (!n || !(n->buffer || n->overwritten) || !n->n_hist) return;
+  int count = n->n_hist;
+  n->n_hist = 0;
+  n->hist_dropped = true;
+  release_inputs(n, count);
 }
 
 /* ---------------------------------------------------------- attributes */
@@ -220,16 +252,23 @@ kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *ver
     return NULL;
   }
   s->refcount = 1;
+  s->id = atomic_fetch_add_explicit(&next_storage_id, 1, memory_order_relaxed);
   s->dtype = dtype;
   s->device = version ? version->device : KILN_CPU;
   s->numel = numel;
   s->version = version;
+  if (version && !version->storage_id) version->storage_id = s->id;
   return s;
 }
 
 void graph_storage_set_version(kiln_storage *s, graph_node *v) {
   graph_node *old = s->version;
   s->version = v;
+  if (v && old) {
+    v->storage_id = s->id;
+    v->version_no = old->version_no + 1;
+  }
+  graph_node_drop_history(old); /* no-op while old is pending */
   graph_node_release(old);
 }
 

@@ -146,6 +146,7 @@ int pass_op_unary(kir_kernel *k, graph_op op, int x, const graph_node *n) {
   case GRAPH_OP_ROUND: return fl ? pass_alu1(k, KIR_RINT, x) : x;
   case GRAPH_OP_TRUNC: return fl ? pass_alu1(k, KIR_TRUNC, x) : x;
   case GRAPH_OP_LOGICAL_NOT: return pass_alu2(k, KIR_XOR, pass_cast_to(k, KILN_BOOL, x), kir_const_f(k, KILN_BOOL, 1));
+  case GRAPH_OP_DETACH: return x;
   case GRAPH_OP_CLAMP: {
     double lo = graph_attr_scalar(n), hi = graph_attr_scalar2(n);
     if (graph_is_int(t)) return op_clamp_int(k, x, lo, hi);

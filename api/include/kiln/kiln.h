@@ -840,6 +840,114 @@ KILN_API int kiln_set_backend(const char *name);
  *  threads"), the only thing Kiln prints unless KILN_DEBUG asks. */
 KILN_API int kiln_set_num_threads(int n);
 
+/* ------------------------------------------- automatic differentiation
+ * Reverse mode, as a transformation of the lazy graph: a gradient is an
+ * ordinary lazy tensor whose nodes join the same DAG, so the backward pass
+ * fuses with the forward pass's tail, with itself and with an optimizer's
+ * update. No tape and no flags: kiln_grad finds what needs a gradient by
+ * walking from `outputs` to `wrt`. Rules for views and in-place writes are
+ * in docs/autodiff.md. */
+
+/** Vector-Jacobian product: grads[j] = sum_i (d outputs[i] / d wrt[j])^T
+ *  cotangents[i]. outputs [n_outputs] (n_outputs >= 1), cotangents
+ *  [n_outputs] or NULL (then every output must have exactly one element
+ *  and its cotangent is 1), wrt [n_wrt] (n_wrt >= 1), grads [n_wrt] (out).
+ *  A cotangent has its output's sizes (any float dtype; converted to the
+ *  output's). Each grads[j] is a new lazy tensor with wrt[j]'s sizes and
+ *  dtype, contiguous, owned by the caller like any returned tensor (the
+ *  open scope's, if any). A wrt that no output depends on gets zeros.
+ *  Gradients are themselves differentiable (kiln_grad of a gradient gives
+ *  second derivatives). Forcing values before or after the call changes
+ *  no gradient: a forced value keeps the recipe it was computed by (see
+ *  docs/autodiff.md for when that recipe is let go). Errors (every
+ *  grads[j] is then NULL and nothing is recorded): KILN_ERR_ARG for NULL
+ *  lists or tensors, n < 1, NULL cotangents with a non-scalar output, a
+ *  wrt whose storage was written in place after an output read it ("wrt
+ *  0 was modified by an in-place write after the outputs read it"), or a
+ *  path through a forced value whose recipe was released;
+ *  KILN_ERR_SHAPE for a cotangent whose sizes differ from its output's;
+ *  KILN_ERR_DTYPE for a non-float output, cotangent or wrt;
+ *  KILN_ERR_UNSUPPORTED for a path through a value written by an element
+ *  callback (kiln_apply_, kiln_map_, kiln_map2_), naming it. Borrows every
+ *  argument. (Torch: torch.autograd.grad(outputs, wrt, cotangents,
+ *  create_graph=True, allow_unused=True) with zeros for unused; JAX: vjp.) */
+KILN_API int kiln_grad(kiln_tensor *const *outputs, kiln_tensor *const *cotangents, int n_outputs,
+                       kiln_tensor *const *wrt, int n_wrt, kiln_tensor **grads);
+
+/** A view of t's value through which no gradient flows: same storage,
+ *  sizes, strides and offset as t, so writes through either are seen by
+ *  both; gradients of values read through the returned handle stop there
+ *  (they are zero for what lies behind it). New reference, or NULL.
+ *  (Torch: detach.) */
+KILN_API kiln_tensor *kiln_detach(kiln_tensor *t);
+
+/** Scales grads [n] in place so that their global p-norm (the norm of all
+ *  their elements together) is at most max_norm: every grad is multiplied
+ *  by min(1, max_norm / (total + 1e-6)), lazily (no force; the scale is a
+ *  graph value). norm_type is p (> 0, or INFINITY for the max-abs norm).
+ *  total_norm (may be NULL) receives a new 0-d tensor with the total norm
+ *  before clipping (F32, or F64 when any grad is F64). Errors:
+ *  KILN_ERR_ARG (bad list, NULL grad, max_norm < 0, norm_type <= 0),
+ *  KILN_ERR_DTYPE (non-float grad). (Torch:
+ *  torch.nn.utils.clip_grad_norm_(grads, max_norm, norm_type).) */
+KILN_API int kiln_clip_grad_norm_(kiln_tensor *const *grads, int n, double max_norm, double norm_type,
+                                  kiln_tensor **total_norm);
+
+/** An optimizer over a fixed list of parameter tensors (borrowed handles
+ *  kept alive by the optimizer, which holds a reference to each). */
+typedef struct kiln_optimizer kiln_optimizer;
+
+/** torch.optim.SGD's update rule (dampening 0): with weight decay wd,
+ *  momentum mu and learning rate lr, per parameter p and gradient g:
+ *  g += wd * p; b = mu * b + g (b = g at the first step); g = nesterov ?
+ *  g + mu * b : b (or g itself when mu == 0); p -= lr * g. params [n]
+ *  are float tensors written in place through their views (any layout);
+ *  momentum buffers are F32/F64 tensors of each parameter's sizes and
+ *  dtype, allocated lazily at the first step. NULL on error: KILN_ERR_ARG
+ *  (bad list, NULL or repeated parameter, lr < 0, momentum < 0,
+ *  weight_decay < 0, nesterov without momentum), KILN_ERR_DTYPE
+ *  (non-float parameter), KILN_ERR_OOM. Free with kiln_optimizer_free. */
+KILN_API kiln_optimizer *kiln_sgd(kiln_tensor *const *params, int n, double lr, double momentum,
+                                  double weight_decay, bool nesterov);
+/** torch.optim.Adam, or torch.optim.AdamW when decoupled_weight_decay:
+ *  step t (from 1), m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+ *  p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) — bias
+ *  corrected, eps outside the sqrt. Weight decay adds wd * p to g (Adam)
+ *  or multiplies p by 1 - lr * wd first (AdamW). Errors as kiln_sgd, and
+ *  KILN_ERR_ARG for betas outside [0, 1) or eps < 0. */
+KILN_API kiln_optimizer *kiln_adam(kiln_tensor *const *params, int n, double lr, double beta1, double beta2,
+                                   double eps, double weight_decay, bool decoupled_weight_decay);
+/** Records the in-place update of every parameter (and of the optimizer's
+ *  state buffers) from grads [n] (n the optimizer's parameter count; grad
+ *  j has parameter j's sizes, any float dtype): lazy, like any write — the
+ *  next force of a parameter runs it, one fused kernel per parameter that
+ *  writes the parameter and its state. The update is recorded detached:
+ *  no gradient flows through it, and a parameter's previous value and
+ *  the graph that computed it are not kept alive by the new one. Errors
+ *  (nothing recorded, no state changed): KILN_ERR_ARG (NULL opt or list,
+ *  NULL grad), KILN_ERR_SHAPE (grad sizes differ), KILN_ERR_DTYPE. */
+KILN_API int kiln_optimizer_step(kiln_optimizer *opt, kiln_tensor *const *grads);
+/** Sets the learning rate used by later steps (lr >= 0, else KILN_ERR_ARG).
+ *  (Torch: param_group["lr"] = lr.) */
+KILN_API int kiln_optimizer_set_lr(kiln_optimizer *opt, double lr);
+/** The current learning rate (NaN for NULL opt). */
+KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
+/** Saves the optimizer's state (step count, learning rate and every state
+ *  buffer, forced) to a safetensors file at path, so that a run restored
+ *  with kiln_optimizer_load (and the parameters saved alongside) continues
+ *  bit-exactly. Errors: KILN_ERR_ARG, KILN_ERR_IO (no partial file is
+ *  left), and any error of forcing. (Torch: optimizer.state_dict().) */
+KILN_API int kiln_optimizer_save(kiln_optimizer *opt, const char *path);
+/** Restores state saved by kiln_optimizer_save into an optimizer of the
+ *  same kind and hyper-parameters over parameters of the same sizes and
+ *  dtypes. Errors (opt unchanged): KILN_ERR_ARG (NULL), KILN_ERR_IO
+ *  (unreadable file), KILN_ERR_SHAPE / KILN_ERR_DTYPE (state of other
+ *  parameters or another optimizer kind, the message says which).
+ *  (Torch: optimizer.load_state_dict().) */
+KILN_API int kiln_optimizer_load(kiln_optimizer *opt, const char *path);
+/** Frees the optimizer and its state; the parameters stay (NULL-safe). */
+KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
+
 /* ------------------------------------------------------------ profiling */
 
 /** The record of one kernel run. Fields may be added after these, never
