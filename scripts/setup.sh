@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   cmake gcc make pkg-config
   llvm-19-dev libopenblas-dev libcmocka-dev zlib1g-dev libjansson-dev
-  python3-numpy python3-pytest python3-hypothesis
+  python3-numpy python3-pytest python3-hypothesis python3-torch
   dataset-fashion-mnist graphviz
   clang-19 libclang-rt-19-dev
 )
