@@ -98,6 +98,17 @@ static int check_args(kiln_tensor *t, kiln_tensor *const *in, const char *const 
   return KILN_OK;
 }
 
+/* The callback's result depends on t's old contents and on the inputs:
+ * they are kept as its recipe, so that kiln_grad can tell a gradient
+ * asked through it (an error naming fname) from a constant. */
+static void mark_opaque(graph_node *value, kiln_tensor *t, kiln_tensor *const *in, int n_in, const char *fname) {
+  value->opaque = fname;
+  graph_node_add_input(value, t->storage->version, &t->view);
+  for (int k = 0; k < n_in; k++) graph_node_add_input(value, in[k]->storage->version, &in[k]->view);
+  value->n_hist = value->n_inputs;
+  value->n_inputs = 0;
+}
+
 /* Steps 1-3 for t and n_in (0..2) inputs. */
 static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *names, int n_in, const cb_fn *fn,
                   const char *fname) {
@@ -127,6 +138,7 @@ static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *nam
   run_loop(t, &s, inputs, n_in, fn);
   graph_node *value = graph_node_from_buffer(buf, s.dtype, s.hi - s.lo);
   if (!value) return api_error(KILN_ERR_OOM, fname, "out of memory");
+  mark_opaque(value, t, in, n_in, fname);
   graph_view vv = t->view;
   vv.offset -= s.lo;
   int st = api_assign(t, value, &vv, fname);

@@ -68,14 +68,17 @@ static bool pending_user_write(const kiln_storage *s) {
  * silently. */
 static void storage_release(kiln_storage *s, const char *fn) {
   if (!s || !graph_unref(&s->refcount)) return;
-  if (pending_user_write(s)) {
+  /* a storage over another storage's version (kiln_grad reads inputs so)
+   * neither performs its writes nor lets its recipe go */
+  bool owner = s->version && s->version->storage_id == s->id;
+  if (owner && pending_user_write(s)) {
     char err[512];
     graph_node *v = s->version;
     int st = rt_realize(&v, 1, err, sizeof err);
     if (st != KILN_OK)
       api_error((kiln_status)st, fn, "a pending write into from_blob memory could not be performed: %s", err);
   }
-  graph_node_drop_history(s->version); /* docs/autodiff.md: a forced value no tensor shows lets its recipe go */
+  if (owner) graph_node_drop_history(s->version); /* docs/autodiff.md: a forced value no tensor shows lets its recipe go */
   graph_node_release(s->version);
   free(s);
 }

@@ -263,15 +263,23 @@ typedef struct graph_node {
                           (buffer NULL: only its recipe is left, in that version's) */
   const char *opaque;  /* a value computed by an element callback: its
                           function's name (no gradient rule exists) */
+  uint64_t deps;       /* a 64-bit Bloom filter of the storages this value was computed
+                          from (graph_dep_bit): says whether a released recipe led to a wrt */
   uint64_t storage_id; /* the storage this node is (or was) a version of; 0: none */
   uint64_t version_no; /* which version of that storage (0 the first) */
 } graph_node;
+
+/** The bit of storage `id` in a node's deps filter (0 for no storage). */
+static inline uint64_t graph_dep_bit(uint64_t id) {
+  return id ? 1ULL << ((id * 0x9E3779B97F4A7C15ULL) >> 58) : 0;
+}
 
 /** A pending node with no inputs yet (refcount 1). NULL on OOM. */
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes);
 /** A realized node over a buffer (takes the caller's buffer reference). */
 graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel);
-/** Appends an input (retains node); a KILN_CUDA input makes n KILN_CUDA. */
+/** Appends an input (retains node; adds its storage and deps to n's
+ *  deps); a KILN_CUDA input makes n KILN_CUDA. */
 void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view);
 graph_node *graph_node_retain(graph_node *n);
 /** Drops a reference; frees the node (and, iteratively, inputs it held the
@@ -326,9 +334,10 @@ static inline void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
  *  not no_grad, and reads a float input; otherwise they are released. */
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
 /** Lets a realized node's recipe go (releases the kept inputs) and marks
- *  it hist_dropped when there was one. Called when the storage no longer
- *  shows n: an in-place write recorded over it, or its storage freed
- *  (docs/autodiff.md, "What a forced value keeps"). */
+ *  it hist_dropped when there was one. Called when its storage is freed,
+ *  and when a write is recorded over a forced in-place write (so a loop of
+ *  forced in-place updates keeps one step of recipes, not all of them;
+ *  docs/autodiff.md, "What a forced value keeps"). */
 void graph_node_drop_history(graph_node *n);
 /** Live pending (unrealized) nodes in the process, for tests and the
  *  auto-realize threshold. */

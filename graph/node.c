@@ -141,6 +141,7 @@ void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view
   graph_input *in = &n->inputs[n->n_inputs++];
   in->node = graph_node_retain(src);
   in->view = *view;
+  n->deps |= src->deps | graph_dep_bit(src->storage_id);
   if (src->device == KILN_CUDA) n->device = KILN_CUDA;
 }
 
@@ -268,7 +269,7 @@ void graph_storage_set_version(kiln_storage *s, graph_node *v) {
     v->storage_id = s->id;
     v->version_no = old->version_no + 1;
   }
-  graph_node_drop_history(old); /* no-op while old is pending */
+  if (old && old->op == GRAPH_OP_ASSIGN) graph_node_drop_history(old); /* no-op while old is pending */
   graph_node_release(old);
 }
 

@@ -1,0 +1,54 @@
+/*
+ * grad_internal.h — what kiln_grad's traversal (grad.c) and its gradient
+ * rules (grad_rules.c) share. docs/autodiff.md explains the model.
+ *
+ * A node's cotangent is a flat tensor of its numel elements in its dtype
+ * (every node produces a flat, contiguous buffer). A rule turns the
+ * cotangent of node n into the contribution for one of its inputs, in the
+ * sizes of the view that input was read through; grad.c then sends that
+ * contribution back through the view (the view's adjoint) into the input
+ * node's flat cotangent.
+ */
+#ifndef KILN_GRAD_INTERNAL_H
+#define KILN_GRAD_INTERNAL_H
+
+#include "api_internal.h"
+
+/** The inputs a gradient rule reads: n's inputs as tensors (input k read
+ *  through its recorded view), made on first use; all owned by the
+ *  kiln_grad call's scope. */
+typedef struct grad_inputs {
+  const graph_node *n;
+  kiln_tensor *x[GRAPH_MAX_INPUTS];
+} grad_inputs;
+
+/** A tensor over node n's flat contents read through view v: the way a
+ *  rule reads a recorded input. Tracked by the open scope; NULL on OOM. */
+kiln_tensor *grad_wrap(graph_node *n, const graph_view *v);
+/** Input k of in->n as a tensor (grad_wrap of the input, cached). */
+kiln_tensor *grad_input(grad_inputs *in, int k);
+
+/** The contribution of cotangent g (n's logical sizes: its node sizes)
+ *  to input k of n, in the sizes of input k's view; NULL with the error
+ *  set. Only called for inputs grad_edge accepts. */
+typedef kiln_tensor *(*grad_rule_fn)(grad_inputs *in, int k, kiln_tensor *g);
+
+/** The rule of op, or NULL for an op without a derivative (ops.def has
+ *  no DIFF for it). tests/test_grad_rules.c checks that every DIFF op has
+ *  one. */
+grad_rule_fn grad_rule_of(graph_op op);
+/** Whether a gradient flows from n into its input k: n differentiable and
+ *  not no_grad, input k a float value that is not a condition or an index
+ *  (WHERE's input 0, GATHER's and SCATTER's input 1). */
+bool grad_edge(const graph_node *n, int k);
+/** The inputs n keeps for gradients: its pending inputs, or once
+ *  realized the recipe it kept (graph_node's n_hist). */
+static inline int grad_n_inputs(const graph_node *n) { return n->n_inputs ? n->n_inputs : n->n_hist; }
+
+/** A SCATTER node (index_add_'s loop): zeros of sizes [ndim] (dtype)
+ *  plus src added at index along dim; index and src are read through
+ *  views of the same sizes. New tracked tensor, contiguous. */
+kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
+                              const graph_view *iv, kiln_tensor *src);
+
+#endif /* KILN_GRAD_INTERNAL_H */
