@@ -39,7 +39,9 @@ static bool check_float(const kiln_tensor *t, const char *fn) {
  *   m = amax(x, d, keepdim); xm = x - m
  *   softmax = exp(xm) / sum(exp(xm));  log_softmax = xm - log(sum(exp(xm))) */
 static kiln_tensor *softmax_dim(kiln_tensor *x, int d, bool log, kiln_dtype dtype) {
-  kiln_tensor *m = kiln_amax(x, 1, &d, true);
+  /* detached: the result does not depend on the shift m (its gradient
+   * through m is exactly 0), so kiln_grad need not compute it */
+  kiln_tensor *m = kiln_detach(kiln_amax(x, 1, &d, true));
   kiln_tensor *xm = kiln_sub(x, m);
   kiln_tensor *e = kiln_exp(xm);
   kiln_tensor *s = kiln_sum(e, 1, &d, true);

@@ -80,7 +80,8 @@ KILN_API kiln_tensor *kiln_logsumexp(kiln_tensor *t, int ndims, const int *dims,
     kiln_tensor *x = kiln_to_dtype(t, graph_compute_dtype(out));
     kiln_tensor *m = kiln_amax(x, r.ndims, r.dims, true);
     kiln_tensor *inf = kiln_eq_scalar(kiln_abs(m), INFINITY);
-    kiln_tensor *m0 = kiln_where(inf, kiln_scalar(graph_compute_dtype(out), 0), m);
+    /* detached: the result's gradient through the shift m0 is exactly 0 */
+    kiln_tensor *m0 = kiln_detach(kiln_where(inf, kiln_scalar(graph_compute_dtype(out), 0), m));
     kiln_tensor *s = kiln_sum(kiln_exp(kiln_sub(x, m0)), r.ndims, r.dims, true);
     y = kiln_to_dtype(kiln_add(kiln_log(s), m0), out);
   }

@@ -1,10 +1,15 @@
 /*
  * fashion_mnist.c — Kiln's main job: trains an MLP 784-256-10 (ReLU) on
  * Fashion-MNIST with softmax cross-entropy and mini-batch SGD with
- * momentum, forward and hand-written backward through Kiln's C API only.
+ * momentum, through Kiln's C API only. Gradients come from kiln_grad and
+ * the update from kiln_sgd (torch.optim.SGD's rule).
  *
  *   fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X]
- *                 [--data DIR] [--trace FILE]
+ *                 [--data DIR] [--trace FILE] [--manual]
+ *
+ * --manual trains with the hand-written backward pass and update instead
+ * (the same mathematics written out: it shows what kiln_grad records, and
+ * bench/main_job.sh compares the two throughputs in one run).
  *
  * After training it prints the profile table of the last epoch (every
  * kernel run: calls, time, GB/s, share of the epoch's wall time); --trace
@@ -15,11 +20,11 @@
  *
  * Every step builds the same graph on new data: the matmuls read
  * transposed views (no copies), the bias is a broadcast read, the ReLU
- * mask and the softmax cross-entropy fuse into their neighbours, and the
- * parameter updates are in-place writes (kiln_copy_) into the parameters'
- * storages. After the first step every kernel is a cache hit; the program
- * counts compiles per epoch to show it. Deterministic for a given seed and
- * thread count (KILN_NUM_THREADS).
+ * mask and the softmax cross-entropy's backward fuse into their
+ * neighbours, and the parameter updates are in-place writes into the
+ * parameters' storages. After the first step every kernel is a cache
+ * hit; the program counts compiles per epoch to show it. Deterministic
+ * for a given seed and thread count (KILN_NUM_THREADS).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -49,6 +54,7 @@ typedef struct options {
   double lr, momentum;
   const char *data_dir;
   const char *trace; /* Chrome trace of the last epoch, or NULL */
+  bool manual;       /* hand-written backward and update */
 } options;
 
 /* ------------------------------------------------------------ IDX files */
@@ -152,7 +158,8 @@ static bool load_split(const char *dir, const char *prefix, dataset *ds) {
 
 typedef struct model {
   kiln_tensor *w1, *b1, *w2, *b2; /* [784,256] [256] [256,10] [10] */
-  kiln_tensor *v[4];              /* momentum buffers, same shapes */
+  kiln_tensor *v[4];              /* --manual: momentum buffers, same shapes */
+  kiln_optimizer *opt;            /* otherwise: kiln_sgd over the four */
 } model;
 
 static kiln_tensor *param(int ndim, const int64_t *sizes, double scale) {
@@ -164,39 +171,46 @@ static kiln_tensor *param(int ndim, const int64_t *sizes, double scale) {
   return p;
 }
 
-static void model_init(model *m) {
+static bool model_init(model *m, const options *o) {
   m->w1 = param(2, (int64_t[]){IMG, HID}, 1.4142 / 28.0); /* He: sqrt(2 / 784) */
   m->b1 = param(1, (int64_t[]){HID}, 0);
   m->w2 = param(2, (int64_t[]){HID, CLS}, 1.4142 / 16.0); /* sqrt(2 / 256) */
   m->b2 = param(1, (int64_t[]){CLS}, 0);
   kiln_tensor *ps[4] = {m->w1, m->b1, m->w2, m->b2};
-  for (int i = 0; i < 4; i++) m->v[i] = kiln_zeros(KILN_F32, kiln_dim(ps[i]), kiln_sizes(ps[i]));
+  for (int i = 0; i < 4; i++) m->v[i] = o->manual ? kiln_zeros(KILN_F32, kiln_dim(ps[i]), kiln_sizes(ps[i])) : NULL;
+  m->opt = o->manual ? NULL : kiln_sgd(ps, 4, o->lr, o->momentum, 0, false);
+  return o->manual || m->opt;
 }
 
 static void model_free(model *m) {
+  kiln_optimizer_free(m->opt);
   kiln_release(m->w1), kiln_release(m->b1), kiln_release(m->w2), kiln_release(m->b2);
   for (int i = 0; i < 4; i++) kiln_release(m->v[i]);
 }
 
 /* Forward pass to logits [B, 10]; the hidden pre-activation and
- * activation are returned for the backward pass. */
+ * activation are returned for the hand-written backward pass. */
 static kiln_tensor *forward(const model *m, kiln_tensor *x, kiln_tensor **h_pre, kiln_tensor **h) {
   *h_pre = kiln_add(kiln_matmul(x, m->w1), m->b1);
   *h = kiln_relu(*h_pre);
   return kiln_add(kiln_matmul(*h, m->w2), m->b2);
 }
 
-/* log_softmax over the classes, max-subtracted (one row kernel). */
-static kiln_tensor *log_softmax(kiln_tensor *logits) {
-  int last = -1;
-  kiln_tensor *z = kiln_sub(logits, kiln_amax(logits, 1, &last, true));
-  return kiln_sub(z, kiln_log(kiln_sum(kiln_exp(z), 1, &last, true)));
-}
-
-/* v = momentum * v + g; p -= lr * v (in-place writes). */
+/* --manual: v = momentum * v + g; p -= lr * v (in-place writes). */
 static void sgd(kiln_tensor *p, kiln_tensor *v, kiln_tensor *g, const options *o) {
   kiln_copy_(v, kiln_add(kiln_mul_scalar(v, o->momentum), g));
   kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(v, o->lr)));
+}
+
+/* --manual: the gradients of the mean cross-entropy, written out. */
+static void manual_grads(const model *m, kiln_tensor *x, kiln_tensor *h_pre, kiln_tensor *h, kiln_tensor *logp,
+                         kiln_tensor *onehot, kiln_tensor **grads) {
+  int first = 0;
+  kiln_tensor *dlogits = kiln_div_scalar(kiln_sub(kiln_exp(logp), onehot), (double)kiln_size(x, 0));
+  kiln_tensor *dh = kiln_matmul(dlogits, kiln_t(m->w2));
+  kiln_tensor *dh_pre = kiln_mul(dh, kiln_gt_scalar(h_pre, 0)); /* ReLU mask */
+  grads[0] = kiln_matmul(kiln_t(x), dh_pre), grads[1] = kiln_sum(dh_pre, 1, &first, false);
+  grads[2] = kiln_matmul(kiln_t(h), dlogits), grads[3] = kiln_sum(dlogits, 1, &first, false);
 }
 
 typedef struct step_out {
@@ -208,23 +222,23 @@ typedef struct step_out {
 static int train_step(model *m, kiln_tensor *x, kiln_tensor *labels, const options *o, step_out *out) {
   kiln_scope_begin();
   int64_t b = kiln_size(x, 0);
-  int first = 0;
   kiln_tensor *h_pre, *h, *logits = forward(m, x, &h_pre, &h);
-  kiln_tensor *logp = log_softmax(logits);
+  kiln_tensor *logp = kiln_log_softmax(logits, -1);
   kiln_tensor *classes = kiln_unsqueeze(kiln_arange(KILN_I64, 0, CLS, 1), 0);
   kiln_tensor *onehot = kiln_to_dtype(kiln_eq(classes, kiln_unsqueeze(labels, 1)), KILN_F32);
   kiln_tensor *loss = kiln_div_scalar(kiln_neg(kiln_sum(kiln_mul(onehot, logp), 0, NULL, false)), (double)b);
   kiln_tensor *correct = kiln_sum(kiln_eq(kiln_argmax(logits, -1, false), labels), 0, NULL, false);
-  /* backward: d logits = (softmax - onehot) / B */
-  kiln_tensor *dlogits = kiln_div_scalar(kiln_sub(kiln_exp(logp), onehot), (double)b);
-  kiln_tensor *dw2 = kiln_matmul(kiln_t(h), dlogits), *db2 = kiln_sum(dlogits, 1, &first, false);
-  kiln_tensor *dh = kiln_matmul(dlogits, kiln_t(m->w2));
-  kiln_tensor *dh_pre = kiln_mul(dh, kiln_gt_scalar(h_pre, 0)); /* ReLU mask */
-  kiln_tensor *dw1 = kiln_matmul(kiln_t(x), dh_pre), *db1 = kiln_sum(dh_pre, 1, &first, false);
-  kiln_tensor *grads[4] = {dw1, db1, dw2, db2}, *ps[4] = {m->w1, m->b1, m->w2, m->b2};
-  for (int i = 0; i < 4; i++) sgd(ps[i], m->v[i], grads[i], o);
-  kiln_tensor *force[] = {m->w1, m->b1, m->w2, m->b2, m->v[0], m->v[1], m->v[2], m->v[3], loss, correct};
-  int st = kiln_realize_many(force, 10);
+  kiln_tensor *grads[4], *ps[4] = {m->w1, m->b1, m->w2, m->b2};
+  int st = KILN_OK;
+  if (o->manual) {
+    manual_grads(m, x, h_pre, h, logp, onehot, grads);
+    for (int i = 0; i < 4; i++) sgd(ps[i], m->v[i], grads[i], o);
+  } else {
+    st = kiln_grad(&loss, NULL, 1, ps, 4, grads);
+    if (st == KILN_OK) st = kiln_optimizer_step(m->opt, grads);
+  }
+  kiln_tensor *force[] = {m->w1, m->b1, m->w2, m->b2, loss, correct, m->v[0], m->v[1], m->v[2], m->v[3]};
+  if (st == KILN_OK) st = kiln_realize_many(force, o->manual ? 10 : 6);
   if (st == KILN_OK) {
     out->loss = kiln_item(loss);
     out->correct = (int64_t)kiln_item(correct);
@@ -321,7 +335,10 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
   kiln_manual_seed(o->seed);
   uint64_t rng = o->seed;
   model m;
-  model_init(&m);
+  if (!model_init(&m, o)) {
+    fprintf(stderr, "fashion_mnist: %s\n", kiln_last_error());
+    return 1;
+  }
   int64_t *perm = malloc(sizeof *perm * (size_t)tr->n), *yb = malloc(sizeof *yb * (size_t)o->batch);
   float *xb = malloc(sizeof *xb * (size_t)(o->batch * IMG));
   if (!perm || !yb || !xb) {
@@ -360,13 +377,17 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
 
 static int usage(const char *msg) {
   fprintf(stderr, "fashion_mnist: %s\nusage: fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X] "
-                  "[--data DIR] [--trace FILE]\n", msg);
+                  "[--data DIR] [--trace FILE] [--manual]\n", msg);
   return 2;
 }
 
 static int parse(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--manual")) {
+      o->manual = true;
+      continue;
+    }
     if (!v) return usage("missing value after an option");
     if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
     else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
@@ -389,8 +410,9 @@ int main(int argc, char **argv) {
   dataset tr = {0}, te = {0};
   if (!load_split(o.data_dir, "train", &tr) || !load_split(o.data_dir, "t10k", &te)) return 1;
   printf("Fashion-MNIST: %lld training and %lld test images; MLP 784-256-10, batch %d, lr %g, momentum %g, "
-         "seed %llu\n",
-         (long long)tr.n, (long long)te.n, o.batch, o.lr, o.momentum, (unsigned long long)o.seed);
+         "seed %llu, %s\n",
+         (long long)tr.n, (long long)te.n, o.batch, o.lr, o.momentum, (unsigned long long)o.seed,
+         o.manual ? "hand-written backward" : "kiln_grad + kiln_sgd");
   int rc = train(&o, &tr, &te);
   free(tr.images), free(tr.labels), free(te.images), free(te.labels);
   return rc;

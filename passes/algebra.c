@@ -9,7 +9,7 @@
  * graph stays pure and every rewritten value is bit-identical:
  *  - identities: x * 1, x / 1, x - 0 and, for integers, x + 0 (for floats
  *    -0.0 + 0 is +0.0, so x + 0 is not an identity); a CAST to the same
- *    dtype. The reader then reads x directly — only when x's view is the
+ *    dtype; a DETACH (it only matters to kiln_grad, before forcing). The reader then reads x directly — only when x's view is the
  *    identity layout (contiguous, offset 0, same sizes and dtype), so the
  *    reader's view of the node is the same view of x (and x is on the
  *    same device: a CAST to another device is a copy, never an identity).
@@ -63,7 +63,8 @@ static int identity_input(const graph_node *n) {
   if (n->cdtype != n->dtype && n->op != GRAPH_OP_CAST) return -1;
   int x = -1;
   switch (n->op) {
-  case GRAPH_OP_CAST: x = 0; break;
+  case GRAPH_OP_CAST:
+  case GRAPH_OP_DETACH: x = 0; break;
   case GRAPH_OP_MUL: x = fill_is(n->inputs[1].node, 1) ? 0 : fill_is(n->inputs[0].node, 1) ? 1 : -1; break;
   case GRAPH_OP_DIV: x = fill_is(n->inputs[1].node, 1) ? 0 : -1; break;
   case GRAPH_OP_SUB: x = fill_is(n->inputs[1].node, 0) ? 0 : -1; break;
