@@ -116,6 +116,13 @@ void api_mark_detached_write(kiln_tensor *t);
  *  KILN_ERR_ARG, and the first error stays). */
 int api_write_detached(kiln_tensor *dst, kiln_tensor *value);
 
+/* ---- optim.c ---- */
+
+/** Parameter j's state buffer k (SGD: 0 momentum_buffer; Adam: 0 exp_avg,
+ *  1 exp_avg_sq), borrowed; NULL before the first step or out of range.
+ *  For tests and tools that force or inspect the state. */
+kiln_tensor *api_optimizer_state(const kiln_optimizer *opt, int j, int k);
+
 /* ---- reduce.c ---- */
 
 /** Bit mask of t's dims listed in dims [ndims] (negative allowed; ndims 0 =
