@@ -1,10 +1,12 @@
 /*
- * test_optim.c — optimizers (kiln_sgd, kiln_adam): F64 values over
- * several steps against a reference loop written here in plain C doubles (torch.optim's update rules, in Torch's order of
+ * test_optim.c — optimizers (kiln_sgd, kiln_adam) and kiln_clip_grad_norm_:
+ * F64 values over several steps against a reference loop written here in
+ * plain C doubles (torch.optim's update rules, in Torch's order of
  * operations), state buffers, parameters that are views, the kernels one
  * step runs, detached updates (no recipe kept), save/load resuming a run
- * bit-exactly, and error paths (nothing recorded, opt unchanged).
- * tests/python/test_optim_torch.py compares with torch.optim itself.
+ * bit-exactly, error paths (nothing recorded, opt unchanged), and clipping
+ * by the 2-, 1- and inf-norms. tests/python/test_optim_torch.py compares
+ * with torch.optim and torch.nn.utils.clip_grad_norm_ themselves.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -620,6 +622,84 @@ static void step_errors(void **state) {
   kiln_scope_end();
 }
 
+/* -------------------------------------------------- clip_grad_norm_ */
+
+static void clip_values(void **state) {
+  (void)state;
+  double a[N] = {3, -4, 0, 1, 2, -2}, b[3] = {0.5, -6, 1};
+  for (int inf = 0; inf < 2; inf++) {
+    double p = inf ? INFINITY : 2, max_norm = 2;
+    double total = 0;
+    for (int i = 0; i < N; i++) total = inf ? fmax(total, fabs(a[i])) : total + a[i] * a[i];
+    for (int i = 0; i < 3; i++) total = inf ? fmax(total, fabs(b[i])) : total + b[i] * b[i];
+    if (!inf) total = sqrt(total);
+    double coef = fmin(1 / (total + 1e-6) * max_norm, 1);
+    kiln_tensor *ga = f64(a), *gb = kiln_from_data(KILN_F64, 1, (int64_t[]){3}, b), *tn = NULL;
+    kiln_tensor *view = kiln_narrow(gb, 0, 0, 3); /* a view: written through */
+    assert_int_equal(kiln_clip_grad_norm_((kiln_tensor *[]){ga, view}, 2, max_norm, p, &tn), KILN_OK);
+    assert_null(ga->storage->version->buffer); /* lazy */
+    assert_true(ga->storage->version->no_grad);
+    assert_int_equal(kiln_dtype_of(tn), KILN_F64);
+    assert_int_equal(kiln_dim(tn), 0);
+    double got_total, wa[N], wb[3], ga_v[N], gb_v[3];
+    assert_int_equal(kiln_item_f64(tn, &got_total), KILN_OK);
+    assert_float_equal(got_total, total, 1e-14 * total);
+    for (int i = 0; i < N; i++) wa[i] = a[i] * coef;
+    for (int i = 0; i < 3; i++) wb[i] = b[i] * coef;
+    read_f64(ga, ga_v, N);
+    read_f64(gb, gb_v, 3);
+    expect_close(ga_v, wa, N);
+    expect_close(gb_v, wb, 3);
+    kiln_release(ga), kiln_release(gb), kiln_release(view), kiln_release(tn);
+  }
+  /* below max_norm: unchanged; F32 grads give an F32 total */
+  float small[3] = {0.1f, 0.2f, -0.2f};
+  kiln_tensor *g = kiln_from_data(KILN_F32, 1, (int64_t[]){3}, small), *tn = NULL;
+  assert_int_equal(kiln_clip_grad_norm_(&g, 1, 1.0, 2, &tn), KILN_OK);
+  assert_int_equal(kiln_dtype_of(tn), KILN_F32);
+  assert_float_equal(kiln_item(tn), 0.3, 1e-7);
+  float got[3];
+  assert_int_equal(kiln_read(g, got, sizeof got), KILN_OK);
+  assert_memory_equal(got, small, sizeof got);
+  kiln_release(tn);
+  /* p = 1 norm, total_norm NULL */
+  assert_int_equal(kiln_clip_grad_norm_(&g, 1, 0.25, 1, NULL), KILN_OK);
+  assert_int_equal(kiln_read(g, got, sizeof got), KILN_OK);
+  double coef = 1 / (0.5 + 1e-6) * 0.25;
+  for (int i = 0; i < 3; i++) assert_float_equal(got[i], small[i] * coef, 1e-7);
+  /* no grads: total 0 */
+  tn = NULL;
+  assert_int_equal(kiln_clip_grad_norm_(NULL, 0, 1, 2, &tn), KILN_OK);
+  assert_float_equal(kiln_item(tn), 0, 0);
+  kiln_release(tn);
+  kiln_release(g);
+  expect_no_error();
+}
+
+static void clip_errors(void **state) {
+  (void)state;
+  kiln_scope_begin(); /* owns the intermediates */
+  kiln_tensor *g = kiln_zeros(KILN_F32, 1, (int64_t[]){3}), *i = kiln_zeros(KILN_I32, 1, (int64_t[]){3});
+  kiln_tensor *e = kiln_expand(kiln_zeros(KILN_F32, 1, (int64_t[]){1}), 1, (int64_t[]){3}), *tn = NULL;
+  assert_int_equal(kiln_clip_grad_norm_(NULL, 1, 1, 2, &tn), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_clip_grad_norm_", "the grad list is NULL (n = 1)", NULL);
+  assert_int_equal(kiln_clip_grad_norm_((kiln_tensor *[]){g, NULL}, 2, 1, 2, &tn), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "argument grads[1] is NULL", NULL);
+  assert_int_equal(kiln_clip_grad_norm_(&g, 1, -1, 2, &tn), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "max_norm = -1 must be >= 0", NULL);
+  assert_int_equal(kiln_clip_grad_norm_(&g, 1, 1, 0, &tn), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "norm_type = 0 must be > 0", NULL);
+  assert_int_equal(kiln_clip_grad_norm_(&g, 1, 1, NAN, &tn), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "norm_type = nan", NULL);
+  assert_int_equal(kiln_clip_grad_norm_(&i, 1, 1, 2, &tn), KILN_ERR_DTYPE);
+  expect_error(KILN_ERR_DTYPE, "grad 0 has dtype i32", NULL);
+  assert_int_equal(kiln_clip_grad_norm_(&e, 1, 1, 2, &tn), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "stride 0", NULL);
+  assert_null(tn); /* untouched on error */
+  kiln_release(g), kiln_release(i), kiln_release(e);
+  kiln_scope_end();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sgd_values),
@@ -633,6 +713,8 @@ int main(void) {
       cmocka_unit_test(load_errors),
       cmocka_unit_test(creation_errors),
       cmocka_unit_test(step_errors),
+      cmocka_unit_test(clip_values),
+      cmocka_unit_test(clip_errors),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

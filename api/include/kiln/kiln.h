@@ -884,12 +884,19 @@ KILN_API kiln_tensor *kiln_detach(kiln_tensor *t);
 /** Scales grads [n] in place so that their global p-norm (the norm of all
  *  their elements together) is at most max_norm: every grad is multiplied
  *  by min(1, max_norm / (total + 1e-6)), lazily (no force; the scale is a
- *  graph value). norm_type is p (> 0, or INFINITY for the max-abs norm).
- *  total_norm (may be NULL) receives a new 0-d tensor with the total norm
- *  before clipping (F32, or F64 when any grad is F64). Errors:
- *  KILN_ERR_ARG (bad list, NULL grad, max_norm < 0, norm_type <= 0),
- *  KILN_ERR_DTYPE (non-float grad). (Torch:
- *  torch.nn.utils.clip_grad_norm_(grads, max_norm, norm_type).) */
+ *  graph value), through its view. The grads are read and written
+ *  detached: no gradient flows through the scaling (Torch scales
+ *  g.detach()). norm_type is p (> 0, or INFINITY for the max-abs norm);
+ *  total is the p-norm of the grads' p-norms, each rounded to its grad's
+ *  dtype. An empty grad adds nothing to the INFINITY-norm; n = 0 gives a
+ *  total of 0. total_norm (may be NULL) receives a new 0-d tensor (owned
+ *  like any returned tensor) with the total norm before clipping (F32, or
+ *  F64 when any grad is F64); untouched on error. Errors: KILN_ERR_ARG
+ *  (bad list, NULL grad, an expanded grad — a dim of size > 1 with stride
+ *  0 —, max_norm < 0 or NaN, norm_type <= 0 or NaN), KILN_ERR_DTYPE
+ *  (non-float grad), KILN_ERR_DEVICE (grads on different devices); then
+ *  no grad is written. (Torch: torch.nn.utils.clip_grad_norm_(grads,
+ *  max_norm, norm_type).) */
 KILN_API int kiln_clip_grad_norm_(kiln_tensor *const *grads, int n, double max_norm, double norm_type,
                                   kiln_tensor **total_norm);
 
