@@ -417,7 +417,10 @@ typedef struct opt_file {
   kiln_tensor **ts;
 } opt_file;
 
-static kiln_tensor *file_get(const opt_file *f, const char *name) {
+/* Entry name, looked for first at position hint, where Kiln's writer puts
+ * it (so a load with many parameters is not quadratic), then anywhere. */
+static kiln_tensor *file_get(const opt_file *f, const char *name, int hint) {
+  if (hint >= 0 && hint < f->n && !strcmp(f->names[hint], name)) return f->ts[hint];
   for (int i = 0; i < f->n; i++)
     if (!strcmp(f->names[i], name)) return f->ts[i];
   return NULL;
@@ -425,8 +428,8 @@ static kiln_tensor *file_get(const opt_file *f, const char *name) {
 
 /* The 0-d F64 entry name's value, or false (KILN_ERR_IO: not an optimizer
  * state file). */
-static bool file_scalar(const opt_file *f, const char *name, double *out, const char *fn) {
-  kiln_tensor *t = file_get(f, name);
+static bool file_scalar(const opt_file *f, const char *name, int hint, double *out, const char *fn) {
+  kiln_tensor *t = file_get(f, name, hint);
   if (!t) {
     api_error(KILN_ERR_IO, fn, "%s: not an optimizer state: no entry \"%s\"", f->path, name);
     return false;
@@ -450,22 +453,22 @@ static int check_scalars(const kiln_optimizer *o, const opt_file *f, int64_t *st
   opt_scalars s;
   scalars_of(o, &s);
   double v[OPT_MAX_SCALARS];
-  if (!file_scalar(f, "kind", &v[0], fn)) return api_status();
+  if (!file_scalar(f, "kind", 0, &v[0], fn)) return api_status();
   if (v[0] != o->kind) {
     double dec = 0;
-    if (v[0] == OPT_ADAM && !file_scalar(f, "decoupled_weight_decay", &dec, fn)) return api_status();
+    if (v[0] == OPT_ADAM && !file_scalar(f, "decoupled_weight_decay", -1, &dec, fn)) return api_status();
     return api_error(KILN_ERR_ARG, fn, "%s: the state of %s cannot be loaded into %s", f->path, kind_name(v[0], dec),
                      kind_name(o->kind, o->kind == OPT_ADAM ? o->hyper[ADAM_DECOUPLED] : 0));
   }
   for (int i = 1; i < s.n; i++)
-    if (!file_scalar(f, s.names[i], &v[i], fn)) return api_status();
+    if (!file_scalar(f, s.names[i], i, &v[i], fn)) return api_status();
   if (v[1] != o->n)
     return api_error(KILN_ERR_SHAPE, fn, "%s: the state is for %g parameters but the optimizer has %d", f->path, v[1],
                      o->n);
   if (!(v[2] >= 0 && v[2] <= 9007199254740992.0 && v[2] == floor(v[2])) || !(v[3] >= 0))
     return api_error(KILN_ERR_IO, fn, "%s: invalid step %g or lr %g", f->path, v[2], v[3]);
   for (int i = 4; i < s.n; i++)
-    if (memcmp(&v[i], &s.values[i], sizeof v[i]))
+    if (v[i] != s.values[i])
       return api_error(KILN_ERR_ARG, fn, "%s: %s is %.17g in the saved state but %.17g in this optimizer", f->path,
                        s.names[i], v[i], s.values[i]);
   *step = (int64_t)v[2];
@@ -477,7 +480,7 @@ static int check_scalars(const kiln_optimizer *o, const opt_file *f, int64_t *st
 static int check_buffer(const kiln_optimizer *o, const opt_file *f, int k, kiln_tensor **out, const char *fn) {
   char name[OPT_NAME_LEN], a[256], b[256];
   state_name(o, k, name, sizeof name);
-  kiln_tensor *t = file_get(f, name);
+  kiln_tensor *t = file_get(f, name, n_entries(o, 0) + k);
   const kiln_tensor *p = o->params[k / o->n_state];
   if (!t) return api_error(KILN_ERR_IO, fn, "%s: not an optimizer state: no entry \"%s\"", f->path, name);
   if (!same_sizes(&t->view, &p->view))
