@@ -102,6 +102,27 @@ const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp);
  *  calls that need its memory on the host (kiln_data, callbacks, ...). */
 bool api_check_host(const kiln_tensor *t, const char *fn);
 
+/* ---- detach.c ---- */
+
+/** Marks the write just recorded into t's storage (its current version,
+ *  an ASSIGN) as one no gradient flows through: the node is no_grad, so
+ *  once realized it keeps no recipe and neither the storage's previous
+ *  value nor the graph that computed the written value stay alive through
+ *  it. A version already forced (by the auto-realize limit) lets its
+ *  recipe go now. For the optimizers' and clip_grad_norm_'s updates. */
+void api_mark_detached_write(kiln_tensor *t);
+/** kiln_copy_(dst, value), then api_mark_detached_write(dst) when it
+ *  succeeded. Returns kiln_copy_'s status (value NULL, from a failed op:
+ *  KILN_ERR_ARG, and the first error stays). */
+int api_write_detached(kiln_tensor *dst, kiln_tensor *value);
+
+/* ---- optim.c ---- */
+
+/** Parameter j's state buffer k (SGD: 0 momentum_buffer; Adam: 0 exp_avg,
+ *  1 exp_avg_sq), borrowed; NULL before the first step or out of range.
+ *  For tests and tools that force or inspect the state. */
+kiln_tensor *api_optimizer_state(const kiln_optimizer *opt, int j, int k);
+
 /* ---- reduce.c ---- */
 
 /** Bit mask of t's dims listed in dims [ndims] (negative allowed; ndims 0 =

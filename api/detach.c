@@ -1,7 +1,9 @@
 /*
  * detach.c — kiln_detach: a handle over the same storage and view whose
  * reads pass a DETACH node (api_version), an identity that no gradient
- * crosses and that the fusion pass compiles to nothing.
+ * crosses and that the fusion pass compiles to nothing. And detached
+ * writes (api_write_detached): an in-place write whose ASSIGN version is
+ * no_grad, as the optimizers record their updates.
  */
 #include "api_internal.h"
 
@@ -10,4 +12,20 @@ KILN_API kiln_tensor *kiln_detach(kiln_tensor *t) {
   kiln_tensor *r = api_tensor(t->storage, &t->view, "kiln_detach");
   if (r) r->detached = true;
   return r;
+}
+
+void api_mark_detached_write(kiln_tensor *t) {
+  graph_node *v = t->storage->version;
+  v->no_grad = true;
+  if (!v->n_hist) return; /* pending (the usual case), or realized without a recipe */
+  /* forced already, keeping a recipe: let it go, leaving the node as a
+   * realized no_grad node is (no recipe, not "dropped") */
+  graph_node_drop_history(v);
+  v->hist_dropped = false;
+}
+
+int api_write_detached(kiln_tensor *dst, kiln_tensor *value) {
+  int st = kiln_copy_(dst, value);
+  if (st == KILN_OK) api_mark_detached_write(dst);
+  return st;
 }

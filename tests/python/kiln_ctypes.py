@@ -302,6 +302,15 @@ SIGNATURES = {
     "repeat": ("T", "TiL"),
     "cat": ("T", "Aii"),
     "stack": ("T", "Aii"),
+    "clip_grad_norm_": ("i", "AiddA"),
+    "sgd": ("p", "Aidddb"),
+    "adam": ("p", "Aidddddb"),
+    "optimizer_step": ("i", "pA"),
+    "optimizer_set_lr": ("i", "pd"),
+    "optimizer_lr": ("d", "p"),
+    "optimizer_save": ("i", "pz"),
+    "optimizer_load": ("i", "pz"),
+    "optimizer_free": ("v", "p"),
 }
 
 # Functions whose int result is a count or a value, not a kiln_status: a
@@ -753,3 +762,70 @@ def map_(t, src, f, ctx=None):
 def map2_(t, a, b, f, ctx=None):
     """kiln_map2_(t, a, b, f, ctx); f(x, y, z) or an FN3."""
     return _raw_map2(t, a, b, _callback(FN3, f), ctx)
+
+
+# ------------------------------------------------------------ optimizers
+
+_raw_sgd = globals()["sgd"]
+_raw_adam = globals()["adam"]
+
+
+def clip_grad_norm_(grads, max_norm, norm_type=2.0):
+    """kiln_clip_grad_norm_: scales the grads in place (lazily) and
+    returns the total norm before clipping as a 0-d Tensor."""
+    grads = list(grads)
+    arr = (c_void_p * max(len(grads), 1))(
+        *[None if g is None else g._h for g in grads])
+    out = c_void_p()
+    st = lib.kiln_clip_grad_norm_(arr, len(grads), max_norm, norm_type,
+                                  ctypes.byref(out))
+    total = Tensor(out.value) if out.value else None
+    _raise_if_error("clip_grad_norm_", "i", st)
+    return total
+
+
+class Optimizer:
+    """Owns a kiln_optimizer (freed in __del__ or by free()); `lr` reads
+    and sets the learning rate."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    def __del__(self):
+        self.free()
+
+    def free(self):
+        if self._h and lib is not None:
+            lib.kiln_optimizer_free(self._h)
+        self._h = None
+
+    def step(self, grads):
+        return optimizer_step(self._h, list(grads))
+
+    @property
+    def lr(self):
+        return optimizer_lr(self._h)
+
+    @lr.setter
+    def lr(self, value):
+        optimizer_set_lr(self._h, value)
+
+    def save(self, path):
+        return optimizer_save(self._h, path)
+
+    def load(self, path):
+        return optimizer_load(self._h, path)
+
+
+def sgd(params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    """kiln_sgd as an Optimizer (torch.optim.SGD's argument names)."""
+    return Optimizer(_raw_sgd(list(params), lr, momentum, weight_decay,
+                              nesterov))
+
+
+def adam(params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+         decoupled_weight_decay=False):
+    """kiln_adam as an Optimizer (torch.optim.Adam's argument names;
+    decoupled_weight_decay=True is AdamW)."""
+    return Optimizer(_raw_adam(list(params), lr, betas[0], betas[1], eps,
+                               weight_decay, decoupled_weight_decay))

@@ -27,7 +27,8 @@ _CODE = {"kiln_tensor *": "T", "const kiln_tensor *": "T",
          "kiln_tensor **": "A", "kiln_kernel_record *": "p",
          "const char *const *": "Z", "int *": "p", "char **": "p",
          "char ***": "p", "kiln_tensor ***": "p", "kiln_fn1": "p",
-         "kiln_fn2": "p", "kiln_fn3": "p"}
+         "kiln_fn2": "p", "kiln_fn3": "p", "kiln_optimizer *": "p",
+         "const kiln_optimizer *": "p"}
 
 
 def header_signatures():

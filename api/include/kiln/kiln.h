@@ -884,12 +884,19 @@ KILN_API kiln_tensor *kiln_detach(kiln_tensor *t);
 /** Scales grads [n] in place so that their global p-norm (the norm of all
  *  their elements together) is at most max_norm: every grad is multiplied
  *  by min(1, max_norm / (total + 1e-6)), lazily (no force; the scale is a
- *  graph value). norm_type is p (> 0, or INFINITY for the max-abs norm).
- *  total_norm (may be NULL) receives a new 0-d tensor with the total norm
- *  before clipping (F32, or F64 when any grad is F64). Errors:
- *  KILN_ERR_ARG (bad list, NULL grad, max_norm < 0, norm_type <= 0),
- *  KILN_ERR_DTYPE (non-float grad). (Torch:
- *  torch.nn.utils.clip_grad_norm_(grads, max_norm, norm_type).) */
+ *  graph value), through its view. The grads are read and written
+ *  detached: no gradient flows through the scaling (Torch scales
+ *  g.detach()). norm_type is p (> 0, or INFINITY for the max-abs norm);
+ *  total is the p-norm of the grads' p-norms, each rounded to its grad's
+ *  dtype. An empty grad adds nothing to the INFINITY-norm; n = 0 gives a
+ *  total of 0. total_norm (may be NULL) receives a new 0-d tensor (owned
+ *  like any returned tensor) with the total norm before clipping (F32, or
+ *  F64 when any grad is F64); untouched on error. Errors: KILN_ERR_ARG
+ *  (bad list, NULL grad, an expanded grad — a dim of size > 1 with stride
+ *  0 —, max_norm < 0 or NaN, norm_type <= 0 or NaN), KILN_ERR_DTYPE
+ *  (non-float grad), KILN_ERR_DEVICE (grads on different devices); then
+ *  no grad is written. (Torch: torch.nn.utils.clip_grad_norm_(grads,
+ *  max_norm, norm_type).) */
 KILN_API int kiln_clip_grad_norm_(kiln_tensor *const *grads, int n, double max_norm, double norm_type,
                                   kiln_tensor **total_norm);
 
@@ -902,48 +909,73 @@ typedef struct kiln_optimizer kiln_optimizer;
  *  g += wd * p; b = mu * b + g (b = g at the first step); g = nesterov ?
  *  g + mu * b : b (or g itself when mu == 0); p -= lr * g. params [n]
  *  are float tensors written in place through their views (any layout);
- *  momentum buffers are F32/F64 tensors of each parameter's sizes and
- *  dtype, allocated lazily at the first step. NULL on error: KILN_ERR_ARG
- *  (bad list, NULL or repeated parameter, lr < 0, momentum < 0,
- *  weight_decay < 0, nesterov without momentum), KILN_ERR_DTYPE
+ *  the update is computed in each parameter's dtype. Momentum buffers
+ *  (only when mu > 0) are contiguous tensors of each parameter's sizes,
+ *  dtype and device, made at the first step. NULL on error: KILN_ERR_ARG
+ *  (bad list or n < 1, NULL parameter, repeated parameter — the same
+ *  handle, or another with the same storage and view —, an expanded
+ *  parameter — a dim of size > 1 with stride 0 —, lr, momentum or
+ *  weight_decay < 0 or NaN, nesterov without momentum), KILN_ERR_DTYPE
  *  (non-float parameter), KILN_ERR_OOM. Free with kiln_optimizer_free. */
 KILN_API kiln_optimizer *kiln_sgd(kiln_tensor *const *params, int n, double lr, double momentum,
                                   double weight_decay, bool nesterov);
-/** torch.optim.Adam, or torch.optim.AdamW when decoupled_weight_decay:
- *  step t (from 1), m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
- *  p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) — bias
- *  corrected, eps outside the sqrt. Weight decay adds wd * p to g (Adam)
- *  or multiplies p by 1 - lr * wd first (AdamW). Errors as kiln_sgd, and
- *  KILN_ERR_ARG for betas outside [0, 1) or eps < 0. */
+/** torch.optim.Adam, or torch.optim.AdamW when decoupled_weight_decay
+ *  (amsgrad and maximize off): step t (from 1), m = b1 m + (1 - b1) g,
+ *  v = b2 v + (1 - b2) g^2, p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 -
+ *  b2^t)) + eps) — bias corrected, eps outside the sqrt; the corrections
+ *  are computed on the host in double. Weight decay adds wd * p to g
+ *  (Adam) or multiplies p by 1 - lr * wd first (AdamW). m and v start as
+ *  zeros, made at the first step like SGD's buffers. Errors as kiln_sgd,
+ *  and KILN_ERR_ARG for betas outside [0, 1) or eps < 0 (NaN included). */
 KILN_API kiln_optimizer *kiln_adam(kiln_tensor *const *params, int n, double lr, double beta1, double beta2,
                                    double eps, double weight_decay, bool decoupled_weight_decay);
 /** Records the in-place update of every parameter (and of the optimizer's
  *  state buffers) from grads [n] (n the optimizer's parameter count; grad
- *  j has parameter j's sizes, any float dtype): lazy, like any write — the
- *  next force of a parameter runs it, one fused kernel per parameter that
- *  writes the parameter and its state. The update is recorded detached:
- *  no gradient flows through it, and a parameter's previous value and
- *  the graph that computed it are not kept alive by the new one. Errors
+ *  j has parameter j's sizes and device, any float dtype, converted to the
+ *  parameter's): lazy, like any write — the next force of a parameter runs
+ *  it. Each write is one fused kernel: the parameter's, and one per state
+ *  buffer (SGD with momentum: 2 kernels per parameter, Adam: 3); the
+ *  parameter's kernel computes the new state values inline instead of
+ *  reading them back. The update is recorded detached: no gradient flows
+ *  through it, and a parameter's previous value and the graph that
+ *  computed it (and the gradient's) are not kept alive by the new one
+ *  once it has run. Borrows grads (they may be released at once). Errors
  *  (nothing recorded, no state changed): KILN_ERR_ARG (NULL opt or list,
- *  NULL grad), KILN_ERR_SHAPE (grad sizes differ), KILN_ERR_DTYPE. */
+ *  NULL grad), KILN_ERR_SHAPE (grad sizes differ, or the parameter's sizes
+ *  no longer match its state after a kiln_resize_ or kiln_set_),
+ *  KILN_ERR_DTYPE (non-float grad, or the parameter's dtype changed since
+ *  its state was made), KILN_ERR_DEVICE (a grad on another device than its
+ *  parameter). KILN_ERR_OOM while recording may leave the parameters
+ *  before the failing one updated. */
 KILN_API int kiln_optimizer_step(kiln_optimizer *opt, kiln_tensor *const *grads);
-/** Sets the learning rate used by later steps (lr >= 0, else KILN_ERR_ARG).
- *  (Torch: param_group["lr"] = lr.) */
+/** Sets the learning rate used by later steps (lr >= 0, else KILN_ERR_ARG;
+ *  NaN too). (Torch: param_group["lr"] = lr.) */
 KILN_API int kiln_optimizer_set_lr(kiln_optimizer *opt, double lr);
-/** The current learning rate (NaN for NULL opt). */
+/** The current learning rate (NaN and KILN_ERR_ARG for NULL opt). */
 KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
 /** Saves the optimizer's state (step count, learning rate and every state
  *  buffer, forced) to a safetensors file at path, so that a run restored
  *  with kiln_optimizer_load (and the parameters saved alongside) continues
- *  bit-exactly. Errors: KILN_ERR_ARG, KILN_ERR_IO (no partial file is
- *  left), and any error of forcing. (Torch: optimizer.state_dict().) */
+ *  bit-exactly. The file holds 0-d F64 tensors "kind", "n_params", "step",
+ *  "lr" and one per hyper-parameter ("momentum", "weight_decay",
+ *  "nesterov"; "beta1", "beta2", "eps", "weight_decay",
+ *  "decoupled_weight_decay"), and once a step was taken the buffers
+ *  "state.<j>.momentum_buffer" or "state.<j>.exp_avg" and
+ *  "state.<j>.exp_avg_sq" for parameter j. Errors: KILN_ERR_ARG (NULL opt
+ *  or path), KILN_ERR_IO (no partial file is left), and any error of
+ *  forcing. (Torch: optimizer.state_dict().) */
 KILN_API int kiln_optimizer_save(kiln_optimizer *opt, const char *path);
-/** Restores state saved by kiln_optimizer_save into an optimizer of the
- *  same kind and hyper-parameters over parameters of the same sizes and
- *  dtypes. Errors (opt unchanged): KILN_ERR_ARG (NULL), KILN_ERR_IO
- *  (unreadable file), KILN_ERR_SHAPE / KILN_ERR_DTYPE (state of other
- *  parameters or another optimizer kind, the message says which).
- *  (Torch: optimizer.load_state_dict().) */
+/** Restores state saved by kiln_optimizer_save — step count, learning rate
+ *  and state buffers (on the parameters' devices) — into an optimizer of
+ *  the same kind and hyper-parameters over parameters of the same count,
+ *  sizes and dtypes. Errors (opt unchanged): KILN_ERR_ARG (NULL opt or
+ *  path; the state of another kind — SGD, Adam, AdamW — or another value
+ *  of a hyper-parameter, the message names it), KILN_ERR_IO (unreadable
+ *  file, or not an optimizer state: an entry missing, extra or not a 0-d
+ *  F64 tensor, a bad step or lr), KILN_ERR_SHAPE (another parameter count,
+ *  or a buffer whose sizes differ from its parameter's), KILN_ERR_DTYPE (a
+ *  buffer of another dtype); the message says which. (Torch:
+ *  optimizer.load_state_dict(), which also restores hyper-parameters.) */
 KILN_API int kiln_optimizer_load(kiln_optimizer *opt, const char *path);
 /** Frees the optimizer and its state; the parameters stay (NULL-safe). */
 KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
