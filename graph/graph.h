@@ -329,10 +329,15 @@ static inline void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
 }
 
 /** Marks n realized with buf (takes the reference). Its inputs leave the
- *  pending graph (n_inputs 0) and stay as its recipe (n_hist) when a
- *  gradient could flow through them: n is differentiable (ops.def DIFF),
- *  not no_grad, and reads a float input; otherwise they are released. */
+ *  pending graph (n_inputs 0) and are kept (n_hist) until the force ends:
+ *  no node of a running plan is freed under it. An in-place ASSIGN takes
+ *  its old version's buffer (the old node is then `overwritten`). */
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
+/** At the end of a force, for each node it realized: the kept inputs stay
+ *  as n's recipe when a gradient could flow through them (n is
+ *  differentiable (ops.def DIFF), not no_grad, and reads a float input);
+ *  otherwise they are released. */
+void graph_node_settle(graph_node *n);
 /** Lets a realized node's recipe go (releases the kept inputs) and marks
  *  it hist_dropped when there was one. Called when its storage is freed,
  *  and when a write is recorded over a forced in-place write (so a loop of

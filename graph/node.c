@@ -193,18 +193,26 @@ void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
   if (!n->buffer) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
   graph_buffer_release(n->buffer);
   n->buffer = buf;
-  if (n->n_inputs && keeps_recipe(n)) {
-    n->n_hist = n->n_inputs;
-    graph_node *old = n->op == GRAPH_OP_ASSIGN ? n->inputs[0].node : NULL;
-    if (old && old->buffer == buf) { /* written in place: the old contents are gone */
-      old->buffer = NULL;
-      old->overwritten = true;
-      graph_buffer_release(buf);
-    }
-  } else {
-    release_inputs(n, n->n_inputs);
+  if (!n->n_inputs) return;
+  graph_node *old = n->op == GRAPH_OP_ASSIGN ? n->inputs[0].node : NULL;
+  if (old && old->buffer == buf) { /* written in place: the old contents are gone */
+    old->buffer = NULL;
+    old->overwritten = true;
+    graph_buffer_release(buf);
   }
+  n->n_hist = n->n_inputs;
   n->n_inputs = 0;
+}
+
+void graph_node_settle(graph_node *n) {
+  if (!n->buffer || !n->n_hist) return;
+  n->n_inputs = n->n_hist; /* keeps_recipe reads the inputs */
+  bool keep = keeps_recipe(n);
+  n->n_inputs = 0;
+  if (keep) return;
+  int count = n->n_hist;
+  n->n_hist = 0;
+  release_inputs(n, count);
 }
 
 void graph_node_drop_history(graph_node *n) {

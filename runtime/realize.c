@@ -596,6 +596,14 @@ static void decide(graph_node *const *nodes, int n, sched_run *run, rt_decision 
   prefetch(run, p->n);
 }
 
+/* After the outermost force: every node it realized lets go of the inputs
+ * no gradient needs (graph_node_settle), in plan order, so a release
+ * frees only nodes at earlier positions, already visited. */
+static void settle(const pass_plan *p) {
+  for (int i = 0; i < p->n; i++)
+    if (p->order[i]->buffer) graph_node_settle(p->order[i]);
+}
+
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   int ready = rt_backend_ready(err, errlen);
   if (ready != KILN_OK) return ready;
@@ -610,9 +618,9 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory scheduling %d nodes", n);
     return KILN_ERR_OOM;
   }
-  /* No retains needed: running a node drops only its inputs, which come
-   * earlier in post-order; every node still to run is held by a consumer
-   * still to run or by a root (held by the caller). */
+  /* No retains needed: a node realized during the force keeps its inputs
+   * until the force ends (settle), so no node of the plan is freed while
+   * the plan runs, nested lowering fallbacks included. */
   rt_decision *decided = NULL;
   decide(nodes, n, &run, &decided, err, errlen);
   if (rt_debug_level() >= 2) rt_debug_schedule(&p, run.cached != NULL);
@@ -621,6 +629,7 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   for (int i = 0; i < p.n && st == KILN_OK; i++)
     if (pass_is_kernel_root(&p, i)) st = run_node(p.order[i], i, &run, err, errlen);
   nesting--;
+  if (!nesting) settle(&p);
   if (st == KILN_OK && run.cacheable) rt_schedule_insert(key, key_len, decided, p.n, run.kernels, run.n_kernels);
   free(decided);
   free(run.jobs);
