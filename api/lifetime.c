@@ -101,7 +101,7 @@ KILN_API void kiln_storage_release(kiln_storage *s) { storage_release(s, "kiln_s
 static bool scope_push(api_scope *s, kiln_tensor *t) {
   if (s->n == s->cap) {
     int cap = s->cap ? s->cap * 2 : 16;
-    kiln_tensor **items = realloc(s->items, sizeof *items * (size_t)cap);
+    kiln_tensor **items = graph_realloc(s->items, sizeof *items * (size_t)cap);
     if (!items) return false;
     s->items = items;
     s->cap = cap;
@@ -113,7 +113,7 @@ static bool scope_push(api_scope *s, kiln_tensor *t) {
 KILN_API void kiln_scope_begin(void) {
   if (n_scopes == cap_scopes) {
     int cap = cap_scopes ? cap_scopes * 2 : 8;
-    api_scope *bigger = realloc(scopes, sizeof *bigger * (size_t)cap);
+    api_scope *bigger = graph_realloc(scopes, sizeof *bigger * (size_t)cap);
     if (!bigger) {
       api_error(KILN_ERR_OOM, "kiln_scope_begin", "out of memory");
       return;

@@ -101,7 +101,7 @@ const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
   if (!v) return NULL;
   const graph_buffer *b = v->buffer;
   if (b->device == KILN_CPU) return b->data;
-  *tmp = malloc((size_t)(b->bytes > 0 ? b->bytes : 1));
+  *tmp = graph_malloc((size_t)(b->bytes > 0 ? b->bytes : 1));
   if (!*tmp) {
     api_error(KILN_ERR_OOM, fn, "out of memory copying %lld bytes from the device", (long long)b->bytes);
     return NULL;
@@ -128,7 +128,7 @@ KILN_API int kiln_realize(kiln_tensor *t) {
 KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
   int st = api_check_list(ts, n, "tensor", "kiln_realize_many");
   if (st != KILN_OK) return st;
-  graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
+  graph_node **nodes = graph_malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
   if (!nodes) return api_error(KILN_ERR_OOM, "kiln_realize_many", "out of memory");
   for (int i = 0; i < n; i++) {
     if (!ts[i]) {

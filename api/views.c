@@ -561,7 +561,7 @@ KILN_API kiln_tensor *kiln_as_strided(kiln_tensor *t, int ndim, const int64_t *s
 static int store_pieces(kiln_tensor *t, int d, int64_t count, const int64_t *lens, int64_t size, kiln_tensor **out,
                         int max_out, const char *fn) {
   int n = count < max_out ? (int)count : max_out;
-  kiln_tensor *made[64], **pieces = n <= 64 ? made : calloc((size_t)n, sizeof *pieces);
+  kiln_tensor *made[64], **pieces = n <= 64 ? made : graph_calloc((size_t)n, sizeof *pieces);
   if (!pieces) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n; i++) {
     graph_view v = t->view;
@@ -596,7 +596,7 @@ static int split_last(kiln_tensor *t, int d, int64_t count, int64_t size, kiln_t
   if (count > 2147483647) return api_error(KILN_ERR_ARG, fn, "%lld pieces exceed an int", (long long)count);
   int64_t last = dim_size - size * (count - 1);
   int n = count < max_out ? (int)count : max_out;
-  int64_t lens_small[64], *lens = n <= 64 ? lens_small : malloc(sizeof *lens * (size_t)(n > 0 ? n : 1));
+  int64_t lens_small[64], *lens = n <= 64 ? lens_small : graph_malloc(sizeof *lens * (size_t)(n > 0 ? n : 1));
   if (!lens) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n; i++) lens[i] = i == count - 1 ? last : size;
   int r = store_pieces(t, d, count, lens, size, out, max_out, fn);

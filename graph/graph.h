@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fault.h"
 #include "kiln/kiln.h"
 
 /* ----------------------------------------------------------- settings */
@@ -34,6 +35,15 @@ static inline int64_t graph_env_once(atomic_int_fast64_t *slot, int64_t (*read)(
   }
   return v;
 }
+
+/** The integer value of env `name` (decimal, surrounding blanks allowed),
+ *  or `fallback` when it is unset; a value that is not an integer ≥ min
+ *  gives `fallback` too, with one line on stderr ("kiln: NAME=abc is not a
+ *  non-negative integer; using 10000 <unit>"). graph/env.c. */
+int64_t graph_env_int(const char *name, int64_t min, int64_t fallback, const char *unit);
+/** The parse graph_env_int makes: a decimal integer ≥ min, surrounding
+ *  blanks allowed, into *out; false for anything else. */
+bool graph_env_parse_int(const char *s, int64_t min, int64_t *out);
 
 /** Name of a status code, e.g. "KILN_ERR_SHAPE" (static string): what
  *  kiln_status_name returns, for layers below the API. */

@@ -59,7 +59,7 @@ void graph_set_allocator(const graph_allocator *a) { allocator = *a; }
 
 /* A buffer of refcount 1 over data [bytes]; callers say how it is freed. */
 static graph_buffer *new_buffer(void *data, int64_t bytes) {
-  graph_buffer *b = calloc(1, sizeof *b);
+  graph_buffer *b = graph_calloc(1, sizeof *b);
   if (!b) return NULL;
   b->refcount = 1;
   b->data = data;
@@ -69,7 +69,7 @@ static graph_buffer *new_buffer(void *data, int64_t bytes) {
 
 graph_buffer *graph_buffer_alloc(int64_t bytes) {
   int64_t n = bytes > 0 ? bytes : 1;
-  void *data = allocator.alloc(n);
+  void *data = graph_fault_hit(GRAPH_FAULT_BUFFER) ? NULL : allocator.alloc(n);
   if (!data) return NULL;
   graph_buffer *b = graph_buffer_own(data, bytes, KILN_CPU, allocator.free);
   if (!b) allocator.free(data, n);
@@ -108,7 +108,7 @@ void graph_buffer_release(graph_buffer *b) {
 /* -------------------------------------------------------------- nodes */
 
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes) {
-  graph_node *n = calloc(1, sizeof *n);
+  graph_node *n = graph_calloc(1, sizeof *n);
   if (!n) return NULL;
   n->refcount = 1;
   n->id = atomic_fetch_add_explicit(&next_node_id, 1, memory_order_relaxed);
@@ -247,7 +247,7 @@ graph_view graph_attr_region(const graph_node *n) {
 /* ------------------------------------------------ storages and tensors */
 
 kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *version) {
-  kiln_storage *s = calloc(1, sizeof *s);
+  kiln_storage *s = graph_calloc(1, sizeof *s);
   if (!s) {
     graph_node_release(version);
     return NULL;
@@ -274,7 +274,7 @@ void graph_storage_set_version(kiln_storage *s, graph_node *v) {
 }
 
 kiln_tensor *graph_tensor_new(kiln_storage *s, const graph_view *v) {
-  kiln_tensor *t = calloc(1, sizeof *t);
+  kiln_tensor *t = graph_calloc(1, sizeof *t);
   if (!t) return NULL;
   t->refcount = 1;
   t->storage = s;
