@@ -319,6 +319,10 @@ static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *
 int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char *err, size_t errlen) {
   if (!k || !out) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
   const char *why = kir_verify(k);
+  if (why == kir_verify_oom) {
+    set_err(err, errlen, k->name, "out of memory verifying the kernel", NULL);
+    return KILN_ERR_OOM;
+  }
   if (why) return set_err(err, errlen, k->name, "invalid kernel: ", why);
   unsigned long long id = 0;
   int rc = acquire_id(&id, err, errlen, k->name);

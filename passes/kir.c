@@ -451,14 +451,16 @@ static const char *verify_uops(vstate *v) {
   return NULL;
 }
 
+const char kir_verify_oom[] = "out of memory";
+
 const char *kir_verify(const kir_kernel *k) {
   if (!k) return "kernel is NULL";
-  if (k->oom) return "kernel ran out of memory while being built";
+  if (k->oom) return kir_verify_oom; /* while being built */
   if (k->n_uops < 0 || (k->n_uops > 0 && !k->uops)) return "bad uop list";
   if (k->n_params < 0 || k->n_params > KIR_MAX_PARAMS) return "bad n_params";
   size_t n = (size_t)k->n_uops + 1;
   vstate v = {k, graph_malloc(n * sizeof(int)), graph_calloc(n, sizeof(bool)), -1};
-  const char *e = v.outer && v.closed ? verify_uops(&v) : "out of memory in kir_verify";
+  const char *e = v.outer && v.closed ? verify_uops(&v) : kir_verify_oom;
   free(v.outer);
   free(v.closed);
   return e;

@@ -156,10 +156,15 @@ static int build(const kir_kernel *k, int path, cache_entry *e, char *err, size_
  * parallel; when two threads compile the same kernel, the first to
  * finish is cached and both use it (a device build that loses the race
  * is unloaded). */
+static int oom(const kir_kernel *k, char *err, size_t errlen) {
+  snprintf(err, errlen, "out of memory looking kernel %s up", k->name);
+  return KILN_ERR_OOM;
+}
+
 static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, char *err, size_t errlen) {
   size_t len = 0;
   unsigned char *key = kernel_key(k, path, &len);
-  if (!key) return KILN_ERR_OOM;
+  if (!key) return oom(k, err, errlen);
   uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
   cache_entry *e = lookup(h, key, len);
@@ -168,7 +173,7 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
   pthread_mutex_unlock(&cache_lock);
   if (!e) {
     free(key);
-    return KILN_ERR_OOM;
+    return oom(k, err, errlen);
   }
   *cache_hit = hit;
   if (hit) {
