@@ -376,7 +376,13 @@ static void prefetch(sched_run *run, int n) {
   if (count < 2 || rt_pool_threads() < 2 || rt_debug_level() >= 3) return;
   run->jobs = graph_malloc(sizeof *run->jobs * (size_t)count);
   run->job_at = graph_malloc(sizeof *run->job_at * (size_t)n);
-  if (!run->jobs || !run->job_at) return;
+  if (!run->jobs || !run->job_at) { /* no prefetch: each kernel compiles when it runs */
+    free(run->jobs);
+    free(run->job_at);
+    run->jobs = NULL;
+    run->job_at = NULL;
+    return;
+  }
   int n_jobs = 0;
   char err[512];
   for (int i = 0; i < n; i++) {
