@@ -211,8 +211,11 @@ kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, 
   for (int d = 0; d < ndim; d++) zv.sizes[d] = sizes[d];
   graph_node_add_input(n, zero, &zv);
   graph_node_add_input(n, index, iv);
-  graph_node_add_input(n, api_version(src), &src->view);
   graph_node_release(zero);
+  if (!api_add_input(n, src, &src->view)) {
+    graph_node_release(n);
+    return NULL;
+  }
   return api_tensor_from_node(n, FN);
 }
 
@@ -274,8 +277,8 @@ static kiln_tensor *adjoint(const graph_node *m, const graph_view *view, kiln_te
     return z;
   }
   kiln_tensor *pos = kiln_reshape(positions(&v), 1, &vn), *src = kiln_reshape(c, 1, &vn);
-  if (!pos || !src) return NULL;
-  return grad_scatter_add(m->dtype, 1, &numel, 0, api_version(pos), &pos->view, src);
+  graph_node *pv = pos && src ? api_version(pos) : NULL;
+  return pv ? grad_scatter_add(m->dtype, 1, &numel, 0, pv, &pos->view, src) : NULL;
 }
 
 /* Adds contribution c, read from node m through view, to m's cotangent. */

@@ -66,8 +66,10 @@ kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tens
   if (n) {
     n->cdtype = n->dtype;
     graph_attr_set_scalar(n, dim);
-    graph_node_add_input(n, api_version(t), tv);
-    graph_node_add_input(n, api_version(index), iv);
+  }
+  if (n && (!api_add_input(n, t, tv) || !api_add_input(n, index, iv))) {
+    graph_node_release(n);
+    return NULL;
   }
   return api_tensor_from_node(n, fn);
 }
@@ -166,11 +168,9 @@ static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_
   }
   n->cdtype = n->dtype;
   graph_attr_set_scalar(n, dim);
-  graph_node_add_input(n, api_version(t), &t->view);
-  graph_node_add_input(n, api_version(index), iv);
-  graph_node_add_input(n, api_version(src), &cv);
+  bool ok = api_add_input(n, t, &t->view) && api_add_input(n, index, iv) && api_add_input(n, src, &cv);
   graph_view whole = graph_view_contiguous(t->view.ndim, t->view.sizes);
-  int st = api_assign(t, n, &whole, fn);
+  int st = ok ? api_assign(t, n, &whole, fn) : api_status();
   graph_node_release(n);
   kiln_release(conv);
   return st;

@@ -219,6 +219,10 @@ KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *pat
       return api_error(KILN_ERR_ARG, fn, "tensor %d is NULL", i);
     }
     nodes[i] = api_version(ts[i]);
+    if (!nodes[i]) {
+      free(nodes);
+      return api_status();
+    }
   }
   FILE *f = fopen(path, "w");
   if (!f) {

@@ -58,8 +58,8 @@ graph_node *api_version(kiln_tensor *t) {
   if (d && d->n_inputs == 1 && d->inputs[0].node == v) return d;
   graph_node *n = graph_node_new(GRAPH_OP_DETACH, v->dtype, 1, &v->numel);
   if (!n) {
-    api_error(KILN_ERR_OOM, "kiln_detach", "out of memory");
-    return v;
+    api_error(KILN_ERR_OOM, "kiln_detach", "out of memory reading a detached tensor");
+    return NULL;
   }
   graph_view flat = graph_view_contiguous(1, &v->numel);
   graph_node_add_input(n, v, &flat);
@@ -67,6 +67,12 @@ graph_node *api_version(kiln_tensor *t) {
   t->detach_read = n;
   graph_node_release(d);
   return n;
+}
+
+bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view) {
+  graph_node *v = api_version(t);
+  if (v) graph_node_add_input(n, v, view);
+  return v != NULL;
 }
 
 static int force_nodes(graph_node *const *nodes, int n, const char *fn) {

@@ -423,7 +423,10 @@ KILN_API kiln_tensor *kiln_view_as(kiln_tensor *t, const kiln_tensor *other) {
  * `device`. */
 static graph_node *copy_node(kiln_tensor *t, kiln_dtype dtype, kiln_device device) {
   graph_node *n = graph_node_new(GRAPH_OP_CAST, dtype, t->view.ndim, t->view.sizes);
-  if (n) graph_node_add_input(n, api_version(t), &t->view);
+  if (n && !api_add_input(n, t, &t->view)) {
+    graph_node_release(n);
+    return NULL;
+  }
   if (n) n->device = device;
   return n;
 }
