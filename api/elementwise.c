@@ -118,6 +118,7 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
               api_fmt_sizes(b, sizeof b, vp[n - 1]->ndim, vp[n - 1]->sizes));
     return NULL;
   }
+  if (!api_check_sizes(ndim, sizes, fn)) return NULL; /* broadcast views: [n, 1] with [1, n] */
   /* where(): the condition does not take part in promotion */
   int first = op == GRAPH_OP_WHERE ? 1 : 0;
   kiln_dtype promoted = result_type(ops + first, n - first);

@@ -67,7 +67,7 @@ static bool broadcast_batch(mm_shape *s, const kiln_tensor *a, const kiln_tensor
   s->ndim = n + 2;
   for (int d = 0; d < n; d++) s->sizes[d] = batch[d];
   s->sizes[n] = M, s->sizes[n + 1] = N;
-  return true;
+  return api_check_sizes(s->ndim, s->sizes, fn); /* [n, 1] @ [1, n] of expanded operands */
 }
 
 static bool plan(mm_shape *s, const kiln_tensor *a, const kiln_tensor *b, const char *fn) {

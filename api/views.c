@@ -35,8 +35,13 @@ static const char *fmt_ints(char *buf, int n, const int *vals) {
   return api_fmt_sizes(buf, SIZES_BUF, k, wide);
 }
 
-/* A view of t: a view of a kiln_detach handle is detached too (Torch). */
+/* A view of t: a view of a kiln_detach handle is detached too (Torch).
+ * Views that repeat elements (expand, as_strided, unfold) can name more
+ * elements than any buffer could hold: sizes whose element count
+ * overflows are rejected as at creation (a copy of the view would need
+ * that buffer; every op's result would have that count). */
 static kiln_tensor *new_view(kiln_tensor *t, const graph_view *v, const char *fn) {
+  if (!api_check_sizes(v->ndim, v->sizes, fn)) return NULL;
   kiln_tensor *r = api_tensor(t->storage, v, fn);
   if (r) r->detached = t->detached;
   return r;

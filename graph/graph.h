@@ -284,7 +284,8 @@ static inline uint64_t graph_dep_bit(uint64_t id) {
   return id ? 1ULL << ((id * 0x9E3779B97F4A7C15ULL) >> 58) : 0;
 }
 
-/** A pending node with no inputs yet (refcount 1). NULL on OOM. */
+/** A pending node with no inputs yet (refcount 1). NULL on OOM, and for
+ *  sizes whose buffer would not fit int64 bytes. */
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes);
 /** A realized node over a buffer (takes the caller's buffer reference). */
 graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel);

@@ -107,7 +107,17 @@ void graph_buffer_release(graph_buffer *b) {
 
 /* -------------------------------------------------------------- nodes */
 
+/* Elements of sizes [ndim], or -1 when the buffer's bytes (8 per element
+ * at most) would not fit int64. */
+static int64_t checked_numel(int ndim, const int64_t *sizes) {
+  int64_t numel = 1;
+  for (int i = 0; i < ndim; i++)
+    if (sizes[i] < 0 || __builtin_mul_overflow(numel, sizes[i], &numel) || numel > INT64_MAX / 8) return -1;
+  return numel;
+}
+
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes) {
+  if (checked_numel(ndim, sizes) < 0) return NULL; /* callers check sizes first: defence in depth */
   graph_node *n = graph_calloc(1, sizeof *n);
   if (!n) return NULL;
   n->refcount = 1;
