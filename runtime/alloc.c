@@ -9,7 +9,8 @@
  * to 1 MiB (aligned_alloc, 64-byte aligned); above that, multiples of
  * 2 MiB mapped with mmap at 2 MiB alignment and advised MADV_HUGEPAGE.
  * At most KILN_CACHE_BYTES (default 2 GiB) are kept; beyond that, frees go
- * back to the system. Installed into the graph layer by the first
+ * back to the system. A block larger than RAM + swap is refused (NULL:
+ * the force reports KILN_ERR_OOM). Installed into the graph layer by the first
  * realize (buffers made before keep the default allocator, which each
  * buffer records); the cache is emptied at exit. Thread-safe (one mutex).
  */
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 #include "runtime.h"
 
@@ -107,7 +109,25 @@ static void release_block(void *p, int64_t cls) {
   else munmap(p, (size_t)cls);
 }
 
+/* RAM + swap in bytes. A block larger than that can never be filled:
+ * where the kernel overcommits, mapping it would succeed and the first
+ * kernel writing it would get the process killed, so it is refused as out
+ * of memory (a lazy tensor that large is fine while nothing materializes
+ * it). */
+static int64_t read_memory_bytes(void) {
+  struct sysinfo si;
+  if (sysinfo(&si) != 0 || si.mem_unit == 0) return INT64_MAX;
+  uint64_t units = (uint64_t)si.totalram + (uint64_t)si.totalswap;
+  return units > (uint64_t)INT64_MAX / si.mem_unit ? INT64_MAX : (int64_t)(units * si.mem_unit);
+}
+
+static int64_t memory_bytes(void) {
+  static atomic_int_fast64_t bytes = GRAPH_ENV_UNREAD;
+  return graph_env_once(&bytes, read_memory_bytes);
+}
+
 static void *rt_alloc(int64_t bytes) {
+  if (bytes > memory_bytes()) return NULL;
   int64_t cls = class_bytes(bytes);
   pthread_mutex_lock(&lock);
   void *p = take_cached(cls);
