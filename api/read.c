@@ -22,10 +22,7 @@ void api_set_auto_realize_limit(int64_t limit) {
   atomic_store_explicit(&auto_realize_limit, limit < 0 ? GRAPH_ENV_UNREAD : limit, memory_order_relaxed);
 }
 
-static int64_t read_auto_limit(void) {
-  const char *e = getenv("KILN_AUTO_REALIZE");
-  return e ? atoll(e) : 10000;
-}
+static int64_t read_auto_limit(void) { return graph_env_int("KILN_AUTO_REALIZE", 0, 10000, "pending nodes"); }
 
 static int64_t auto_limit(void) { return graph_env_once(&auto_realize_limit, read_auto_limit); }
 

@@ -40,7 +40,8 @@ static struct {
   int64_t bytes;
 } large[N_LARGE];
 static int n_large;
-static int64_t cached_bytes, cache_limit = -1;
+static int64_t cached_bytes;
+static atomic_int_fast64_t cache_limit = GRAPH_ENV_UNREAD;
 
 static int64_t class_bytes(int64_t bytes) {
   if (bytes > SMALL_MAX) return (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
@@ -55,12 +56,12 @@ static int small_index(int64_t cls) {
   return i;
 }
 
-static int64_t limit(void) {
-  if (cache_limit < 0) {
-    const char *e = getenv("KILN_CACHE_BYTES");
-    cache_limit = e ? atoll(e) : (INT64_C(2) << 30);
-  }
-  return cache_limit;
+static int64_t read_limit(void) { return graph_env_int("KILN_CACHE_BYTES", 0, INT64_C(2) << 30, "bytes"); }
+
+static int64_t limit(void) { return graph_env_once(&cache_limit, read_limit); }
+
+void rt_alloc_set_cache_limit(int64_t bytes) {
+  atomic_store_explicit(&cache_limit, bytes < 0 ? GRAPH_ENV_UNREAD : bytes, memory_order_relaxed);
 }
 
 /* KILN_HUGEPAGES=0 leaves large blocks on the system's default pages. */

@@ -202,6 +202,10 @@ void rt_alloc_install(void);
 void rt_alloc_trim(void);
 /** Bytes held in the cache (free, ready for reuse). */
 int64_t rt_alloc_cached_bytes(void);
+/** At most `bytes` of freed buffers are kept (overriding env
+ *  KILN_CACHE_BYTES, a non-negative integer; default 2 GiB); -1 goes back
+ *  to the environment's value. For tests. */
+void rt_alloc_set_cache_limit(int64_t bytes);
 
 /* ---- profiler records (profile.c) ---- */
 /** True between rt_profile_begin and rt_profile_end (one relaxed load). */
