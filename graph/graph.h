@@ -353,6 +353,10 @@ void graph_node_drop_history(graph_node *n);
 /** Live pending (unrealized) nodes in the process, for tests and the
  *  auto-realize threshold. */
 int64_t graph_pending_count(void);
+/** Live nodes (pending or realized) and live buffers in the process, for
+ *  tests (what a loop that is never forced keeps: the auto-force bound). */
+int64_t graph_live_nodes(void);
+int64_t graph_live_buffers(void);
 
 /** Uninitialised buffer of bytes (64-byte aligned). NULL on OOM. */
 graph_buffer *graph_buffer_alloc(int64_t bytes);

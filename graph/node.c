@@ -43,10 +43,12 @@ const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
 };
 
 static atomic_uint_fast64_t next_node_id = 1;
-static atomic_int_fast64_t pending_nodes = 0;
+static atomic_int_fast64_t pending_nodes = 0, live_nodes = 0, live_buffers = 0;
 static atomic_uint_fast64_t next_storage_id = 1;
 
 int64_t graph_pending_count(void) { return atomic_load_explicit(&pending_nodes, memory_order_relaxed); }
+int64_t graph_live_nodes(void) { return atomic_load_explicit(&live_nodes, memory_order_relaxed); }
+int64_t graph_live_buffers(void) { return atomic_load_explicit(&live_buffers, memory_order_relaxed); }
 
 /* ------------------------------------------------------------ buffers */
 
@@ -61,6 +63,7 @@ void graph_set_allocator(const graph_allocator *a) { allocator = *a; }
 static graph_buffer *new_buffer(void *data, int64_t bytes) {
   graph_buffer *b = graph_calloc(1, sizeof *b);
   if (!b) return NULL;
+  atomic_fetch_add_explicit(&live_buffers, 1, memory_order_relaxed);
   b->refcount = 1;
   b->data = data;
   b->bytes = bytes;
@@ -103,6 +106,7 @@ void graph_buffer_release(graph_buffer *b) {
   if (b->deleter) b->deleter(b->data, b->ctx);
   else if (!b->borrowed) b->free_fn(b->data, b->bytes > 0 ? b->bytes : 1);
   free(b);
+  atomic_fetch_sub_explicit(&live_buffers, 1, memory_order_relaxed);
 }
 
 /* -------------------------------------------------------------- nodes */
@@ -132,6 +136,7 @@ graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_
     n->numel *= sizes[i];
   }
   atomic_fetch_add_explicit(&pending_nodes, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
   return n;
 }
 
@@ -166,7 +171,7 @@ void graph_node_release(graph_node *n) {
   if (!n || !graph_unref(&n->refcount)) return;
   n->free_next = NULL;
   graph_node *work = n;
-  int64_t pending_freed = 0; /* one atomic update for the whole chain */
+  int64_t pending_freed = 0, freed = 0; /* one atomic update each for the whole chain */
   while (work) {
     graph_node *cur = work;
     work = cur->free_next;
@@ -177,10 +182,12 @@ void graph_node_release(graph_node *n) {
       work = in;
     }
     pending_freed += !cur->buffer && !cur->overwritten;
+    freed++;
     graph_buffer_release(cur->buffer);
     free(cur);
   }
   if (pending_freed) atomic_fetch_sub_explicit(&pending_nodes, pending_freed, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&live_nodes, freed, memory_order_relaxed);
 }
 
 /* Whether a gradient could flow from n into its inputs: the recipe worth
