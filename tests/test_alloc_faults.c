@@ -65,21 +65,26 @@ static void note_failure(run_state *rs, int ret, int line) {
 }
 
 /* A call returning a tensor (NULL on failure) or a status. */
-#define TRY(rs, expr)                                                                                                  \
-  do {                                                                                                                 \
-    if (!(expr)) {                                                                                                     \
-      note_failure(rs, KILN_OK, __LINE__);                                                                              \
-      goto done;                                                                                                       \
-    }                                                                                                                  \
+#define TRY(rs, expr)                     \
+  do {                                    \
+    if (!(expr)) {                        \
+      note_failure(rs, KILN_OK, __LINE__); \
+      goto done;                          \
+    }                                     \
   } while (0)
-#define TRY_OK(rs, call)                                                                                               \
-  do {                                                                                                                 \
-    int st_ = (call);                                                                                                  \
-    if (st_ != KILN_OK) {                                                                                              \
-      note_failure(rs, st_, __LINE__);                                                                                 \
-      goto done;                                                                                                       \
-    }                                                                                                                  \
+#define TRY_OK(rs, call)               \
+  do {                                 \
+    int st_ = (call);                  \
+    if (st_ != KILN_OK) {              \
+      note_failure(rs, st_, __LINE__); \
+      goto done;                       \
+    }                                  \
   } while (0)
+
+/* A failure, named after the run's fault. */
+#define FAIL(fmt, ...) fail_msg("[fault %lld] " fmt, (long long)fault_at, __VA_ARGS__)
+
+static const char *name(int status) { return kiln_status_name((kiln_status)status); }
 
 /* The run is over: the fault is disarmed, and what failed must be the
  * fault's doing, reported as such. */
@@ -88,24 +93,20 @@ static void settle(run_state *rs, const char *prog) {
   for (int i = 0; i < GRAPH_FAULT_SITE_COUNT; i++) rs->counted[i] = graph_fault_site_count((graph_fault_site)i);
   graph_fault_arm(-1);
   if (!rs->failed) {
-    if (kiln_last_status() != KILN_OK)
-      fail_msg("[fault %lld] %s: every call succeeded but the thread's error is set: %s", (long long)fault_at, prog, kiln_last_error());
+    if (kiln_last_status() != KILN_OK) FAIL("%s: every call succeeded, yet the error is %s", prog, kiln_last_error());
     return;
   }
-  if (rs->fired < 0)
-    fail_msg("[fault %lld] %s: line %d failed (%s) without an injected fault: %s", (long long)fault_at, prog, rs->line,
-             kiln_status_name((kiln_status)rs->status), rs->msg);
+  if (rs->fired < 0) FAIL("%s: line %d failed without a fault (%s): %s", prog, rs->line, name(rs->status), rs->msg);
   int want = rs->fired == GRAPH_FAULT_JIT ? KILN_ERR_COMPILE : KILN_ERR_OOM;
   if (rs->status != want)
-    fail_msg("[fault %lld] %s: line %d: the error is %s after a fault at site %d (want %s): %s", (long long)fault_at, prog, rs->line,
-             kiln_status_name((kiln_status)rs->status), rs->fired, kiln_status_name((kiln_status)want), rs->msg);
+    FAIL("%s: line %d: the error is %s after a fault at site %d (want %s): %s", prog, rs->line, name(rs->status),
+         rs->fired, name(want), rs->msg);
   /* a call given the NULL of a call that failed before returns
    * KILN_ERR_ARG, its own outcome; the thread's error is the first's */
   if (rs->ret != KILN_OK && rs->ret != want && rs->ret != KILN_ERR_ARG)
-    fail_msg("[fault %lld] %s: line %d returned %s after a fault at site %d: %s", (long long)fault_at, prog, rs->line,
-             kiln_status_name((kiln_status)rs->ret), rs->fired, rs->msg);
+    FAIL("%s: line %d returned %s after a fault at site %d: %s", prog, rs->line, name(rs->ret), rs->fired, rs->msg);
   const char *need = want == KILN_ERR_OOM ? "out of memory" : "llvm_compile: ";
-  if (!strstr(rs->msg, need)) fail_msg("[fault %lld] %s: line %d: message \"%s\" lacks \"%s\"", (long long)fault_at, prog, rs->line, rs->msg, need);
+  if (!strstr(rs->msg, need)) FAIL("%s: line %d: message \"%s\" lacks \"%s\"", prog, rs->line, rs->msg, need);
   kiln_clear_error();
 }
 
@@ -119,10 +120,10 @@ static void check_values(const char *prog, const char *what, kiln_tensor *t, con
   kiln_tensor *c = kiln_to_dtype(t, KILN_F64);
   int st = kiln_read(c, got, sizeof got);
   kiln_release(c);
-  if (st != KILN_OK) fail_msg("[fault %lld] %s: %s: forcing after the fault failed: %s", (long long)fault_at, prog, what, kiln_last_error());
+  if (st != KILN_OK) FAIL("%s: %s: forcing after the fault failed: %s", prog, what, kiln_last_error());
   for (int64_t i = 0; i < n; i++)
     if (!(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i]))))
-      fail_msg("[fault %lld] %s: %s[%lld] = %.9g, want %.9g", (long long)fault_at, prog, what, (long long)i, got[i], want[i]);
+      FAIL("%s: %s[%lld] = %.9g, want %.9g", prog, what, (long long)i, got[i], want[i]);
 }
 
 /* ------------------------------------------------------------ programs */
@@ -267,7 +268,7 @@ static bool exists(const char *path) {
 
 /* A failed save leaves no file behind. */
 static void check_no_partial(const char *prog, bool saved, const char *path) {
-  if (!saved && exists(path)) fail_msg("[fault %lld] %s: a failed save left %s", (long long)fault_at, prog, path);
+  if (!saved && exists(path)) FAIL("%s: a failed save left %s", prog, path);
 }
 
 /* .npy and safetensors: a transposed view saved and loaded back; a
@@ -489,6 +490,43 @@ static void walk_warm(void **state) {
   for (size_t i = 0; i < sizeof programs / sizeof *programs; i++) walk(&programs[i], 1, false);
 }
 
+/* A scope whose level cannot be allocated (the ninth: the first eight
+ * live in thread-local storage) is merged into the enclosing one: the
+ * tensors made in it are released at that one's end, never leaked, and
+ * the matching kiln_scope_end closes nothing else. */
+static void scope_that_cannot_open_is_merged(void **state) {
+  int64_t pending = graph_pending_count();
+  kiln_clear_error();
+  for (int i = 0; i < 8; i++) kiln_scope_begin();
+  graph_fault_arm(1);
+  kiln_scope_begin(); /* the ninth level: its allocation fails */
+  graph_fault_arm(-1);
+  assert_int_equal(kiln_last_status(), KILN_ERR_OOM);
+  assert_non_null(strstr(kiln_last_error(), "kiln_scope_begin: out of memory opening scope 9"));
+  kiln_clear_error();
+  kiln_tensor *a = kiln_zeros(KILN_F32, 1, V(3));
+  kiln_scope_begin(); /* nested in the merged one: merged too */
+  kiln_tensor *b = kiln_add_scalar(a, 1);
+  assert_ptr_equal(kiln_keep(b), b);
+  kiln_scope_end();
+  kiln_scope_end(); /* the merged level: a and b stay with level 8 */
+  assert_int_equal(kiln_last_status(), KILN_OK);
+  assert_true(graph_pending_count() > pending);
+  kiln_tensor *c = kiln_mul_scalar(b, 2);
+  assert_int_equal(kiln_realize(c), KILN_OK);
+  kiln_scope_end(); /* level 8 releases a, b and c */
+  assert_int_equal(graph_pending_count(), pending);
+  for (int i = 0; i < 7; i++) kiln_scope_end();
+  kiln_scope_begin(); /* the stack works as before */
+  for (int i = 0; i < 10; i++) kiln_scope_begin();
+  kiln_tensor *d = kiln_ones(KILN_F32, 1, V(2));
+  for (int i = 0; i < 10; i++) kiln_scope_end();
+  kiln_scope_end();
+  (void)d;
+  assert_int_equal(graph_pending_count(), pending);
+  assert_int_equal(kiln_last_status(), KILN_OK);
+}
+
 static int setup(void **state) {
   snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kiln_faults_XXXXXX");
   return mkdtemp(tmp_dir) ? 0 : -1;
@@ -502,6 +540,7 @@ static int teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(scope_that_cannot_open_is_merged),
       cmocka_unit_test(walk_views),   cmocka_unit_test(walk_matmul),  cmocka_unit_test(walk_index),
       cmocka_unit_test(walk_io),      cmocka_unit_test(walk_profile), cmocka_unit_test(walk_grad),
       cmocka_unit_test(walk_callbacks),     cmocka_unit_test(walk_views_threads), cmocka_unit_test(walk_warm),
