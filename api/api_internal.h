@@ -79,6 +79,9 @@ int api_device_mismatch(const char *fn, kiln_device a, kiln_device b);
  *  (cached in t; NULL with KILN_ERR_OOM set when it cannot be made). The
  *  view to read it through is t's view. Borrowed: retain to keep it. */
 graph_node *api_version(kiln_tensor *t);
+/** Appends (api_version(t), view) to n's inputs. False, with the error
+ *  set, when that version cannot be made: the caller releases n. */
+bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view);
 /** Records an in-place write of `value` (its view already broadcast to the
  *  region's sizes) into `dst`'s view: the storage gets a new ASSIGN version.
  *  Returns KILN_OK or an error. */

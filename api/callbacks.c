@@ -109,6 +109,15 @@ static void mark_opaque(graph_node *value, kiln_tensor *t, kiln_tensor *const *i
   value->n_inputs = 0;
 }
 
+/* A call that fails returns with t unchanged: when forcing the write
+ * fails (out of memory), the storage goes back to its old version (the
+ * write, still pending, is dropped). */
+static void forget_write(kiln_storage *s, graph_node *old) {
+  graph_node *w = s->version;
+  s->version = graph_node_retain(old);
+  graph_node_release(w);
+}
+
 /* Steps 1-3 for t and n_in (0..2) inputs. */
 static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *names, int n_in, const cb_fn *fn,
                   const char *fname) {
@@ -141,9 +150,14 @@ static int cb_run(kiln_tensor *t, kiln_tensor *const *in, const char *const *nam
   mark_opaque(value, t, in, n_in, fname);
   graph_view vv = t->view;
   vv.offset -= s.lo;
+  graph_node *old = graph_node_retain(t->storage->version);
   int st = api_assign(t, value, &vv, fname);
   graph_node_release(value);
-  if (st == KILN_OK && !api_force(t, fname)) st = api_status();
+  if (st == KILN_OK && !api_force(t, fname)) {
+    st = api_status();
+    forget_write(t->storage, old);
+  }
+  graph_node_release(old);
   return st;
 }
 

@@ -96,7 +96,8 @@ KILN_API int kiln_copy_(kiln_tensor *dst, kiln_tensor *src) {
   kiln_tensor *owned;
   if (!source_view(dst, src, &v, &owned)) return api_status();
   kiln_tensor *from = owned ? owned : src;
-  int st = api_assign(dst, api_version(from), &v, "kiln_copy_");
+  graph_node *value = api_version(from);
+  int st = value ? api_assign(dst, value, &v, "kiln_copy_") : api_status();
   kiln_release(owned);
   return st;
 }

@@ -118,6 +118,7 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
               api_fmt_sizes(b, sizeof b, vp[n - 1]->ndim, vp[n - 1]->sizes));
     return NULL;
   }
+  if (!api_check_sizes(ndim, sizes, fn)) return NULL; /* broadcast views: [n, 1] with [1, n] */
   /* where(): the condition does not take part in promotion */
   int first = op == GRAPH_OP_WHERE ? 1 : 0;
   kiln_dtype promoted = result_type(ops + first, n - first);
@@ -133,10 +134,11 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
   for (int i = 0; i < n; i++) {
     graph_view bv;
     graph_view_broadcast(vp[i], ndim, sizes, &bv); /* cannot fail: sizes broadcast */
-    if (ts[i]) {
-      graph_node_add_input(node, api_version(ts[i]), &bv);
-      continue;
+    if (ts[i] && !api_add_input(node, ts[i], &bv)) {
+      graph_node_release(node);
+      return NULL;
     }
+    if (ts[i]) continue;
     scalar_nodes[i] = graph_node_new(GRAPH_OP_FULL, ops[i].dtype, 0, NULL);
     if (!scalar_nodes[i]) {
       graph_node_release(node);

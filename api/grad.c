@@ -52,7 +52,7 @@ static gslot *find(gtable *t, const graph_node *n) {
 
 static bool grow(gtable *t) {
   gtable g = {.cap = t->cap ? t->cap * 2 : 256};
-  g.slots = calloc(g.cap, sizeof *g.slots);
+  g.slots = graph_calloc(g.cap, sizeof *g.slots);
   if (!g.slots) return false;
   for (size_t i = 0; i < t->cap; i++)
     if (t->slots[i].n) *find(&g, t->slots[i].n) = t->slots[i];
@@ -71,7 +71,7 @@ static gslot *insert(gtable *t, graph_node *n, bool *fresh) {
     s->n = n;
     if (t->n == t->order_cap) {
       int cap = t->order_cap ? t->order_cap * 2 : 256;
-      graph_node **o = realloc(t->order, sizeof *o * (size_t)cap);
+      graph_node **o = graph_realloc(t->order, sizeof *o * (size_t)cap);
       if (!o) return NULL;
       t->order = o;
       t->order_cap = cap;
@@ -92,7 +92,7 @@ typedef struct frame {
  * every reached node after all its inputs. */
 static bool collect(gtable *t, graph_node *const *roots, int n_roots) {
   int cap = 64, top = 0, placed = 0;
-  frame *st = malloc(sizeof *st * (size_t)cap);
+  frame *st = graph_malloc(sizeof *st * (size_t)cap);
   if (!st) return false;
   bool ok = true;
   for (int r = 0; r < n_roots && ok; r++) {
@@ -115,7 +115,7 @@ static bool collect(gtable *t, graph_node *const *roots, int n_roots) {
       if (!c) ok = false;
       if (!ok || !fresh) continue;
       if (top == cap) {
-        frame *g = realloc(st, sizeof *st * (size_t)(cap *= 2));
+        frame *g = graph_realloc(st, sizeof *st * (size_t)(cap *= 2));
         if (!g) ok = false;
         else st = g;
       }
@@ -211,8 +211,11 @@ kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, 
   for (int d = 0; d < ndim; d++) zv.sizes[d] = sizes[d];
   graph_node_add_input(n, zero, &zv);
   graph_node_add_input(n, index, iv);
-  graph_node_add_input(n, api_version(src), &src->view);
   graph_node_release(zero);
+  if (!api_add_input(n, src, &src->view)) {
+    graph_node_release(n);
+    return NULL;
+  }
   return api_tensor_from_node(n, FN);
 }
 
@@ -274,8 +277,8 @@ static kiln_tensor *adjoint(const graph_node *m, const graph_view *view, kiln_te
     return z;
   }
   kiln_tensor *pos = kiln_reshape(positions(&v), 1, &vn), *src = kiln_reshape(c, 1, &vn);
-  if (!pos || !src) return NULL;
-  return grad_scatter_add(m->dtype, 1, &numel, 0, api_version(pos), &pos->view, src);
+  graph_node *pv = pos && src ? api_version(pos) : NULL;
+  return pv ? grad_scatter_add(m->dtype, 1, &numel, 0, pv, &pos->view, src) : NULL;
 }
 
 /* Adds contribution c, read from node m through view, to m's cotangent. */
@@ -400,7 +403,7 @@ static void own_storage_cotangents(gtable *t) {
 
 static int run(kiln_tensor *const *outputs, kiln_tensor *const *cotangents, int n_outputs, kiln_tensor *const *wrt,
                int n_wrt, kiln_tensor **grads, gtable *t) {
-  graph_node *roots[64], **rp = n_outputs <= 64 ? roots : malloc(sizeof *rp * (size_t)n_outputs);
+  graph_node *roots[64], **rp = n_outputs <= 64 ? roots : graph_malloc(sizeof *rp * (size_t)n_outputs);
   if (!rp) return api_error(KILN_ERR_OOM, FN, "out of memory");
   for (int i = 0; i < n_outputs; i++) rp[i] = outputs[i]->storage->version;
   bool ok = collect(t, rp, n_outputs);

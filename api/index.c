@@ -66,8 +66,10 @@ kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tens
   if (n) {
     n->cdtype = n->dtype;
     graph_attr_set_scalar(n, dim);
-    graph_node_add_input(n, api_version(t), tv);
-    graph_node_add_input(n, api_version(index), iv);
+  }
+  if (n && (!api_add_input(n, t, tv) || !api_add_input(n, index, iv))) {
+    graph_node_release(n);
+    return NULL;
   }
   return api_tensor_from_node(n, fn);
 }
@@ -166,11 +168,9 @@ static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_
   }
   n->cdtype = n->dtype;
   graph_attr_set_scalar(n, dim);
-  graph_node_add_input(n, api_version(t), &t->view);
-  graph_node_add_input(n, api_version(index), iv);
-  graph_node_add_input(n, api_version(src), &cv);
+  bool ok = api_add_input(n, t, &t->view) && api_add_input(n, index, iv) && api_add_input(n, src, &cv);
   graph_view whole = graph_view_contiguous(t->view.ndim, t->view.sizes);
-  int st = api_assign(t, n, &whole, fn);
+  int st = ok ? api_assign(t, n, &whole, fn) : api_status();
   graph_node_release(n);
   kiln_release(conv);
   return st;
@@ -183,7 +183,7 @@ static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_
  * are resolved (the last write wins). The index was forced and checked by
  * api_index_check. malloc'ed [size], or NULL with the error set. */
 static int64_t *last_writer(kiln_tensor *index, int64_t size, const char *fn) {
-  int64_t *inv = malloc(sizeof *inv * (size_t)(size > 0 ? size : 1));
+  int64_t *inv = graph_malloc(sizeof *inv * (size_t)(size > 0 ? size : 1));
   if (!inv) {
     api_error(KILN_ERR_OOM, fn, "out of memory");
     return NULL;
@@ -212,7 +212,7 @@ static int64_t *last_writer(kiln_tensor *index, int64_t size, const char *fn) {
  * value has t's dtype and broadcasts to t's sizes. */
 static int write_selected(kiln_tensor *t, int d, const int64_t *inv, kiln_tensor *value, const char *fn) {
   int64_t size = t->view.sizes[d];
-  uint8_t *sel = malloc((size_t)(size > 0 ? size : 1));
+  uint8_t *sel = graph_malloc((size_t)(size > 0 ? size : 1));
   if (!sel) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int64_t j = 0; j < size; j++) sel[j] = inv[j] >= 0;
   api_untracked_begin();
@@ -236,7 +236,7 @@ static int copy_slices(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor *s
   if (graph_view_numel(&index->view) == 0 || graph_view_numel(&t->view) == 0) return KILN_OK;
   int64_t *inv = last_writer(index, size, fn);
   if (!inv) return api_status();
-  int64_t *from = malloc(sizeof *from * (size_t)size);
+  int64_t *from = graph_malloc(sizeof *from * (size_t)size);
   if (!from) {
     free(inv);
     return api_error(KILN_ERR_OOM, fn, "out of memory");
@@ -333,7 +333,7 @@ static bool check_scatter_sizes(kiln_tensor *t, int d, kiln_tensor *index, kiln_
  * -1. malloc'ed [numel(t)], or NULL with the error set. */
 static int64_t *last_writer_elems(kiln_tensor *t, int d, kiln_tensor *index, const char *fn) {
   int64_t n = graph_view_numel(&t->view), cs[KILN_MAX_DIMS];
-  int64_t *inv = malloc(sizeof *inv * (size_t)(n > 0 ? n : 1));
+  int64_t *inv = graph_malloc(sizeof *inv * (size_t)(n > 0 ? n : 1));
   if (!inv) {
     api_error(KILN_ERR_OOM, fn, "out of memory");
     return NULL;
@@ -366,7 +366,7 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
   int64_t n = graph_view_numel(&t->view);
   if (graph_view_numel(&index->view) == 0 || n == 0) return KILN_OK;
   int64_t *inv = last_writer_elems(t, d, index, fn);
-  uint8_t *sel = inv ? malloc((size_t)n) : NULL;
+  uint8_t *sel = inv ? graph_malloc((size_t)n) : NULL;
   if (!sel) {
     free(inv);
     return inv ? api_error(KILN_ERR_OOM, fn, "out of memory") : api_status();

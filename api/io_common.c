@@ -140,7 +140,7 @@ static int write_elems(io_writer *w, const graph_view *v, size_t esize, const ch
   int64_t numel = graph_view_numel(v);
   if (graph_view_is_contiguous(v)) return io_write(w, base + (size_t)v->offset * esize, (size_t)numel * esize);
   int64_t chunk = (int64_t)((1u << 20) / esize);
-  char *tmp = malloc((size_t)chunk * esize);
+  char *tmp = graph_malloc((size_t)chunk * esize);
   if (!tmp) return w->status = api_error(KILN_ERR_OOM, w->fn, "out of memory");
   graph_walk it;
   graph_walk_init(&it, v, 0);

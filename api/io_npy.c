@@ -264,7 +264,7 @@ static int read_header(io_reader *r, npy_header *h, int64_t *data_off) {
   int64_t hoff = 0;
   uint32_t hlen = 0;
   if (read_preamble(r, &hoff, &hlen) != KILN_OK) return api_status();
-  char *text = malloc(hlen ? hlen : 1);
+  char *text = graph_malloc(hlen ? hlen : 1);
   if (!text) return api_error(KILN_ERR_OOM, r->fn, "out of memory");
   int st = io_read_at(r, hoff, text, hlen, "the header");
   if (st == KILN_OK) {

@@ -145,7 +145,7 @@ static int by_offset(const void *a, const void *b) {
 
 /* The tensors cover [0, data_size) exactly: no hole, no overlap. */
 static int check_coverage(st_file *f) {
-  const st_entry **order = malloc(sizeof *order * (size_t)(f->n > 0 ? f->n : 1));
+  const st_entry **order = graph_malloc(sizeof *order * (size_t)(f->n > 0 ? f->n : 1));
   if (!order) return api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
   for (int i = 0; i < f->n; i++) order[i] = &f->e[i];
   qsort(order, (size_t)f->n, sizeof *order, by_offset);
@@ -193,7 +193,7 @@ static int read_json(st_file *f) {
   if (n < 2 || n > ST_MAX_HEADER || n > (uint64_t)(f->r.size - 8))
     return api_error(KILN_ERR_IO, f->r.fn, "%s: header size %llu is impossible for a file of %lld bytes (limit %d)",
                      f->r.path, (unsigned long long)n, (long long)f->r.size, ST_MAX_HEADER);
-  char *text = malloc((size_t)n);
+  char *text = graph_malloc((size_t)n);
   if (!text) return api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
   int st = io_read_at(&f->r, 8, text, (size_t)n, "the header");
   if (st == KILN_OK && text[0] != '{')
@@ -220,7 +220,7 @@ static int st_open(st_file *f, const char *path, const char *fn) {
   int st = read_json(f);
   if (st == KILN_OK) {
     size_t cap = json_object_size(f->root);
-    f->e = malloc(sizeof *f->e * (cap > 0 ? cap : 1));
+    f->e = graph_malloc(sizeof *f->e * (cap > 0 ? cap : 1));
     if (!f->e) st = api_error(KILN_ERR_OOM, fn, "out of memory");
   }
   const char *key;
@@ -297,11 +297,11 @@ static int load_all(st_file *f, char ***names_out, kiln_tensor ***ts_out) {
     return KILN_OK;
   }
   size_t cap = (size_t)f->n;
-  char **names = calloc(cap, sizeof *names);
-  kiln_tensor **ts = calloc(cap, sizeof *ts);
+  char **names = graph_calloc(cap, sizeof *names);
+  kiln_tensor **ts = graph_calloc(cap, sizeof *ts);
   int st = names && ts ? KILN_OK : api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
   for (int i = 0; i < f->n && st == KILN_OK; i++) {
-    names[i] = strdup(f->e[i].name);
+    names[i] = graph_strdup(f->e[i].name);
     ts[i] = names[i] ? load_entry(f, &f->e[i]) : NULL;
     if (!names[i])
       st = api_error(KILN_ERR_OOM, f->r.fn, "out of memory");
@@ -357,7 +357,7 @@ static int check_save_args(const char *path, int n, const char *const *names, ki
     if (strcmp(names[i], "__metadata__") == 0)
       return api_error(KILN_ERR_ARG, fn, "name %d: \"__metadata__\" is reserved by the format", i);
   }
-  st_name *sorted = malloc(sizeof *sorted * (size_t)(n > 0 ? n : 1));
+  st_name *sorted = graph_malloc(sizeof *sorted * (size_t)(n > 0 ? n : 1));
   if (!sorted) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n; i++) sorted[i] = (st_name){names[i], i};
   qsort(sorted, (size_t)n, sizeof *sorted, by_name);
@@ -414,7 +414,7 @@ static char *header_json(int n, const char *const *names, kiln_tensor *const *ts
   json_decref(root);
   if (st != KILN_OK) return NULL;
   size_t n0 = text ? strlen(text) : 0, padded = (n0 + 7) / 8 * 8;
-  char *out = text ? realloc(text, padded) : NULL;
+  char *out = text ? graph_realloc(text, padded) : NULL;
   if (!out) {
     free(text);
     api_error(KILN_ERR_OOM, fn, "out of memory");
@@ -443,8 +443,8 @@ KILN_API int kiln_save_safetensors(const char *path, int n, const char *const *n
   for (int i = 0; i < n; i++)
     if (!api_force(ts[i], fn)) return api_status();
   size_t cap = (size_t)(n > 0 ? n : 1);
-  int64_t *begin = malloc(sizeof *begin * cap);
-  int *order = malloc(sizeof *order * cap);
+  int64_t *begin = graph_malloc(sizeof *begin * cap);
+  int *order = graph_malloc(sizeof *order * cap);
   int st = begin && order ? KILN_OK : api_error(KILN_ERR_OOM, fn, "out of memory");
   char *header = NULL;
   size_t hlen = 0;

@@ -112,7 +112,7 @@ KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim) {
     api_error(KILN_ERR_UNSUPPORTED, fn, "the result would have more than %d dims", KILN_MAX_DIMS);
     return NULL;
   }
-  kiln_tensor **u = calloc((size_t)n, sizeof *u);
+  kiln_tensor **u = graph_calloc((size_t)n, sizeof *u);
   if (!u) {
     api_error(KILN_ERR_OOM, fn, "out of memory");
     return NULL;

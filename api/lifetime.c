@@ -19,9 +19,19 @@ typedef struct api_scope {
   int n, cap;
 } api_scope;
 
-static _Thread_local api_scope *scopes;
-static _Thread_local int n_scopes, cap_scopes;
+/* The scope stack: its first levels live in the thread's own storage, so
+ * opening a scope there cannot fail (a scope that failed to open would
+ * leave its tensors to no one); deeper levels are allocated. When they
+ * cannot be, the new scope is merged into the enclosing one (`merged`
+ * counts such levels, always the innermost): its tensors are released at
+ * that one's end instead. */
+#define INLINE_SCOPES 8
+static _Thread_local api_scope inline_scopes[INLINE_SCOPES];
+static _Thread_local api_scope *deep; /* levels INLINE_SCOPES.. */
+static _Thread_local int n_scopes, cap_deep, merged;
 static _Thread_local int untracked_depth;
+
+static api_scope *scope_at(int k) { return k < INLINE_SCOPES ? &inline_scopes[k] : &deep[k - INLINE_SCOPES]; }
 
 void api_untracked_begin(void) { untracked_depth++; }
 void api_untracked_end(void) { untracked_depth--; }
@@ -36,7 +46,7 @@ void api_untracked_end(void) { untracked_depth--; }
  * a double free at kiln_scope_end). False when no scope lists t. */
 static bool scope_remove(kiln_tensor *t) {
   for (int k = n_scopes - 1; k >= 0; k--) {
-    api_scope *s = &scopes[k];
+    api_scope *s = scope_at(k);
     for (int i = s->n - 1; i >= 0; i--) {
       if (s->items[i] != t) continue;
       s->items[i] = s->items[--s->n];
@@ -101,7 +111,7 @@ KILN_API void kiln_storage_release(kiln_storage *s) { storage_release(s, "kiln_s
 static bool scope_push(api_scope *s, kiln_tensor *t) {
   if (s->n == s->cap) {
     int cap = s->cap ? s->cap * 2 : 16;
-    kiln_tensor **items = realloc(s->items, sizeof *items * (size_t)cap);
+    kiln_tensor **items = graph_realloc(s->items, sizeof *items * (size_t)cap);
     if (!items) return false;
     s->items = items;
     s->cap = cap;
@@ -110,43 +120,58 @@ static bool scope_push(api_scope *s, kiln_tensor *t) {
   return true;
 }
 
+/* Room for one more level of the stack. */
+static bool scope_room(void) {
+  int need = n_scopes + 1 - INLINE_SCOPES;
+  if (need <= cap_deep) return true;
+  int cap = cap_deep ? cap_deep * 2 : 8;
+  api_scope *bigger = graph_realloc(deep, sizeof *bigger * (size_t)cap);
+  if (!bigger) return false;
+  deep = bigger;
+  cap_deep = cap;
+  return true;
+}
+
 KILN_API void kiln_scope_begin(void) {
-  if (n_scopes == cap_scopes) {
-    int cap = cap_scopes ? cap_scopes * 2 : 8;
-    api_scope *bigger = realloc(scopes, sizeof *bigger * (size_t)cap);
-    if (!bigger) {
-      api_error(KILN_ERR_OOM, "kiln_scope_begin", "out of memory");
-      return;
-    }
-    scopes = bigger;
-    cap_scopes = cap;
+  if (merged || !scope_room()) {
+    if (!merged)
+      api_error(KILN_ERR_OOM, "kiln_scope_begin",
+                "out of memory opening scope %d: merged into the enclosing scope, which releases its tensors",
+                n_scopes + 1);
+    merged++;
+    return;
   }
-  scopes[n_scopes++] = (api_scope){0};
+  *scope_at(n_scopes++) = (api_scope){0};
 }
 
 KILN_API void kiln_scope_end(void) {
+  if (merged) {
+    merged--;
+    return;
+  }
   if (n_scopes == 0) return;
-  api_scope *s = &scopes[--n_scopes];
+  api_scope *s = scope_at(--n_scopes);
   for (int i = 0; i < s->n; i++) {
     s->items[i]->scope_refs--; /* then refcount > scope_refs: a plain release */
     kiln_release(s->items[i]);
   }
   free(s->items);
-  if (n_scopes == 0) {
-    free(scopes);
-    scopes = NULL;
-    cap_scopes = 0;
+  *s = (api_scope){0};
+  if (n_scopes == INLINE_SCOPES) {
+    free(deep);
+    deep = NULL;
+    cap_deep = 0;
   }
 }
 
 KILN_API kiln_tensor *kiln_keep(kiln_tensor *t) {
-  if (!t || n_scopes == 0) return t;
-  api_scope *s = &scopes[n_scopes - 1];
+  if (!t || n_scopes == 0 || merged) return t; /* a merged scope's tensors are the enclosing one's already */
+  api_scope *s = scope_at(n_scopes - 1);
   for (int i = s->n - 1; i >= 0; i--) {
     if (s->items[i] != t) continue;
     s->items[i] = s->items[--s->n];
     if (n_scopes == 1) t->scope_refs--; /* to the caller */
-    else if (!scope_push(&scopes[n_scopes - 2], t)) {
+    else if (!scope_push(scope_at(n_scopes - 2), t)) {
       api_error(KILN_ERR_OOM, "kiln_keep", "out of memory");
       s->items[s->n++] = t; /* stays owned by the inner scope */
     }
@@ -162,7 +187,7 @@ KILN_API kiln_tensor *kiln_escape(kiln_tensor *t) {
 
 kiln_tensor *api_track(kiln_tensor *t) {
   if (!t || n_scopes == 0 || untracked_depth > 0) return t;
-  if (!scope_push(&scopes[n_scopes - 1], t)) {
+  if (!scope_push(scope_at(n_scopes - 1), t)) {
     api_error(KILN_ERR_OOM, "kiln_scope", "out of memory registering a tensor");
     kiln_release(t);
     return NULL;

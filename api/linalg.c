@@ -67,7 +67,7 @@ static bool broadcast_batch(mm_shape *s, const kiln_tensor *a, const kiln_tensor
   s->ndim = n + 2;
   for (int d = 0; d < n; d++) s->sizes[d] = batch[d];
   s->sizes[n] = M, s->sizes[n + 1] = N;
-  return true;
+  return api_check_sizes(s->ndim, s->sizes, fn); /* [n, 1] @ [1, n] of expanded operands */
 }
 
 static bool plan(mm_shape *s, const kiln_tensor *a, const kiln_tensor *b, const char *fn) {
@@ -117,12 +117,10 @@ static kiln_tensor *blas_product(kiln_tensor *a, kiln_tensor *b, const mm_shape 
   kiln_tensor *out = NULL;
   if ((ops[0]->storage->dtype == dtype) && (ops[1]->storage->dtype == dtype)) {
     graph_node *n = graph_node_new(GRAPH_OP_MATMUL, dtype, s->ndim, s->sizes);
-    if (n) {
-      n->cdtype = dtype;
-      graph_node_add_input(n, api_version(ops[0]), &cv[0]);
-      graph_node_add_input(n, api_version(ops[1]), &cv[1]);
-    }
-    out = api_tensor_from_node(n, fn);
+    if (n) n->cdtype = dtype;
+    if (n && api_add_input(n, ops[0], &cv[0]) && api_add_input(n, ops[1], &cv[1])) out = api_tensor_from_node(n, fn);
+    else if (n) graph_node_release(n);
+    else api_error(KILN_ERR_OOM, fn, "out of memory");
   }
   kiln_release(cast[0]);
   kiln_release(cast[1]);

@@ -54,7 +54,7 @@ static kiln_tensor *mask_as(kiln_tensor *mask, int ndim, const int64_t *sizes, c
  * the caller frees). NULL with the error set. */
 static uint8_t *read_bools(kiln_tensor *x, int64_t *n, const char *fn) {
   *n = graph_view_numel(&x->view);
-  uint8_t *b = malloc((size_t)(*n > 0 ? *n : 1));
+  uint8_t *b = graph_malloc((size_t)(*n > 0 ? *n : 1));
   if (!b) {
     api_error(KILN_ERR_OOM, fn, "out of memory");
     return NULL;
@@ -107,7 +107,7 @@ KILN_API int kiln_masked_fill_(kiln_tensor *t, kiln_tensor *mask, double value) 
 /* masked_copy_ once the mask m (t's sizes) has been read into sel [n]. */
 static int copy_selected(kiln_tensor *t, kiln_tensor *m, const uint8_t *sel, int64_t n, kiln_tensor *src,
                          const char *fn) {
-  int64_t *rank = malloc(sizeof *rank * (size_t)(n > 0 ? n : 1)), k = 0;
+  int64_t *rank = graph_malloc(sizeof *rank * (size_t)(n > 0 ? n : 1)), k = 0;
   if (!rank) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int64_t i = 0; i < n; i++) rank[i] = sel[i] ? k++ : 0;
   int64_t have = graph_view_numel(&src->view);
@@ -179,7 +179,7 @@ KILN_API kiln_tensor *kiln_masked_select(kiln_tensor *t, kiln_tensor *mask) {
   uint8_t *sel = read_bools(m, &n, fn);
   kiln_release(m);
   if (!sel) return NULL;
-  int64_t *pos = malloc(sizeof *pos * (size_t)(n > 0 ? n : 1));
+  int64_t *pos = graph_malloc(sizeof *pos * (size_t)(n > 0 ? n : 1));
   if (!pos) {
     free(sel);
     api_error(KILN_ERR_OOM, fn, "out of memory");
@@ -209,7 +209,7 @@ KILN_API kiln_tensor *kiln_nonzero(kiln_tensor *t) {
   if (!sel) return NULL;
   for (int64_t i = 0; i < n; i++) k += sel[i];
   int nd = t->view.ndim;
-  int64_t *coords = malloc(sizeof *coords * (size_t)(k * nd > 0 ? k * nd : 1)), row = 0;
+  int64_t *coords = graph_malloc(sizeof *coords * (size_t)(k * nd > 0 ? k * nd : 1)), row = 0;
   if (!coords) {
     free(sel);
     api_error(KILN_ERR_OOM, fn, "out of memory");

@@ -61,9 +61,9 @@ static int values_read(kiln_tensor *t, print_values *pv, const char *fn) {
   size_t esize = (size_t)graph_dtypes[d].size;
   *pv = (print_values){.is_int = !graph_is_float(d), .n = graph_view_numel(&t->view)};
   size_t n = (size_t)(pv->n > 0 ? pv->n : 1);
-  unsigned char *raw = malloc(n * esize);
-  if (pv->is_int) pv->ints = malloc(n * sizeof *pv->ints);
-  else pv->reals = malloc(n * sizeof *pv->reals);
+  unsigned char *raw = graph_malloc(n * esize);
+  if (pv->is_int) pv->ints = graph_malloc(n * sizeof *pv->ints);
+  else pv->reals = graph_malloc(n * sizeof *pv->reals);
   if (!raw || (!pv->ints && !pv->reals)) {
     free(raw);
     values_free(pv);

@@ -108,7 +108,7 @@ KILN_API int kiln_profile_print(FILE *f) {
   if (!f) return api_error(KILN_ERR_ARG, "kiln_profile_print", "f is NULL");
   rt_profile_snapshot_t s;
   if (!rt_profile_snapshot(&s)) return api_error(KILN_ERR_OOM, "kiln_profile_print", "out of memory");
-  profile_row *rows = malloc(sizeof *rows * (size_t)(s.n_records ? s.n_records : 1));
+  profile_row *rows = graph_malloc(sizeof *rows * (size_t)(s.n_records ? s.n_records : 1));
   if (!rows) {
     rt_profile_snapshot_free(&s);
     return api_error(KILN_ERR_OOM, "kiln_profile_print", "out of memory");
@@ -161,7 +161,7 @@ static bool add_thread_names(json_t *list, const rt_profile_snapshot_t *s) {
   int max_tid = 0;
   for (int i = 0; i < s->n_events; i++)
     if (s->events[i].tid > max_tid) max_tid = s->events[i].tid;
-  bool *seen = calloc((size_t)max_tid + 1, 1);
+  bool *seen = graph_calloc((size_t)max_tid + 1, 1);
   if (!seen) return false;
   bool ok = true;
   for (int i = 0; i < s->n_events; i++) seen[s->events[i].tid] = true;
@@ -211,7 +211,7 @@ KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *pat
   if (st != KILN_OK) return st;
   if (!path) return api_error(KILN_ERR_ARG, fn, "path is NULL");
   if (flags & ~KILN_DOT_AFTER_PASSES) return api_error(KILN_ERR_ARG, fn, "unknown flags 0x%x", (unsigned)flags);
-  graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
+  graph_node **nodes = graph_malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
   if (!nodes) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n; i++) {
     if (!ts[i]) {
@@ -219,6 +219,10 @@ KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *pat
       return api_error(KILN_ERR_ARG, fn, "tensor %d is NULL", i);
     }
     nodes[i] = api_version(ts[i]);
+    if (!nodes[i]) {
+      free(nodes);
+      return api_status();
+    }
   }
   FILE *f = fopen(path, "w");
   if (!f) {

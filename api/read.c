@@ -22,10 +22,7 @@ void api_set_auto_realize_limit(int64_t limit) {
   atomic_store_explicit(&auto_realize_limit, limit < 0 ? GRAPH_ENV_UNREAD : limit, memory_order_relaxed);
 }
 
-static int64_t read_auto_limit(void) {
-  const char *e = getenv("KILN_AUTO_REALIZE");
-  return e ? atoll(e) : 10000;
-}
+static int64_t read_auto_limit(void) { return graph_env_int("KILN_AUTO_REALIZE", 0, 10000, "pending nodes"); }
 
 static int64_t auto_limit(void) { return graph_env_once(&auto_realize_limit, read_auto_limit); }
 
@@ -58,8 +55,8 @@ graph_node *api_version(kiln_tensor *t) {
   if (d && d->n_inputs == 1 && d->inputs[0].node == v) return d;
   graph_node *n = graph_node_new(GRAPH_OP_DETACH, v->dtype, 1, &v->numel);
   if (!n) {
-    api_error(KILN_ERR_OOM, "kiln_detach", "out of memory");
-    return v;
+    api_error(KILN_ERR_OOM, "kiln_detach", "out of memory reading a detached tensor");
+    return NULL;
   }
   graph_view flat = graph_view_contiguous(1, &v->numel);
   graph_node_add_input(n, v, &flat);
@@ -67,6 +64,12 @@ graph_node *api_version(kiln_tensor *t) {
   t->detach_read = n;
   graph_node_release(d);
   return n;
+}
+
+bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view) {
+  graph_node *v = api_version(t);
+  if (v) graph_node_add_input(n, v, view);
+  return v != NULL;
 }
 
 static int force_nodes(graph_node *const *nodes, int n, const char *fn) {
@@ -101,7 +104,7 @@ const char *api_host_data(kiln_tensor *t, const char *fn, void **tmp) {
   if (!v) return NULL;
   const graph_buffer *b = v->buffer;
   if (b->device == KILN_CPU) return b->data;
-  *tmp = malloc((size_t)(b->bytes > 0 ? b->bytes : 1));
+  *tmp = graph_malloc((size_t)(b->bytes > 0 ? b->bytes : 1));
   if (!*tmp) {
     api_error(KILN_ERR_OOM, fn, "out of memory copying %lld bytes from the device", (long long)b->bytes);
     return NULL;
@@ -128,7 +131,7 @@ KILN_API int kiln_realize(kiln_tensor *t) {
 KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
   int st = api_check_list(ts, n, "tensor", "kiln_realize_many");
   if (st != KILN_OK) return st;
-  graph_node **nodes = malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
+  graph_node **nodes = graph_malloc(sizeof *nodes * (size_t)(n > 0 ? n : 1));
   if (!nodes) return api_error(KILN_ERR_OOM, "kiln_realize_many", "out of memory");
   for (int i = 0; i < n; i++) {
     if (!ts[i]) {

@@ -55,7 +55,10 @@ static kiln_tensor *reduce_node(kiln_tensor *t, uint32_t mask, bool keepdim, gra
   }
   n->cdtype = t->storage->dtype;
   graph_attr_set_reduce_mask(n, mask);
-  graph_node_add_input(n, api_version(t), v);
+  if (!api_add_input(n, t, v)) {
+    graph_node_release(n);
+    return NULL;
+  }
   kiln_tensor *r = api_tensor_from_node(n, fn);
   if (!r || keepdim) return r;
   graph_view sq = {.ndim = 0};

@@ -26,7 +26,10 @@ static kiln_tensor *scan(kiln_tensor *t, int dim, graph_op op, const char *fn) {
   }
   n->cdtype = in;
   graph_attr_set_reduce_mask(n, 1u << d);
-  graph_node_add_input(n, api_version(t), v);
+  if (!api_add_input(n, t, v)) {
+    graph_node_release(n);
+    return NULL;
+  }
   return api_tensor_from_node(n, fn);
 }
 

@@ -35,8 +35,13 @@ static const char *fmt_ints(char *buf, int n, const int *vals) {
   return api_fmt_sizes(buf, SIZES_BUF, k, wide);
 }
 
-/* A view of t: a view of a kiln_detach handle is detached too (Torch). */
+/* A view of t: a view of a kiln_detach handle is detached too (Torch).
+ * Views that repeat elements (expand, as_strided, unfold) can name more
+ * elements than any buffer could hold: sizes whose element count
+ * overflows are rejected as at creation (a copy of the view would need
+ * that buffer; every op's result would have that count). */
 static kiln_tensor *new_view(kiln_tensor *t, const graph_view *v, const char *fn) {
+  if (!api_check_sizes(v->ndim, v->sizes, fn)) return NULL;
   kiln_tensor *r = api_tensor(t->storage, v, fn);
   if (r) r->detached = t->detached;
   return r;
@@ -423,7 +428,10 @@ KILN_API kiln_tensor *kiln_view_as(kiln_tensor *t, const kiln_tensor *other) {
  * `device`. */
 static graph_node *copy_node(kiln_tensor *t, kiln_dtype dtype, kiln_device device) {
   graph_node *n = graph_node_new(GRAPH_OP_CAST, dtype, t->view.ndim, t->view.sizes);
-  if (n) graph_node_add_input(n, api_version(t), &t->view);
+  if (n && !api_add_input(n, t, &t->view)) {
+    graph_node_release(n);
+    return NULL;
+  }
   if (n) n->device = device;
   return n;
 }
@@ -561,7 +569,7 @@ KILN_API kiln_tensor *kiln_as_strided(kiln_tensor *t, int ndim, const int64_t *s
 static int store_pieces(kiln_tensor *t, int d, int64_t count, const int64_t *lens, int64_t size, kiln_tensor **out,
                         int max_out, const char *fn) {
   int n = count < max_out ? (int)count : max_out;
-  kiln_tensor *made[64], **pieces = n <= 64 ? made : calloc((size_t)n, sizeof *pieces);
+  kiln_tensor *made[64], **pieces = n <= 64 ? made : graph_calloc((size_t)n, sizeof *pieces);
   if (!pieces) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n; i++) {
     graph_view v = t->view;
@@ -596,7 +604,7 @@ static int split_last(kiln_tensor *t, int d, int64_t count, int64_t size, kiln_t
   if (count > 2147483647) return api_error(KILN_ERR_ARG, fn, "%lld pieces exceed an int", (long long)count);
   int64_t last = dim_size - size * (count - 1);
   int n = count < max_out ? (int)count : max_out;
-  int64_t lens_small[64], *lens = n <= 64 ? lens_small : malloc(sizeof *lens * (size_t)(n > 0 ? n : 1));
+  int64_t lens_small[64], *lens = n <= 64 ? lens_small : graph_malloc(sizeof *lens * (size_t)(n > 0 ? n : 1));
   if (!lens) return api_error(KILN_ERR_OOM, fn, "out of memory");
   for (int i = 0; i < n; i++) lens[i] = i == count - 1 ? last : size;
   int r = store_pieces(t, d, count, lens, size, out, max_out, fn);

@@ -15,6 +15,8 @@
  *    threads), so several kernels compile at once;
  *  - each kernel's symbol is unique (sanitised kernel name + counter) and
  *    gets its own ResourceTracker, removed again if compiling it fails;
+ *  - the test hook graph/fault.h counts each link as a GRAPH_FAULT_JIT
+ *    allocation; the armed one fails as a failed symbol lookup would;
  *  - nothing is printed: session errors are captured into the message, and
  *    each compile's LLVMContext has a diagnostic handler (diagnose) that
  *    drops remarks, warnings and notes (LLVM's default handler prints them
@@ -38,6 +40,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "llvm_backend.h"
+#include "fault.h"
 #include "llvm_internal.h"
 
 static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -293,6 +296,7 @@ static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *
   LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(g.jit));
   LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(g.jit, rt, obj); /* takes obj */
   LLVMOrcExecutorAddress addr = 0;
+  if (!e && graph_fault_hit(GRAPH_FAULT_JIT)) e = LLVMCreateStringError("lookup failed (KILN_FAULT_ALLOC: injected)");
   if (!e) e = LLVMOrcLLJITLookup(g.jit, &addr, sym);
   if (e) {
     rc = set_llvm_err(err, errlen, kname, "JIT: ", e);
@@ -315,6 +319,10 @@ static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *
 int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char *err, size_t errlen) {
   if (!k || !out) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
   const char *why = kir_verify(k);
+  if (why == kir_verify_oom) {
+    set_err(err, errlen, k->name, "out of memory verifying the kernel", NULL);
+    return KILN_ERR_OOM;
+  }
   if (why) return set_err(err, errlen, k->name, "invalid kernel: ", why);
   unsigned long long id = 0;
   int rc = acquire_id(&id, err, errlen, k->name);

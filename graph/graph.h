@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fault.h"
 #include "kiln/kiln.h"
 
 /* ----------------------------------------------------------- settings */
@@ -34,6 +35,15 @@ static inline int64_t graph_env_once(atomic_int_fast64_t *slot, int64_t (*read)(
   }
   return v;
 }
+
+/** The integer value of env `name` (decimal, surrounding blanks allowed),
+ *  or `fallback` when it is unset; a value that is not an integer ≥ min
+ *  gives `fallback` too, with one line on stderr ("kiln: NAME=abc is not a
+ *  non-negative integer; using 10000 <unit>"). graph/env.c. */
+int64_t graph_env_int(const char *name, int64_t min, int64_t fallback, const char *unit);
+/** The parse graph_env_int makes: a decimal integer ≥ min, surrounding
+ *  blanks allowed, into *out; false for anything else. */
+bool graph_env_parse_int(const char *s, int64_t min, int64_t *out);
 
 /** Name of a status code, e.g. "KILN_ERR_SHAPE" (static string): what
  *  kiln_status_name returns, for layers below the API. */
@@ -274,7 +284,8 @@ static inline uint64_t graph_dep_bit(uint64_t id) {
   return id ? 1ULL << ((id * 0x9E3779B97F4A7C15ULL) >> 58) : 0;
 }
 
-/** A pending node with no inputs yet (refcount 1). NULL on OOM. */
+/** A pending node with no inputs yet (refcount 1). NULL on OOM, and for
+ *  sizes whose buffer would not fit int64 bytes. */
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes);
 /** A realized node over a buffer (takes the caller's buffer reference). */
 graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel);
@@ -347,6 +358,10 @@ void graph_node_drop_history(graph_node *n);
 /** Live pending (unrealized) nodes in the process, for tests and the
  *  auto-realize threshold. */
 int64_t graph_pending_count(void);
+/** Live nodes (pending or realized) and live buffers in the process, for
+ *  tests (what a loop that is never forced keeps: the auto-force bound). */
+int64_t graph_live_nodes(void);
+int64_t graph_live_buffers(void);
 
 /** Uninitialised buffer of bytes (64-byte aligned). NULL on OOM. */
 graph_buffer *graph_buffer_alloc(int64_t bytes);

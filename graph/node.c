@@ -43,10 +43,12 @@ const graph_op_info graph_ops[GRAPH_OP_COUNT] = {
 };
 
 static atomic_uint_fast64_t next_node_id = 1;
-static atomic_int_fast64_t pending_nodes = 0;
+static atomic_int_fast64_t pending_nodes = 0, live_nodes = 0, live_buffers = 0;
 static atomic_uint_fast64_t next_storage_id = 1;
 
 int64_t graph_pending_count(void) { return atomic_load_explicit(&pending_nodes, memory_order_relaxed); }
+int64_t graph_live_nodes(void) { return atomic_load_explicit(&live_nodes, memory_order_relaxed); }
+int64_t graph_live_buffers(void) { return atomic_load_explicit(&live_buffers, memory_order_relaxed); }
 
 /* ------------------------------------------------------------ buffers */
 
@@ -59,8 +61,9 @@ void graph_set_allocator(const graph_allocator *a) { allocator = *a; }
 
 /* A buffer of refcount 1 over data [bytes]; callers say how it is freed. */
 static graph_buffer *new_buffer(void *data, int64_t bytes) {
-  graph_buffer *b = calloc(1, sizeof *b);
+  graph_buffer *b = graph_calloc(1, sizeof *b);
   if (!b) return NULL;
+  atomic_fetch_add_explicit(&live_buffers, 1, memory_order_relaxed);
   b->refcount = 1;
   b->data = data;
   b->bytes = bytes;
@@ -69,7 +72,7 @@ static graph_buffer *new_buffer(void *data, int64_t bytes) {
 
 graph_buffer *graph_buffer_alloc(int64_t bytes) {
   int64_t n = bytes > 0 ? bytes : 1;
-  void *data = allocator.alloc(n);
+  void *data = graph_fault_hit(GRAPH_FAULT_BUFFER) ? NULL : allocator.alloc(n);
   if (!data) return NULL;
   graph_buffer *b = graph_buffer_own(data, bytes, KILN_CPU, allocator.free);
   if (!b) allocator.free(data, n);
@@ -103,12 +106,23 @@ void graph_buffer_release(graph_buffer *b) {
   if (b->deleter) b->deleter(b->data, b->ctx);
   else if (!b->borrowed) b->free_fn(b->data, b->bytes > 0 ? b->bytes : 1);
   free(b);
+  atomic_fetch_sub_explicit(&live_buffers, 1, memory_order_relaxed);
 }
 
 /* -------------------------------------------------------------- nodes */
 
+/* Elements of sizes [ndim], or -1 when the buffer's bytes (8 per element
+ * at most) would not fit int64. */
+static int64_t checked_numel(int ndim, const int64_t *sizes) {
+  int64_t numel = 1;
+  for (int i = 0; i < ndim; i++)
+    if (sizes[i] < 0 || __builtin_mul_overflow(numel, sizes[i], &numel) || numel > INT64_MAX / 8) return -1;
+  return numel;
+}
+
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes) {
-  graph_node *n = calloc(1, sizeof *n);
+  if (checked_numel(ndim, sizes) < 0) return NULL; /* callers check sizes first: defence in depth */
+  graph_node *n = graph_calloc(1, sizeof *n);
   if (!n) return NULL;
   n->refcount = 1;
   n->id = atomic_fetch_add_explicit(&next_node_id, 1, memory_order_relaxed);
@@ -122,6 +136,7 @@ graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_
     n->numel *= sizes[i];
   }
   atomic_fetch_add_explicit(&pending_nodes, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
   return n;
 }
 
@@ -156,7 +171,7 @@ void graph_node_release(graph_node *n) {
   if (!n || !graph_unref(&n->refcount)) return;
   n->free_next = NULL;
   graph_node *work = n;
-  int64_t pending_freed = 0; /* one atomic update for the whole chain */
+  int64_t pending_freed = 0, freed = 0; /* one atomic update each for the whole chain */
   while (work) {
     graph_node *cur = work;
     work = cur->free_next;
@@ -167,10 +182,12 @@ void graph_node_release(graph_node *n) {
       work = in;
     }
     pending_freed += !cur->buffer && !cur->overwritten;
+    freed++;
     graph_buffer_release(cur->buffer);
     free(cur);
   }
   if (pending_freed) atomic_fetch_sub_explicit(&pending_nodes, pending_freed, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&live_nodes, freed, memory_order_relaxed);
 }
 
 /* Whether a gradient could flow from n into its inputs: the recipe worth
@@ -255,7 +272,7 @@ graph_view graph_attr_region(const graph_node *n) {
 /* ------------------------------------------------ storages and tensors */
 
 kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *version) {
-  kiln_storage *s = calloc(1, sizeof *s);
+  kiln_storage *s = graph_calloc(1, sizeof *s);
   if (!s) {
     graph_node_release(version);
     return NULL;
@@ -282,7 +299,7 @@ void graph_storage_set_version(kiln_storage *s, graph_node *v) {
 }
 
 kiln_tensor *graph_tensor_new(kiln_storage *s, const graph_view *v) {
-  kiln_tensor *t = calloc(1, sizeof *t);
+  kiln_tensor *t = graph_calloc(1, sizeof *t);
   if (!t) return NULL;
   t->refcount = 1;
   t->storage = s;

@@ -220,10 +220,10 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
 
 int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_node ***dropped_out) {
   int n = p->n;
-  graph_node **dropped = malloc(sizeof *dropped * (size_t)(2 * n * GRAPH_MAX_INPUTS + 1));
+  graph_node **dropped = graph_malloc(sizeof *dropped * (size_t)(2 * n * GRAPH_MAX_INPUTS + 1));
   cse_table t = {.cap = 16};
   while (t.cap < (size_t)n * 2) t.cap *= 2;
-  t.slots = calloc(t.cap, sizeof *t.slots);
+  t.slots = graph_calloc(t.cap, sizeof *t.slots);
   *dropped_out = NULL;
   if (!dropped || !t.slots) {
     free(dropped);

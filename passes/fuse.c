@@ -294,7 +294,7 @@ static bool stores_can_move(const pass_plan *p, const int *first, const int *las
 static void plan_outputs(pass_plan *p, graph_node *const *roots, int n_roots) {
   int n = p->n;
   if (n <= 0) return;
-  int *first = malloc(sizeof *first * (size_t)n * 2);
+  int *first = graph_malloc(sizeof *first * (size_t)n * 2);
   if (!first) return; /* no multi-output kernels: nothing is lost */
   int *last = first + n;
   kernel_span(p, first, last);

@@ -16,6 +16,7 @@
  * kir_to_string prints only the fields each op reads, so it is canonical:
  * floats with %a (NaN with its bits), ints in decimal.
  */
+#include "fault.h"
 #include "kir.h"
 
 #include <inttypes.h>
@@ -130,7 +131,7 @@ static int push(kir_kernel *k, kir_op op, kiln_dtype type) {
   if (k->n_uops == k->cap) {
     int cap = k->cap ? k->cap * 2 : 64;
     kir_uop *p = cap > k->cap && (size_t)cap <= SIZE_MAX / sizeof *p
-                     ? realloc(k->uops, (size_t)cap * sizeof *p)
+                     ? graph_realloc(k->uops, (size_t)cap * sizeof *p)
                      : NULL;
     if (!p) {
       k->oom = true;
@@ -261,7 +262,7 @@ void kir_sb_printf(kir_strbuf *sb, const char *fmt, ...) {
     }
     size_t cap = sb->cap ? sb->cap * 2 : 1024;
     while (cap < sb->n + (size_t)len + 1) cap *= 2;
-    char *q = realloc(sb->p, cap);
+    char *q = graph_realloc(sb->p, cap);
     if (!q) {
       sb->oom = true;
       return;
@@ -450,14 +451,16 @@ static const char *verify_uops(vstate *v) {
   return NULL;
 }
 
+const char kir_verify_oom[] = "out of memory";
+
 const char *kir_verify(const kir_kernel *k) {
   if (!k) return "kernel is NULL";
-  if (k->oom) return "kernel ran out of memory while being built";
+  if (k->oom) return kir_verify_oom; /* while being built */
   if (k->n_uops < 0 || (k->n_uops > 0 && !k->uops)) return "bad uop list";
   if (k->n_params < 0 || k->n_params > KIR_MAX_PARAMS) return "bad n_params";
   size_t n = (size_t)k->n_uops + 1;
-  vstate v = {k, malloc(n * sizeof(int)), calloc(n, sizeof(bool)), -1};
-  const char *e = v.outer && v.closed ? verify_uops(&v) : "out of memory in kir_verify";
+  vstate v = {k, graph_malloc(n * sizeof(int)), graph_calloc(n, sizeof(bool)), -1};
+  const char *e = v.outer && v.closed ? verify_uops(&v) : kir_verify_oom;
   free(v.outer);
   free(v.closed);
   return e;

@@ -153,6 +153,9 @@ bool kir_same_code(const kir_kernel *a, const kir_kernel *b);
  *  describing the first violation ("uop 7 (add): operand types differ"),
  *  in a thread-local buffer valid until this thread's next kir_verify. */
 const char *kir_verify(const kir_kernel *k);
+/** What kir_verify returns when the kernel's builder, or the check itself,
+ *  ran out of memory (compare the pointer: an OOM, not a bad kernel). */
+extern const char kir_verify_oom[];
 const char *kir_op_name(kir_op op);
 /** Number of operands op takes (0..3); -1 for an invalid op. */
 int kir_op_arity(kir_op op);

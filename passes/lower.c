@@ -1071,10 +1071,12 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b};
   int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
-  if (st == KILN_OK && k->oom) st = KILN_ERR_OOM;
-  if (st != KILN_OK) {
+  if (k->oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
+  if (st == KILN_ERR_OOM) snprintf(err, errlen, "out of memory lowering op %s", graph_ops[n->op].name);
+  else if (st != KILN_OK)
     snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, graph_status_name(st),
              c.full ? ": too many inputs for one kernel" : "");
+  if (st != KILN_OK) {
     kir_free(k);
     return st;
   }

@@ -21,10 +21,10 @@ static bool needs(const graph_node *in) { return in && !in->buffer && !pass_is_i
 
 static bool grow(pass_plan *p) {
   int cap = p->cap ? p->cap * 2 : 64;
-  graph_node **order = realloc(p->order, sizeof *order * (size_t)cap);
+  graph_node **order = graph_realloc(p->order, sizeof *order * (size_t)cap);
   if (!order) return false;
   p->order = order;
-  pass_entry *e = realloc(p->e, sizeof *e * (size_t)cap);
+  pass_entry *e = graph_realloc(p->e, sizeof *e * (size_t)cap);
   if (!e) return false;
   p->e = e;
   p->cap = cap;
@@ -45,7 +45,7 @@ static bool append(pass_plan *p, graph_node *x) {
 static bool push(pass_plan *p, int *depth, graph_node *x) {
   if (*depth == p->stack_cap) {
     int cap = p->stack_cap ? p->stack_cap * 2 : 64;
-    graph_node **items = realloc(p->stack, sizeof *items * (size_t)cap);
+    graph_node **items = graph_realloc(p->stack, sizeof *items * (size_t)cap);
     if (!items) return false;
     p->stack = items;
     p->stack_cap = cap;

@@ -119,7 +119,7 @@ static void merge_view(graph_view *v, int n_loops, const int *first, const int64
 
 bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out) {
   memset(out, 0, sizeof *out);
-  group *g = malloc(sizeof *g);
+  group *g = graph_malloc(sizeof *g);
   if (!g) return false;
   g->nodes[0] = root;
   g->n = 1;
@@ -130,7 +130,7 @@ bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *o
     free(g);
     return false;
   }
-  graph_node *copies = malloc(sizeof *copies * (size_t)g->n);
+  graph_node *copies = graph_malloc(sizeof *copies * (size_t)g->n);
   if (!copies) {
     free(g);
     return false;

@@ -9,7 +9,8 @@
  * to 1 MiB (aligned_alloc, 64-byte aligned); above that, multiples of
  * 2 MiB mapped with mmap at 2 MiB alignment and advised MADV_HUGEPAGE.
  * At most KILN_CACHE_BYTES (default 2 GiB) are kept; beyond that, frees go
- * back to the system. Installed into the graph layer by the first
+ * back to the system. A block larger than RAM + swap is refused (NULL:
+ * the force reports KILN_ERR_OOM). Installed into the graph layer by the first
  * realize (buffers made before keep the default allocator, which each
  * buffer records); the cache is emptied at exit. Thread-safe (one mutex).
  */
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 #include "runtime.h"
 
@@ -38,7 +40,8 @@ static struct {
   int64_t bytes;
 } large[N_LARGE];
 static int n_large;
-static int64_t cached_bytes, cache_limit = -1;
+static int64_t cached_bytes;
+static atomic_int_fast64_t cache_limit = GRAPH_ENV_UNREAD;
 
 static int64_t class_bytes(int64_t bytes) {
   if (bytes > SMALL_MAX) return (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
@@ -53,12 +56,12 @@ static int small_index(int64_t cls) {
   return i;
 }
 
-static int64_t limit(void) {
-  if (cache_limit < 0) {
-    const char *e = getenv("KILN_CACHE_BYTES");
-    cache_limit = e ? atoll(e) : (INT64_C(2) << 30);
-  }
-  return cache_limit;
+static int64_t read_limit(void) { return graph_env_int("KILN_CACHE_BYTES", 0, INT64_C(2) << 30, "bytes"); }
+
+static int64_t limit(void) { return graph_env_once(&cache_limit, read_limit); }
+
+void rt_alloc_set_cache_limit(int64_t bytes) {
+  atomic_store_explicit(&cache_limit, bytes < 0 ? GRAPH_ENV_UNREAD : bytes, memory_order_relaxed);
 }
 
 /* KILN_HUGEPAGES=0 leaves large blocks on the system's default pages. */
@@ -107,7 +110,25 @@ static void release_block(void *p, int64_t cls) {
   else munmap(p, (size_t)cls);
 }
 
+/* RAM + swap in bytes. A block larger than that can never be filled:
+ * where the kernel overcommits, mapping it would succeed and the first
+ * kernel writing it would get the process killed, so it is refused as out
+ * of memory (a lazy tensor that large is fine while nothing materializes
+ * it). */
+static int64_t read_memory_bytes(void) {
+  struct sysinfo si;
+  if (sysinfo(&si) != 0 || si.mem_unit == 0) return INT64_MAX;
+  uint64_t units = (uint64_t)si.totalram + (uint64_t)si.totalswap;
+  return units > (uint64_t)INT64_MAX / si.mem_unit ? INT64_MAX : (int64_t)(units * si.mem_unit);
+}
+
+static int64_t memory_bytes(void) {
+  static atomic_int_fast64_t bytes = GRAPH_ENV_UNREAD;
+  return graph_env_once(&bytes, read_memory_bytes);
+}
+
 static void *rt_alloc(int64_t bytes) {
+  if (bytes > memory_bytes()) return NULL;
   int64_t cls = class_bytes(bytes);
   pthread_mutex_lock(&lock);
   void *p = take_cached(cls);

@@ -163,7 +163,7 @@ int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out
   blas_mat a = operand(&n->inputs[0], in[0]), b = operand(&n->inputs[1], in[1]);
   char *scratch = NULL;
   if (a.pack || b.pack) {
-    scratch = malloc((size_t)((a.pack ? m * k : 0) + (b.pack ? k * nn : 0)) * (size_t)esz);
+    scratch = graph_malloc((size_t)((a.pack ? m * k : 0) + (b.pack ? k * nn : 0)) * (size_t)esz);
     if (!scratch) {
       snprintf(err, errlen, "out of memory packing a matmul operand");
       return KILN_ERR_OOM;
@@ -216,7 +216,7 @@ static cuda_gemm swapped(bool f64, const blas_mat *a, const blas_mat *b, const m
 
 /* K = 0: the product is zeros (uploaded; the device has no memset here). */
 static int upload_zeros(graph_buffer *out, char *err, size_t errlen) {
-  void *z = calloc(1, (size_t)(out->bytes > 0 ? out->bytes : 1));
+  void *z = graph_calloc(1, (size_t)(out->bytes > 0 ? out->bytes : 1));
   if (!z) {
     snprintf(err, errlen, "out of memory");
     return KILN_ERR_OOM;

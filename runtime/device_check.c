@@ -81,7 +81,7 @@ static bool first_time(uint64_t h) {
   if (h == 0) h = 1;
   if ((n_seen + 1) * 2 > cap_seen) {
     size_t cap = cap_seen ? cap_seen * 2 : 256;
-    uint64_t *tab = calloc(cap, sizeof *tab);
+    uint64_t *tab = graph_calloc(cap, sizeof *tab);
     if (!tab) return true;
     for (size_t i = 0; i < cap_seen; i++) {
       if (!seen[i]) continue;

@@ -45,7 +45,7 @@ int64_t rt_compile_count(void) { return compiles; }
 /* The key bytes of k (malloc'ed), or NULL on OOM. */
 static unsigned char *kernel_key(const kir_kernel *k, int path, size_t *len) {
   size_t uops = (size_t)k->n_uops * sizeof *k->uops, flags = (size_t)k->n_params;
-  unsigned char *key = malloc(uops + flags + 1);
+  unsigned char *key = graph_malloc(uops + flags + 1);
   if (!key) return NULL;
   memcpy(key, k->uops, uops);
   for (int p = 0; p < k->n_params; p++) key[uops + (size_t)p] = k->param_written[p];
@@ -89,7 +89,7 @@ static cache_entry *find_slot(cache_entry *tab, size_t cap, uint64_t h, const un
 
 static bool grow(void) {
   size_t cap = n_slots ? n_slots * 2 : 256;
-  cache_entry *tab = calloc(cap, sizeof *tab);
+  cache_entry *tab = graph_calloc(cap, sizeof *tab);
   if (!tab) return false;
   for (size_t i = 0; i < n_slots; i++)
     if (slots[i].key) *find_slot(tab, cap, slots[i].hash, slots[i].key, slots[i].len) = slots[i];
@@ -99,7 +99,8 @@ static bool grow(void) {
   return true;
 }
 
-static void cache_free_all(void) {
+/* Every entry (device builds unloaded). */
+static void free_entries(void) {
   for (size_t i = 0; i < n_slots; i++) {
     free(slots[i].key);
     rt_device_kernel_free(slots[i].dev);
@@ -107,7 +108,17 @@ static void cache_free_all(void) {
   free(slots);
   slots = NULL;
   n_slots = n_used = 0;
+}
+
+static void cache_free_all(void) {
+  free_entries();
   llvm_shutdown();
+}
+
+void rt_kernel_cache_clear(void) {
+  pthread_mutex_lock(&cache_lock);
+  free_entries();
+  pthread_mutex_unlock(&cache_lock);
 }
 
 /* Under cache_lock: the entry for key (NULL slot content = absent), NULL
@@ -145,10 +156,15 @@ static int build(const kir_kernel *k, int path, cache_entry *e, char *err, size_
  * parallel; when two threads compile the same kernel, the first to
  * finish is cached and both use it (a device build that loses the race
  * is unloaded). */
+static int oom(const kir_kernel *k, char *err, size_t errlen) {
+  snprintf(err, errlen, "out of memory looking kernel %s up", k->name);
+  return KILN_ERR_OOM;
+}
+
 static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, char *err, size_t errlen) {
   size_t len = 0;
   unsigned char *key = kernel_key(k, path, &len);
-  if (!key) return KILN_ERR_OOM;
+  if (!key) return oom(k, err, errlen);
   uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
   cache_entry *e = lookup(h, key, len);
@@ -157,7 +173,7 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
   pthread_mutex_unlock(&cache_lock);
   if (!e) {
     free(key);
-    return KILN_ERR_OOM;
+    return oom(k, err, errlen);
   }
   *cache_hit = hit;
   if (hit) {

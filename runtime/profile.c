@@ -71,7 +71,7 @@ const char *rt_thread_name(int tid) {
 static bool grow(void **p, int *cap, int n, size_t elem) {
   if (n < *cap) return true;
   int c = *cap ? *cap * 2 : 256;
-  void *bigger = realloc(*p, elem * (size_t)c);
+  void *bigger = graph_realloc(*p, elem * (size_t)c);
   if (!bigger) return false;
   *p = bigger;
   *cap = c;
@@ -89,7 +89,7 @@ static size_t name_slot(char **tab, size_t cap, const char *s) {
 static const char *intern(const char *s) {
   if (2 * (n_names + 1) > cap_names) {
     size_t cap = cap_names ? cap_names * 2 : 64;
-    char **tab = calloc(cap, sizeof *tab);
+    char **tab = graph_calloc(cap, sizeof *tab);
     if (!tab) return NULL;
     for (size_t i = 0; i < cap_names; i++)
       if (names[i]) tab[name_slot(tab, cap, names[i])] = names[i];
@@ -99,7 +99,7 @@ static const char *intern(const char *s) {
   }
   size_t i = name_slot(names, cap_names, s);
   if (!names[i]) {
-    names[i] = strdup(s);
+    names[i] = graph_strdup(s);
     if (!names[i]) return NULL;
     n_names++;
   }
@@ -186,8 +186,8 @@ bool rt_profile_snapshot(rt_profile_snapshot_t *s) {
   pthread_mutex_lock(&prof_lock);
   s->begin_ns = prof_begin_ns;
   s->end_ns = prof_end_ns ? prof_end_ns : rt_now_ns();
-  s->records = malloc(sizeof *s->records * (size_t)(n_records ? n_records : 1));
-  s->events = malloc(sizeof *s->events * (size_t)(n_events ? n_events : 1));
+  s->records = graph_malloc(sizeof *s->records * (size_t)(n_records ? n_records : 1));
+  s->events = graph_malloc(sizeof *s->events * (size_t)(n_events ? n_events : 1));
   bool ok = s->records && s->events;
   if (ok) {
     memcpy(s->records, records, sizeof *records * (size_t)n_records);

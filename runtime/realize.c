@@ -259,7 +259,7 @@ static void remember(sched_run *run, const rt_sched_kernel *k) {
   if (!run->cacheable) return;
   if (run->n_kernels == run->cap_kernels) {
     int cap = run->cap_kernels ? run->cap_kernels * 2 : 16;
-    rt_sched_kernel *ks = realloc(run->kernels, sizeof *ks * (size_t)cap);
+    rt_sched_kernel *ks = graph_realloc(run->kernels, sizeof *ks * (size_t)cap);
     if (!ks) {
       run->cacheable = false;
       return;
@@ -374,9 +374,15 @@ static void prefetch(sched_run *run, int n) {
   int count = 0;
   for (int i = 0; i < n; i++) count += needs_kernel(run->plan, i);
   if (count < 2 || rt_pool_threads() < 2 || rt_debug_level() >= 3) return;
-  run->jobs = malloc(sizeof *run->jobs * (size_t)count);
-  run->job_at = malloc(sizeof *run->job_at * (size_t)n);
-  if (!run->jobs || !run->job_at) return;
+  run->jobs = graph_malloc(sizeof *run->jobs * (size_t)count);
+  run->job_at = graph_malloc(sizeof *run->job_at * (size_t)n);
+  if (!run->jobs || !run->job_at) { /* no prefetch: each kernel compiles when it runs */
+    free(run->jobs);
+    free(run->job_at);
+    run->jobs = NULL;
+    run->job_at = NULL;
+    return;
+  }
   int n_jobs = 0;
   char err[512];
   for (int i = 0; i < n; i++) {
@@ -590,7 +596,7 @@ static void decide(graph_node *const *nodes, int n, sched_run *run, rt_decision 
     return;
   }
   pass_fuse(p, nodes, n, fusion_enabled());
-  *decided = run->cacheable ? malloc(sizeof **decided * (size_t)(p->n ? p->n : 1)) : NULL;
+  *decided = run->cacheable ? graph_malloc(sizeof **decided * (size_t)(p->n ? p->n : 1)) : NULL;
   if (*decided) rt_decisions_get(p, *decided);
   run->cacheable = *decided != NULL;
   prefetch(run, p->n);

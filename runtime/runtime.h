@@ -60,6 +60,11 @@ int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, ch
 uint64_t rt_hash_bytes(const unsigned char *p, size_t len);
 /** Number of kernels compiled so far (cache misses), for tests. */
 int64_t rt_compile_count(void);
+/** For tests (the allocation-failure walk): forgets every compiled
+ *  kernel, so the next forces compile again (their code stays in the JIT
+ *  until exit). Only while no force runs and no schedule is cached
+ *  (rt_schedule_cache_clear first: cached schedules hold entry points). */
+void rt_kernel_cache_clear(void);
 /** Fusion on (1) or off (0: one kernel per node), overriding KILN_FUSE;
  *  -1 goes back to the environment's choice. For tests. */
 void rt_set_fusion(int enabled);
@@ -130,6 +135,8 @@ void rt_schedule_insert(const unsigned char *key, size_t len, const rt_decision 
                         const rt_sched_kernel *ks, int nk);
 /** Schedule-cache hits so far (for tests and benchmarks). */
 int64_t rt_schedule_hits(void);
+/** For tests: empties the schedule cache. Only while no force runs. */
+void rt_schedule_cache_clear(void);
 
 /* ---- KILN_DEBUG_CACHE checks of schedule-cache hits (cache_check.c) ---- */
 /** Compares the cached decisions (applied to p) with a fresh pass_fuse
@@ -195,6 +202,10 @@ void rt_alloc_install(void);
 void rt_alloc_trim(void);
 /** Bytes held in the cache (free, ready for reuse). */
 int64_t rt_alloc_cached_bytes(void);
+/** At most `bytes` of freed buffers are kept (overriding env
+ *  KILN_CACHE_BYTES, a non-negative integer; default 2 GiB); -1 goes back
+ *  to the environment's value. For tests. */
+void rt_alloc_set_cache_limit(int64_t bytes);
 
 /* ---- profiler records (profile.c) ---- */
 /** True between rt_profile_begin and rt_profile_end (one relaxed load). */

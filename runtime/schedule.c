@@ -62,7 +62,7 @@ static __attribute__((noinline)) bool grow_key(keybuf *k, size_t n) {
   if (k->oom) return false;
   size_t cap = k->cap ? k->cap * 2 : 4096;
   while (cap < k->len + n) cap *= 2;
-  unsigned char *p = realloc(k->p, cap);
+  unsigned char *p = graph_realloc(k->p, cap);
   if (!p) {
     k->oom = true;
     return false;
@@ -155,8 +155,8 @@ static size_t ext_hash(const graph_node *x, int cap) {
 
 static bool ext_grow(ext_table *t) {
   int cap = t->cap ? t->cap * 2 : 64;
-  const graph_node **nodes = calloc((size_t)cap, sizeof *nodes);
-  int32_t *number = malloc(sizeof *number * (size_t)cap), *slot = malloc(sizeof *slot * (size_t)(cap / 2));
+  const graph_node **nodes = graph_calloc((size_t)cap, sizeof *nodes);
+  int32_t *number = graph_malloc(sizeof *number * (size_t)cap), *slot = graph_malloc(sizeof *slot * (size_t)(cap / 2));
   int n_moved = 0;
   if (!nodes || !number || !slot) {
     free(nodes);
@@ -321,7 +321,7 @@ static rt_schedule **find_slot(rt_schedule **tab, size_t cap, uint64_t h, const 
 
 static bool grow(void) {
   size_t cap = n_slots ? n_slots * 2 : 64;
-  rt_schedule **tab = calloc(cap, sizeof *tab);
+  rt_schedule **tab = graph_calloc(cap, sizeof *tab);
   if (!tab) return false;
   for (size_t i = 0; i < n_slots; i++)
     if (slots[i]) *find_slot(tab, cap, slots[i]->hash, slots[i]->key, slots[i]->len) = slots[i];
@@ -340,6 +340,14 @@ static void free_schedule(rt_schedule *s) {
   free(s);
 }
 
+static void free_entries(void) {
+  for (size_t i = 0; i < n_slots; i++) free_schedule(slots[i]);
+  free(slots);
+  slots = NULL;
+  n_slots = n_used = 0;
+  cached_bytes = 0;
+}
+
 /* At exit: every entry, and the exiting thread's key buffer (another
  * thread's buffer is freed by the thread-exit handler below). */
 static void free_all(void) {
@@ -347,10 +355,13 @@ static void free_all(void) {
   free(key_buf.p);
   key_buf = (keybuf){0};
   free_key_ext();
-  for (size_t i = 0; i < n_slots; i++) free_schedule(slots[i]);
-  free(slots);
-  slots = NULL;
-  n_slots = n_used = 0;
+  free_entries();
+}
+
+void rt_schedule_cache_clear(void) {
+  pthread_mutex_lock(&sched_lock);
+  free_entries();
+  pthread_mutex_unlock(&sched_lock);
 }
 
 const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len) {
@@ -393,11 +404,11 @@ const rt_sched_kernel *rt_schedule_kernel(const rt_schedule *s, int pos) {
 
 static rt_schedule *build(unsigned char *key, size_t len, const rt_decision *decided, int n,
                           const rt_sched_kernel *ks, int nk) {
-  rt_schedule *s = calloc(1, sizeof *s);
+  rt_schedule *s = graph_calloc(1, sizeof *s);
   if (!s) return NULL;
-  s->decided = malloc(sizeof *s->decided * (size_t)(n ? n : 1));
-  s->kernel_at = malloc(sizeof *s->kernel_at * (size_t)(n ? n : 1));
-  s->kernels = malloc(sizeof *s->kernels * (size_t)(nk ? nk : 1));
+  s->decided = graph_malloc(sizeof *s->decided * (size_t)(n ? n : 1));
+  s->kernel_at = graph_malloc(sizeof *s->kernel_at * (size_t)(n ? n : 1));
+  s->kernels = graph_malloc(sizeof *s->kernels * (size_t)(nk ? nk : 1));
   if (!s->decided || !s->kernel_at || !s->kernels) {
     free_schedule(s);
     return NULL;
@@ -420,7 +431,7 @@ static rt_schedule *build(unsigned char *key, size_t len, const rt_decision *dec
 
 /* Every position and slot of the entry lies inside its schedule. */
 static bool entry_valid(const rt_decision *decided, int n, const rt_sched_kernel *ks, int nk) {
-  uint8_t *n_inputs = malloc((size_t)(n ? n : 1));
+  uint8_t *n_inputs = graph_malloc((size_t)(n ? n : 1));
   bool ok = n_inputs != NULL && nk <= n;
   for (int i = 0; ok && i < n; i++) {
     n_inputs[i] = decided[i].n_inputs;
@@ -435,7 +446,7 @@ static bool entry_valid(const rt_decision *decided, int n, const rt_sched_kernel
 void rt_schedule_insert(const unsigned char *key_bytes, size_t len, const rt_decision *decided, int n,
                         const rt_sched_kernel *ks, int nk) {
   if (!entry_valid(decided, n, ks, nk)) return;
-  unsigned char *key = malloc(len ? len : 1);
+  unsigned char *key = graph_malloc(len ? len : 1);
   if (!key) return;
   memcpy(key, key_bytes, len);
   static bool registered;
