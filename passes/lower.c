@@ -66,6 +66,12 @@ bool pass_is_inlined(const graph_node *n) {
   return !n->buffer && (n->op == GRAPH_OP_FULL || n->op == GRAPH_OP_ARANGE);
 }
 
+bool pass_whole_write(const graph_node *n) {
+  if (n->op != GRAPH_OP_ASSIGN) return false;
+  graph_view r = graph_attr_region(n);
+  return r.offset == 0 && graph_view_numel(&r) == n->numel && graph_view_is_contiguous(&r);
+}
+
 int64_t pass_parallel_extent(const kir_kernel *k) {
   for (int i = 0; i < k->n_uops; i++)
     if (k->uops[i].op == KIR_RANGE && k->uops[i].parallel) return k->uops[i].ival;
@@ -932,11 +938,14 @@ static void write_order(const graph_view *reg, int *perm) {
 }
 
 /* New version = old contents with the region overwritten by the value.
- * The region's offset is the last argument. */
+ * The region's offset is the last argument. A whole write overwrites
+ * every element: in place or not, its old contents are never read, and
+ * its region loop is the parallel one. */
 static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
-  if (!in_place) {
+  bool whole = pass_whole_write(n);
+  if (!in_place && !whole) {
     int r = kir_range(k, n->numel, true);
     kir_store(k, c->out, r, pass_cast_to(k, n->dtype, input_at(c, n, 0, &r)));
     kir_end(k, r);
@@ -946,7 +955,8 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   const graph_view *reg = &region;
   int ranges[KILN_MAX_DIMS] = {0}, perm[KILN_MAX_DIMS]; /* {0}: GCC cannot bound a decoded ndim */
   write_order(reg, perm);
-  for (int i = 0; i < reg->ndim; i++) ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], in_place && i == 0);
+  for (int i = 0; i < reg->ndim; i++)
+    ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], (in_place || whole) && i == 0);
   int val = input_at(c, n, 1, ranges);
   kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, n->dtype, val));
   for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);
@@ -993,8 +1003,9 @@ typedef enum kernel_cost { COST_OUTPUT, COST_INPUT, COST_REGION } kernel_cost;
  * bound); NULL: never a generated kernel (extern ops run in the runtime).
  * `prefix` starts the kernel's name; `rows`: it may consume fused row
  * reductions (lower_rows); `outputs`: it may store further results
- * (multi-output, fuse.c rule 7); `skips_old`: in place, it does not read
- * its first input (the old version it writes into). */
+ * (multi-output, fuse.c rule 7); `skips_old`: in place, or when it
+ * writes every element (pass_whole_write), it does not read its first
+ * input (the old version it writes into). */
 typedef struct kind_rules {
   char prefix;
   int (*lower)(lower_ctx *c, bool in_place);
@@ -1041,7 +1052,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->fargs = kir_param(c->k, KILN_F64, false);
   add_outputs(c);
   if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
-  walk(c, n, rules->skips_old && in_place);
+  walk(c, n, rules->skips_old && (in_place || pass_whole_write(n)));
   if (c->full) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0) return rules->rows && !c->b->n_outputs ? lower_rows(c) : KILN_ERR_UNSUPPORTED;
   return rules->lower(c, in_place);

@@ -81,6 +81,12 @@ bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n);
  *  rather than realized first (pending FULL/ARANGE sources). */
 bool pass_is_inlined(const graph_node *n);
 
+/** True when n is a whole-buffer write: an ASSIGN whose region is its
+ *  storage's whole contiguous extent (offset 0, contiguous, every
+ *  element). It never reads its old version, and its value is
+ *  elementwise over the region. */
+bool pass_whole_write(const graph_node *n);
+
 /** Lowers the kernel rooted at n (a node of plan p, fused as p decided)
  *  into k (initialised by this call) and fills *b. The nodes n stores
  *  (p's multi-output decision) are computed and stored too
