@@ -199,23 +199,57 @@ static bool reads(const graph_node *r, const graph_node *x) {
   return false;
 }
 
-/* r, or a producer fused into r (up to GROUP_DEPTH levels down), reads x. */
-#define GROUP_DEPTH 6
-static bool group_reads(const pass_plan *p, const graph_node *r, const graph_node *x, int depth) {
+/* The multi-output pass's state: the plan, kernel_span's first/last
+ * positions, and what the candidate host's kernel reads (mark_reads). */
+#define EXT_MAX 64
+typedef struct outputs {
+  pass_plan *p;
+  int *first, *last; /* [n] each */
+  int *read;         /* [n]: the walk whose group reads (or fuses) the plan node */
+  int walk;
+  int n_ext;
+  const graph_node *ext[EXT_MAX]; /* nodes outside the plan the group reads */
+} outputs;
+
+static void mark_group(outputs *o, const graph_node *r) {
   for (int i = 0; i < r->n_inputs; i++) {
     const graph_node *in = r->inputs[i].node;
-    if (in == x) return true;
-    if (pass_fused(p, in) && depth < GROUP_DEPTH && group_reads(p, in, x, depth + 1)) return true;
+    int at = pass_pos(o->p, in);
+    if (at < 0) {
+      if (!pass_is_inlined(in) && o->n_ext < EXT_MAX) o->ext[o->n_ext++] = in; /* beyond: less sharing seen */
+      continue;
+    }
+    if (o->read[at] == o->walk) continue;
+    o->read[at] = o->walk;
+    if (pass_fused(o->p, in)) mark_group(o, in);
   }
+}
+
+/* Marks what r's kernel reads: r's inputs and, through the producers
+ * fused into r, theirs, each fused node visited once (linear in the
+ * group's size however deep it is). */
+static void mark_reads(outputs *o, const graph_node *r) {
+  o->walk++;
+  o->n_ext = 0;
+  mark_group(o, r);
+}
+
+/* n is read in the group mark_reads marked last. */
+static bool marked(const outputs *o, const graph_node *n) {
+  int at = pass_pos(o->p, n);
+  if (at >= 0) return o->read[at] == o->walk;
+  for (int i = 0; i < o->n_ext; i++)
+    if (o->ext[i] == n) return true;
   return false;
 }
 
-/* r's kernel reads p, or reads a buffer p reads. */
-static bool shares_loop(const pass_plan *p, const graph_node *x, const graph_node *r) {
-  if (group_reads(p, r, x, 0)) return true;
+/* r's kernel reads x, or reads a buffer x reads. */
+static bool shares_loop(outputs *o, const graph_node *x, const graph_node *r) {
+  mark_reads(o, r);
+  if (marked(o, x)) return true;
   for (int i = 0; i < x->n_inputs; i++) {
     const graph_node *in = x->inputs[i].node;
-    if (!pass_is_inlined(in) && !pass_fused(p, in) && group_reads(p, r, in, 0)) return true;
+    if (!pass_is_inlined(in) && !pass_fused(o->p, in) && marked(o, in)) return true;
   }
   return false;
 }
@@ -255,7 +289,8 @@ static void kernel_span(const pass_plan *p, int *first, int *last) {
 /* The host for x = order[i]: the last kernel that can store it before
  * x's value is first needed from a buffer. *later: some kernel after the
  * host reads x. */
-static int find_host(pass_plan *p, int i, const int *first, const int *last, bool *later) {
+static int find_host(outputs *o, int i, bool *later) {
+  pass_plan *p = o->p;
   graph_node *x = p->order[i];
   int n = p->n, host = -1;
   int needed = n, latest = -1, seen = 0; /* the first and last positions whose kernels read x */
@@ -264,12 +299,12 @@ static int find_host(pass_plan *p, int i, const int *first, const int *last, boo
     bool same = r->device == x->device && r->ndim == x->ndim &&
                 !memcmp(r->sizes, x->sizes, sizeof *x->sizes * (size_t)x->ndim);
     if (j <= needed && same && plain_kernel(p, j) && p->e[j].host < 0 && n_stores(p, j) < PASS_MAX_OUTPUTS &&
-        shares_loop(p, x, r))
+        shares_loop(o, x, r))
       host = j;
     if (!reads(r, x)) continue;
     seen++;
-    if (first[j] < needed) needed = first[j];
-    if (last[j] > latest) latest = last[j];
+    if (o->first[j] < needed) needed = o->first[j];
+    if (o->last[j] > latest) latest = o->last[j];
   }
   if (host > needed) host = -1;
   /* a reader beyond the window comes after the host too */
@@ -281,12 +316,13 @@ static int find_host(pass_plan *p, int i, const int *first, const int *last, boo
  * host: they move along when the host has room for all and no kernel
  * before the host other than x's reads one of them from its buffer (what
  * x's kernel computed, the host computes inline). */
-static bool stores_can_move(const pass_plan *p, const int *first, const int *last, int at, int host) {
+static bool stores_can_move(outputs *o, int at, int host) {
+  pass_plan *p = o->p;
   if (n_stores(p, host) + 1 + n_stores(p, at) > PASS_MAX_OUTPUTS) return false;
   for (int s = p->e[at].stores; s >= 0; s = p->e[s].store_next)
     for (int j = s + 1; j < host; j++) {
-      bool in_x = j == at || p->e[j].host == at || (first[j] == at && last[j] == at);
-      if (reads(p->order[j], p->order[s]) && !in_x && first[j] < host) return false;
+      bool in_x = j == at || p->e[j].host == at || (o->first[j] == at && o->last[j] == at);
+      if (reads(p->order[j], p->order[s]) && !in_x && o->first[j] < host) return false;
     }
   return true;
 }
@@ -294,16 +330,22 @@ static bool stores_can_move(const pass_plan *p, const int *first, const int *las
 static void plan_outputs(pass_plan *p, graph_node *const *roots, int n_roots) {
   int n = p->n;
   if (n <= 0) return;
-  int *first = malloc(sizeof *first * (size_t)n * 2);
-  if (!first) return; /* no multi-output kernels: nothing is lost */
-  int *last = first + n;
-  kernel_span(p, first, last);
+  outputs *o = malloc(sizeof *o);
+  int *spans = malloc(sizeof *spans * (size_t)n * 3);
+  if (!o || !spans) { /* no multi-output kernels: nothing is lost */
+    free(o);
+    free(spans);
+    return;
+  }
+  *o = (outputs){.p = p, .first = spans, .last = spans + n, .read = spans + 2 * n};
+  for (int k = 0; k < n; k++) o->read[k] = 0;
+  kernel_span(p, o->first, o->last);
   for (int i = 0; i < n; i++) {
     if (!plain_kernel(p, i) || p->e[i].host >= 0) continue;
     bool later;
-    int host = find_host(p, i, first, last, &later);
+    int host = find_host(o, i, &later);
     if (host < 0 || !(later || is_root(p->order[i], roots, n_roots))) continue;
-    if (p->e[i].stores >= 0 && !stores_can_move(p, first, last, i, host)) continue;
+    if (p->e[i].stores >= 0 && !stores_can_move(o, i, host)) continue;
     for (int s = p->e[i].stores, next; s >= 0; s = next) { /* a chain: x's stores go to the host too */
       next = p->e[s].store_next;
       store_in(p, s, host);
@@ -311,7 +353,8 @@ static void plan_outputs(pass_plan *p, graph_node *const *roots, int n_roots) {
     p->e[i].stores = -1;
     store_in(p, i, host);
   }
-  free(first);
+  free(spans);
+  free(o);
 }
 
 /* ------------------------------------------------------------ the pass */
