@@ -6,7 +6,10 @@
  * A step records, per parameter, the update as ordinary lazy ops over the
  * parameter, its gradient and its state buffers, then writes the results
  * back with kiln_copy_ — state buffers first, the parameter last — so
- * nothing is forced: the next force of a parameter runs its update. Every
+ * nothing is forced: the next force of a parameter runs its update, one
+ * kernel writing the parameter and its state (the state's writes are
+ * whole-buffer writes of the parameter's sizes: passes/fuse.c rule 7
+ * lets the parameter's kernel store them). Every
  * value is read through a kiln_detach handle and every write is marked
  * no_grad (api_write_detached): no gradient flows through an update, and a
  * realized update keeps no recipe, so a parameter's previous value and the

@@ -5,7 +5,8 @@
  *
  * The cost function, in order:
  *  1. Requested nodes, in-place writes (ASSIGN) and sources are
- *     materialized: they are kernel roots. A reduction over a suffix of
+ *     materialized: they are kernel roots (a whole-buffer write may
+ *     still run inside a later kernel, rule 7). A reduction over a suffix of
  *     its input's dims (rows) is fused: its readers' kernel computes it
  *     once per row before using it (row fusion: softmax, layer norm,
  *     variance become one kernel per block of rows). Other reductions are
@@ -45,8 +46,24 @@
  *     stored by r's kernel (p->store_host = r) instead of a kernel of its
  *     own, so the loop over their shared inputs runs once: two forced
  *     results of one loop (`a+b`, `a*b`) read a and b once, and `y =
- *     exp(x)` forced with `z = y*2` writes y and z from one kernel. Only
- *     when nothing between p and r in the schedule reads p (r's kernel
+ *     exp(x)` forced with `z = y*2` writes y and z from one kernel.
+ *     A whole-buffer write p (an ASSIGN whose region is its storage's
+ *     whole contiguous extent: pass_whole_write) takes part as an
+ *     elementwise node of its region's sizes: its value is elementwise
+ *     over the region and it never reads its old version. It is stored
+ *     by a later elementwise kernel or write kernel r whose loop (its
+ *     sizes; a write's region's) has those sizes and that reads p, or
+ *     computes a node of p's value or reads one of its buffers — an
+ *     optimizer's parameter write r reads the new momentum p: one kernel
+ *     writes both, the momentum computed once, in registers. A write is a
+ *     storage's version, so it is always stored (never just recomputed).
+ *     The runtime writes it in place under the same rule as its own
+ *     kernel would (realize.c), else into a new buffer: the kernel writes
+ *     every element either way. Not into r when r overwrites p (p is r's
+ *     old version: the storage keeps one buffer only when p is written
+ *     there first). A write through a strided or partial view is not
+ *     whole and keeps its kernel.
+ *     Only when nothing between p and r in the schedule reads p (r's kernel
  *     runs at r's position, so p's buffer exists only from there on),
  *     both are on one device, neither is row-fused, r is stored by no
  *     other kernel, and r stores
@@ -184,13 +201,52 @@ static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) 
 
 #define HOST_WINDOW 64
 
+static bool on_its_device(const graph_node *n) {
+  for (int j = 0; j < n->n_inputs; j++)
+    if (n->inputs[j].node->device != n->device) return false;
+  return true;
+}
+
 /* An elementwise kernel root whose inputs are all on its device (not a
  * transfer between devices). */
 static bool plain_kernel(pass_plan *p, int i) {
   const graph_node *n = p->order[i];
-  bool pointwise = graph_op_is_pointwise(n->op);
-  for (int j = 0; pointwise && j < n->n_inputs; j++) pointwise = n->inputs[j].node->device == n->device;
-  return pointwise && !n->buffer && !p->e[i].fused && !depends_on_rows(p, n);
+  return graph_op_is_pointwise(n->op) && on_its_device(n) && !n->buffer && !p->e[i].fused &&
+         !depends_on_rows(p, n);
+}
+
+/* An in-place write kernel (ASSIGN root) whose inputs are all on its
+ * device and whose value needs no fused row reduction. */
+static bool write_kernel(pass_plan *p, int i) {
+  const graph_node *n = p->order[i];
+  return n->op == GRAPH_OP_ASSIGN && on_its_device(n) && !n->buffer && !p->e[i].fused && !depends_on_rows(p, n);
+}
+
+/* A kernel root another kernel may compute and store: an elementwise
+ * one, or a whole-buffer write (its value is elementwise over its
+ * region, its old version is not read). */
+static bool storable(pass_plan *p, int i) {
+  return plain_kernel(p, i) || (write_kernel(p, i) && pass_whole_write(p->order[i]));
+}
+
+/* order[j]'s kernel can store x: an elementwise kernel stores either
+ * kind; a write kernel stores whole writes — not the write it
+ * overwrites (x its old version: x's storage keeps one buffer only when
+ * x is written there first). */
+static bool can_host(pass_plan *p, int j, const graph_node *x) {
+  if (plain_kernel(p, j)) return true;
+  return x->op == GRAPH_OP_ASSIGN && write_kernel(p, j) && p->order[j]->inputs[0].node != x;
+}
+
+/* a and b loop over the same sizes: an ASSIGN over its region's, any
+ * other kernel root over its own. */
+static bool same_loop(const graph_node *a, const graph_node *b) {
+  graph_view ra, rb;
+  int na = a->ndim, nb = b->ndim;
+  const int64_t *sa = a->sizes, *sb = b->sizes;
+  if (a->op == GRAPH_OP_ASSIGN) ra = graph_attr_region(a), na = ra.ndim, sa = ra.sizes;
+  if (b->op == GRAPH_OP_ASSIGN) rb = graph_attr_region(b), nb = rb.ndim, sb = rb.sizes;
+  return na == nb && !memcmp(sa, sb, sizeof *sa * (size_t)na);
 }
 
 static bool reads(const graph_node *r, const graph_node *x) {
@@ -199,23 +255,75 @@ static bool reads(const graph_node *r, const graph_node *x) {
   return false;
 }
 
-/* r, or a producer fused into r (up to GROUP_DEPTH levels down), reads x. */
-#define GROUP_DEPTH 6
-static bool group_reads(const pass_plan *p, const graph_node *r, const graph_node *x, int depth) {
+/* The multi-output pass's state: the plan, kernel_span's first/last
+ * positions, and what the candidate host's kernel reads (mark_reads). */
+#define EXT_MAX 64
+typedef struct outputs {
+  pass_plan *p;
+  int *first, *last; /* [n] each */
+  int *read;         /* [n]: the walk whose group reads (or fuses) the plan node */
+  int *seen;         /* [n]: the walk that visited a node of a stored node's group */
+  int walk;
+  int n_ext;
+  const graph_node *ext[EXT_MAX]; /* nodes outside the plan the group reads */
+} outputs;
+
+static void mark_group(outputs *o, const graph_node *r) {
   for (int i = 0; i < r->n_inputs; i++) {
     const graph_node *in = r->inputs[i].node;
-    if (in == x) return true;
-    if (pass_fused(p, in) && depth < GROUP_DEPTH && group_reads(p, in, x, depth + 1)) return true;
+    int at = pass_pos(o->p, in);
+    if (at < 0) {
+      if (!pass_is_inlined(in) && o->n_ext < EXT_MAX) o->ext[o->n_ext++] = in; /* beyond: less sharing seen */
+      continue;
+    }
+    if (o->read[at] == o->walk) continue;
+    o->read[at] = o->walk;
+    if (pass_fused(o->p, in)) mark_group(o, in);
   }
+}
+
+/* Marks what r's kernel reads: r's inputs and, through the producers
+ * fused into r, theirs, each fused node visited once (linear in the
+ * group's size however deep it is: an optimizer's update reads its
+ * state 7 or more levels down). */
+static void mark_reads(outputs *o, const graph_node *r) {
+  o->walk++;
+  o->n_ext = 0;
+  mark_group(o, r);
+}
+
+/* n is read in the group mark_reads marked last. */
+static bool marked(const outputs *o, const graph_node *n) {
+  int at = pass_pos(o->p, n);
+  if (at >= 0) return o->read[at] == o->walk;
+  for (int i = 0; i < o->n_ext; i++)
+    if (o->ext[i] == n) return true;
   return false;
 }
 
-/* r's kernel reads p, or reads a buffer p reads. */
-static bool shares_loop(const pass_plan *p, const graph_node *x, const graph_node *r) {
-  if (group_reads(p, r, x, 0)) return true;
+/* The marked group computes or reads a node of v's group (v and the
+ * producers fused into it) or a buffer that group reads. */
+static bool group_meets(outputs *o, const graph_node *v) {
+  if (pass_is_inlined(v)) return false;
+  if (marked(o, v)) return true;
+  int at = pass_pos(o->p, v);
+  if (!pass_fused(o->p, v) || o->seen[at] == o->walk) return false;
+  o->seen[at] = o->walk;
+  for (int i = 0; i < v->n_inputs; i++)
+    if (group_meets(o, v->inputs[i].node)) return true;
+  return false;
+}
+
+/* r's kernel reads x, or reads a buffer x reads. A whole write reads
+ * only its value: r computes a node of that value's group too (it is
+ * fused into both), or reads a buffer the group reads. */
+static bool shares_loop(outputs *o, const graph_node *x, const graph_node *r) {
+  mark_reads(o, r);
+  if (marked(o, x)) return true;
+  if (x->op == GRAPH_OP_ASSIGN) return group_meets(o, x->inputs[1].node);
   for (int i = 0; i < x->n_inputs; i++) {
     const graph_node *in = x->inputs[i].node;
-    if (!pass_is_inlined(in) && !pass_fused(p, in) && group_reads(p, r, in, 0)) return true;
+    if (!pass_is_inlined(in) && !pass_fused(o->p, in) && marked(o, in)) return true;
   }
   return false;
 }
@@ -255,21 +363,21 @@ static void kernel_span(const pass_plan *p, int *first, int *last) {
 /* The host for x = order[i]: the last kernel that can store it before
  * x's value is first needed from a buffer. *later: some kernel after the
  * host reads x. */
-static int find_host(pass_plan *p, int i, const int *first, const int *last, bool *later) {
+static int find_host(outputs *o, int i, bool *later) {
+  pass_plan *p = o->p;
   graph_node *x = p->order[i];
   int n = p->n, host = -1;
   int needed = n, latest = -1, seen = 0; /* the first and last positions whose kernels read x */
   for (int j = i + 1; j < n && j <= i + HOST_WINDOW; j++) {
     graph_node *r = p->order[j];
-    bool same = r->device == x->device && r->ndim == x->ndim &&
-                !memcmp(r->sizes, x->sizes, sizeof *x->sizes * (size_t)x->ndim);
-    if (j <= needed && same && plain_kernel(p, j) && p->e[j].host < 0 && n_stores(p, j) < PASS_MAX_OUTPUTS &&
-        shares_loop(p, x, r))
+    bool same = r->device == x->device && same_loop(r, x);
+    if (j <= needed && same && can_host(p, j, x) && p->e[j].host < 0 && n_stores(p, j) < PASS_MAX_OUTPUTS &&
+        shares_loop(o, x, r))
       host = j;
     if (!reads(r, x)) continue;
     seen++;
-    if (first[j] < needed) needed = first[j];
-    if (last[j] > latest) latest = last[j];
+    if (o->first[j] < needed) needed = o->first[j];
+    if (o->last[j] > latest) latest = o->last[j];
   }
   if (host > needed) host = -1;
   /* a reader beyond the window comes after the host too */
@@ -278,32 +386,45 @@ static int find_host(pass_plan *p, int i, const int *first, const int *last, boo
 }
 
 /* x (position at) already stores other nodes and is to be stored by
- * host: they move along when the host has room for all and no kernel
- * before the host other than x's reads one of them from its buffer (what
- * x's kernel computed, the host computes inline). */
-static bool stores_can_move(const pass_plan *p, const int *first, const int *last, int at, int host) {
+ * host: they move along when the host has room for all, can store each
+ * of them, and no kernel before the host other than x's reads one of
+ * them from its buffer (what x's kernel computed, the host computes
+ * inline). */
+static bool stores_can_move(outputs *o, int at, int host) {
+  pass_plan *p = o->p;
   if (n_stores(p, host) + 1 + n_stores(p, at) > PASS_MAX_OUTPUTS) return false;
-  for (int s = p->e[at].stores; s >= 0; s = p->e[s].store_next)
+  for (int s = p->e[at].stores; s >= 0; s = p->e[s].store_next) {
+    if (!can_host(p, host, p->order[s])) return false;
     for (int j = s + 1; j < host; j++) {
-      bool in_x = j == at || p->e[j].host == at || (first[j] == at && last[j] == at);
-      if (reads(p->order[j], p->order[s]) && !in_x && first[j] < host) return false;
+      bool in_x = j == at || p->e[j].host == at || (o->first[j] == at && o->last[j] == at);
+      if (reads(p->order[j], p->order[s]) && !in_x && o->first[j] < host) return false;
     }
+  }
   return true;
 }
 
 static void plan_outputs(pass_plan *p, graph_node *const *roots, int n_roots) {
   int n = p->n;
   if (n <= 0) return;
-  int *first = graph_malloc(sizeof *first * (size_t)n * 2);
-  if (!first) return; /* no multi-output kernels: nothing is lost */
-  int *last = first + n;
-  kernel_span(p, first, last);
+  outputs *o = graph_malloc(sizeof *o);
+  int *spans = graph_malloc(sizeof *spans * (size_t)n * 4);
+  if (!o || !spans) { /* no multi-output kernels: nothing is lost */
+    free(o);
+    free(spans);
+    return;
+  }
+  *o = (outputs){.p = p, .first = spans, .last = spans + n, .read = spans + 2 * n, .seen = spans + 3 * n};
+  for (int k = 0; k < n; k++) o->read[k] = o->seen[k] = 0;
+  kernel_span(p, o->first, o->last);
   for (int i = 0; i < n; i++) {
-    if (!plain_kernel(p, i) || p->e[i].host >= 0) continue;
+    if (!storable(p, i) || p->e[i].host >= 0) continue;
     bool later;
-    int host = find_host(p, i, first, last, &later);
-    if (host < 0 || !(later || is_root(p->order[i], roots, n_roots))) continue;
-    if (p->e[i].stores >= 0 && !stores_can_move(p, first, last, i, host)) continue;
+    int host = find_host(o, i, &later);
+    /* an elementwise node needs a buffer only when requested or read
+     * after the host; a write is a storage's version: always */
+    bool kept = later || p->order[i]->op == GRAPH_OP_ASSIGN || is_root(p->order[i], roots, n_roots);
+    if (host < 0 || !kept) continue;
+    if (p->e[i].stores >= 0 && !stores_can_move(o, i, host)) continue;
     for (int s = p->e[i].stores, next; s >= 0; s = next) { /* a chain: x's stores go to the host too */
       next = p->e[s].store_next;
       store_in(p, s, host);
@@ -311,7 +432,8 @@ static void plan_outputs(pass_plan *p, graph_node *const *roots, int n_roots) {
     p->e[i].stores = -1;
     store_in(p, i, host);
   }
-  free(first);
+  free(spans);
+  free(o);
 }
 
 /* ------------------------------------------------------------ the pass */

@@ -66,6 +66,12 @@ bool pass_is_inlined(const graph_node *n) {
   return !n->buffer && (n->op == GRAPH_OP_FULL || n->op == GRAPH_OP_ARANGE);
 }
 
+bool pass_whole_write(const graph_node *n) {
+  if (n->op != GRAPH_OP_ASSIGN) return false;
+  graph_view r = graph_attr_region(n);
+  return r.offset == 0 && graph_view_numel(&r) == n->numel && graph_view_is_contiguous(&r);
+}
+
 int64_t pass_parallel_extent(const kir_kernel *k) {
   for (int i = 0; i < k->n_uops; i++)
     if (k->uops[i].op == KIR_RANGE && k->uops[i].parallel) return k->uops[i].ival;
@@ -99,7 +105,12 @@ static int view_index(kir_kernel *k, const graph_view *v, const int *idx, int of
 /* The producer's coordinates when the reader's view walks it dim by dim:
  * every non-broadcast reader dim has the stride of a distinct producer dim
  * and stays inside it, and the offset splits into per-dim starts. */
-static bool map_by_strides(kir_kernel *k, const graph_view *v, const graph_node *src, const int *idx, int *out) {
+typedef struct shape {
+  int ndim;
+  const int64_t *sizes;
+} shape;
+
+static bool map_by_strides(kir_kernel *k, const graph_view *v, const shape *src, const int *idx, int *out) {
   int64_t cs[KILN_MAX_DIMS], start[KILN_MAX_DIMS], off = v->offset;
   bool used[KILN_MAX_DIMS] = {false};
   graph_contiguous_strides(src->ndim, src->sizes, cs);
@@ -130,8 +141,10 @@ static bool map_by_strides(kir_kernel *k, const graph_view *v, const graph_node 
 }
 
 /* The producer's multi-index [src->ndim] for the reader's index `idx`
- * through view v of the producer's contiguous output. */
-static void map_index(kir_kernel *k, const graph_view *v, const graph_node *src, const int *idx, int *out) {
+ * through view v of a contiguous layout of the producer's sizes `src`
+ * (its output; or a whole write's region, the same layout as its
+ * storage). */
+static void map_index(kir_kernel *k, const graph_view *v, const shape *src, const int *idx, int *out) {
   if (map_by_strides(k, v, src, idx, out)) return;
   /* general case: split the flat index (a reshape of a strided view) */
   int flat = view_index(k, v, idx, v->offset ? kir_const_i(k, KIR_INDEX, v->offset) : -1);
@@ -357,14 +370,22 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
   return r;
 }
 
+static int written_value(lower_ctx *c, const graph_node *x, const int *ridx);
+
 /* Input i of n at n's index idx (in n's iteration dims). */
 static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   const graph_node *src = n->inputs[i].node;
   const graph_view *v = &n->inputs[i].view;
   if (is_fused(c, src) && graph_ops[src->op].kind == GRAPH_REDUCE) return row_read(c, src, v, idx);
+  if (is_fused(c, src) && src->op == GRAPH_OP_ASSIGN) { /* a whole write this kernel stores */
+    graph_view reg = graph_attr_region(src);
+    int ridx[KILN_MAX_DIMS];
+    map_index(c->k, v, &(shape){reg.ndim, reg.sizes}, idx, ridx);
+    return written_value(c, src, ridx);
+  }
   if (is_fused(c, src)) {
     int sidx[KILN_MAX_DIMS];
-    map_index(c->k, v, src, idx, sidx);
+    map_index(c->k, v, &(shape){src->ndim, src->sizes}, idx, sidx);
     return value_at(c, src, sidx);
   }
   const edge *e = find_edge(c, n, i);
@@ -374,18 +395,19 @@ static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   return pass_to_register(c->k, kir_load(c->k, e->param, flat));
 }
 
-/* A value already computed for n at the same index uops, or -1. Fused
- * nodes read by several readers at one index are computed once. */
-static int memo_find(const lower_ctx *c, const graph_node *n, const int *idx) {
+/* A value already computed for n at the same index uops (ndim of them),
+ * or -1. Fused nodes read by several readers at one index are computed
+ * once. */
+static int memo_find(const lower_ctx *c, const graph_node *n, const int *idx, int ndim) {
   for (int m = 0; m < c->n_memo; m++)
-    if (c->memo[m].n == n && memcmp(c->memo[m].idx, idx, sizeof(int) * (size_t)n->ndim) == 0) return c->memo[m].value;
+    if (c->memo[m].n == n && memcmp(c->memo[m].idx, idx, sizeof(int) * (size_t)ndim) == 0) return c->memo[m].value;
   return -1;
 }
 
-static int memo_add(lower_ctx *c, const graph_node *n, const int *idx, int value) {
+static int memo_add(lower_ctx *c, const graph_node *n, const int *idx, int ndim, int value) {
   if (c->n_memo < (int)(sizeof c->memo / sizeof c->memo[0])) {
     c->memo[c->n_memo].n = n;
-    memcpy(c->memo[c->n_memo].idx, idx, sizeof(int) * (size_t)n->ndim);
+    memcpy(c->memo[c->n_memo].idx, idx, sizeof(int) * (size_t)ndim);
     c->memo[c->n_memo++].value = value;
   }
   return value;
@@ -395,13 +417,26 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx);
 
 /* An elementwise node's value at its index idx, rounded to its dtype. */
 static int value_at(lower_ctx *c, const graph_node *n, const int *idx) {
-  int v = memo_find(c, n, idx);
+  int v = memo_find(c, n, idx, n->ndim);
   if (v >= 0) return v;
   if (n == c->spill && c->spill_stored) { /* written at this index by the reduction pass */
     graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
-    return memo_add(c, n, idx, pass_to_register(c->k, kir_load(c->k, c->out, view_index(c->k, &flat, idx, -1))));
+    int loaded = pass_to_register(c->k, kir_load(c->k, c->out, view_index(c->k, &flat, idx, -1)));
+    return memo_add(c, n, idx, n->ndim, loaded);
   }
-  return memo_add(c, n, idx, compute_at(c, n, idx));
+  return memo_add(c, n, idx, n->ndim, compute_at(c, n, idx));
+}
+
+/* A whole write's new value at index ridx of its region (which is its
+ * storage's contiguous layout): its value input there, rounded to its
+ * dtype as its buffer would hold it. Computed once per index, so the
+ * kernel that stores the write and reads it uses one register. */
+static int written_value(lower_ctx *c, const graph_node *x, const int *ridx) {
+  int ndim = graph_attr_region(x).ndim;
+  int v = memo_find(c, x, ridx, ndim);
+  if (v >= 0) return v;
+  v = pass_to_register(c->k, pass_cast_to(c->k, x->dtype, input_at(c, x, 1, ridx)));
+  return memo_add(c, x, ridx, ndim, v);
 }
 
 /* Torch converts tensor operands to the op's dtype first: when that is F16
@@ -511,6 +546,28 @@ static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
   store_node(c, c->root, c->out, ranges, value);
 }
 
+/* The further results of a multi-output kernel, at the loop index
+ * `ranges` (the root's sizes, or its region's for an in-place write:
+ * theirs too, fuse.c rule 7). An elementwise result goes to its
+ * contiguous index, a whole write to its region's, which is the same
+ * element of its storage; its buffer may be its old version's (written
+ * in place, maybe not 64-byte aligned), so its stores are plain. */
+static int store_outputs(lower_ctx *c, const int *ranges) {
+  for (int j = 0; j < c->b->n_outputs; j++) {
+    const graph_node *s = c->b->outputs[j];
+    if (s->op == GRAPH_OP_ASSIGN) {
+      graph_view reg = graph_attr_region(s);
+      int v = written_value(c, s, ranges);
+      kir_store(c->k, c->store_param[j], view_index(c->k, &reg, ranges, -1), pass_cast_to(c->k, s->dtype, v));
+      continue;
+    }
+    int v = value_at(c, s, ranges);
+    if (v < 0) return KILN_ERR_UNSUPPORTED;
+    store_node(c, s, c->store_param[j], ranges, v);
+  }
+  return KILN_OK;
+}
+
 /* Tile edge for transposed reads. */
 #define TILE 32
 
@@ -551,14 +608,9 @@ static int lower_elementwise(lower_ctx *c) {
   int res = value_at(c, r, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;
   store_contiguous(c, ranges, res);
-  for (int j = 0; j < c->b->n_outputs; j++) { /* same sizes as the root: same index */
-    const graph_node *s = c->b->outputs[j];
-    int v = value_at(c, s, ranges);
-    if (v < 0) return KILN_ERR_UNSUPPORTED;
-    store_node(c, s, c->store_param[j], ranges, v);
-  }
+  int st = store_outputs(c, ranges);
   close_ranges(k, n_loops, loops);
-  return KILN_OK;
+  return st;
 }
 
 /* Identity of a reduction in accumulator type t. */
@@ -932,11 +984,15 @@ static void write_order(const graph_view *reg, int *perm) {
 }
 
 /* New version = old contents with the region overwritten by the value.
- * The region's offset is the last argument. */
+ * The region's offset is the last argument. A whole write overwrites
+ * every element: in place or not, its old contents are never read, and
+ * its region loop is the parallel one. Results it stores besides its
+ * own (multi-output) are stored in the region loop. */
 static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
-  if (!in_place) {
+  bool whole = pass_whole_write(n);
+  if (!in_place && !whole) {
     int r = kir_range(k, n->numel, true);
     kir_store(k, c->out, r, pass_cast_to(k, n->dtype, input_at(c, n, 0, &r)));
     kir_end(k, r);
@@ -946,20 +1002,25 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   const graph_view *reg = &region;
   int ranges[KILN_MAX_DIMS] = {0}, perm[KILN_MAX_DIMS]; /* {0}: GCC cannot bound a decoded ndim */
   write_order(reg, perm);
-  for (int i = 0; i < reg->ndim; i++) ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], in_place && i == 0);
+  for (int i = 0; i < reg->ndim; i++)
+    ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], (in_place || whole) && i == 0);
   int val = input_at(c, n, 1, ranges);
   kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, n->dtype, val));
+  int st = store_outputs(c, ranges);
   for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);
-  return KILN_OK;
+  return st;
 }
 
-/* The extra outputs of a multi-output kernel (PARAM 3 + j), walked after
- * the root's group so their external reads join the kernel's. */
+/* The extra outputs of a multi-output kernel (PARAM 3 + j), walked
+ * before the root's group so their external reads join the kernel's. A
+ * stored write must be a whole one (its value is elementwise over its
+ * region); its old version is not read. */
 static void add_outputs(lower_ctx *c) {
   const pass_plan *p = c->plan;
   int at = pass_pos(p, c->host);
   for (int s = at >= 0 ? p->e[at].stores : -1; s >= 0 && !c->full; s = p->e[s].store_next) {
-    if (c->b->n_outputs == PASS_MAX_OUTPUTS) {
+    const graph_node *x = p->order[s];
+    if (c->b->n_outputs == PASS_MAX_OUTPUTS || (x->op == GRAPH_OP_ASSIGN && !pass_whole_write(x))) {
       c->full = true;
       break;
     }
@@ -969,7 +1030,7 @@ static void add_outputs(lower_ctx *c) {
     c->store_param[j] = kir_param(c->k, p->order[s]->dtype, true);
   }
   for (int j = 0; j < c->b->n_outputs && !c->full; j++)
-    if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], false);
+    if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], c->b->outputs[j]->op == GRAPH_OP_ASSIGN);
 }
 
 /* ------------------------------------------------- the table of kinds */
@@ -993,8 +1054,9 @@ typedef enum kernel_cost { COST_OUTPUT, COST_INPUT, COST_REGION } kernel_cost;
  * bound); NULL: never a generated kernel (extern ops run in the runtime).
  * `prefix` starts the kernel's name; `rows`: it may consume fused row
  * reductions (lower_rows); `outputs`: it may store further results
- * (multi-output, fuse.c rule 7); `skips_old`: in place, it does not read
- * its first input (the old version it writes into). */
+ * (multi-output, fuse.c rule 7); `skips_old`: in place, or when it
+ * writes every element (pass_whole_write), it does not read its first
+ * input (the old version it writes into). */
 typedef struct kind_rules {
   char prefix;
   int (*lower)(lower_ctx *c, bool in_place);
@@ -1011,7 +1073,7 @@ static const kind_rules kinds[GRAPH_KIND_COUNT] = {
     [GRAPH_GATHER] = {'G', root_elementwise, true, false, false, COST_OUTPUT},
     [GRAPH_REDUCE] = {'R', root_reduce, true, false, false, COST_INPUT},
     [GRAPH_SCAN] = {'P', root_scan, false, false, false, COST_OUTPUT},
-    [GRAPH_ASSIGN] = {'A', root_assign, false, false, true, COST_REGION},
+    [GRAPH_ASSIGN] = {'A', root_assign, false, true, true, COST_REGION},
     [GRAPH_EXTERN] = {'X', NULL, false, false, false, COST_OUTPUT},
 };
 
@@ -1041,7 +1103,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   c->fargs = kir_param(c->k, KILN_F64, false);
   add_outputs(c);
   if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
-  walk(c, n, rules->skips_old && in_place);
+  walk(c, n, rules->skips_old && (in_place || pass_whole_write(n)));
   if (c->full) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0) return rules->rows && !c->b->n_outputs ? lower_rows(c) : KILN_ERR_UNSUPPORTED;
   return rules->lower(c, in_place);

@@ -81,10 +81,18 @@ bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n);
  *  rather than realized first (pending FULL/ARANGE sources). */
 bool pass_is_inlined(const graph_node *n);
 
+/** True when n is a whole-buffer write: an ASSIGN whose region is its
+ *  storage's whole contiguous extent (offset 0, contiguous, every
+ *  element). It never reads its old version, its value is elementwise
+ *  over the region, and a multi-output kernel of the region's sizes may
+ *  store it (fuse.c rule 7). */
+bool pass_whole_write(const graph_node *n);
+
 /** Lowers the kernel rooted at n (a node of plan p, fused as p decided)
  *  into k (initialised by this call) and fills *b. The nodes n stores
  *  (p's multi-output decision) are computed and stored too
- *  (binding->outputs; elementwise roots only, else KILN_ERR_UNSUPPORTED).
+ *  (binding->outputs; elementwise and ASSIGN roots only, else
+ *  KILN_ERR_UNSUPPORTED; a stored ASSIGN must be a whole write).
  *  For ASSIGN, `in_place` says the output buffer already holds the old
  *  version: only the region is written. Returns KILN_OK, or an
  *  error with a message in err (KILN_ERR_UNSUPPORTED when the group needs

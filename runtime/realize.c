@@ -430,11 +430,17 @@ static bool from_cache(graph_node *n, int pos, sched_run *run, ready_kernel *rk,
   return true;
 }
 
-/* Buffers for a multi-output kernel's extra results. */
+/* Buffers for a multi-output kernel's extra results. A whole-buffer
+ * write among them (fuse.c rule 7) goes into its old version's buffer
+ * under the same rule as a write's own kernel (can_write_in_place; the
+ * old version's other readers get their copy first, before the inputs
+ * are bound), else into a new buffer: the kernel writes every element
+ * either way, so its code does not depend on the choice. */
 static int extra_outputs(const pass_binding *b, graph_buffer **outs, char *err, size_t errlen) {
   for (int j = 0; j < b->n_outputs; j++) {
     outs[j] = NULL;
-    int st = output_buffer((graph_node *)b->outputs[j], false, &outs[j], err, errlen);
+    graph_node *s = (graph_node *)b->outputs[j];
+    int st = output_buffer(s, can_write_in_place(s), &outs[j], err, errlen);
     if (st != KILN_OK) {
       for (int i = 0; i <= j; i++) graph_buffer_release(outs[i]);
       return st;

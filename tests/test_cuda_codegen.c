@@ -8,7 +8,8 @@
  * broadcasting, every unary and binary op of graph/ops.def on every dtype
  * that accepts it, casts between all dtypes, reductions (sum, prod, max,
  * min, argmax, row softmax, layer norm), writes through views and
- * transposed reads. Each distinct kernel is compiled by NVRTC for sm_80
+ * transposed reads, optimizer updates (one kernel writing the parameter
+ * and its state in place). Each distinct kernel is compiled by NVRTC for sm_80
  * (CUBIN) and compute_90 (PTX, then ptxas for sm_90); the test asserts
  * that none failed. Without NVRTC those tests skip, unless CI is set and
  * /usr/local/cuda exists or KILN_TEST_EXPECT_DEVICE=1 (then they must
@@ -533,6 +534,32 @@ static void chains(void) {
   kiln_scope_end();
 }
 
+/* Whole-buffer writes stored by a later kernel (multi-output, both
+ * buffers written in place): SGD with momentum and Adam updates (the
+ * parameter's write stores the state's), and a write stored by the
+ * elementwise kernel that reads it. */
+static void whole_writes(kiln_dtype dt) {
+  kiln_scope_begin();
+  int64_t sz[2] = {4, 9};
+  kiln_tensor *g = input(dt, 2, sz, 20), *p = kiln_clone(input(dt, 2, sz, 80)), *q = kiln_clone(p);
+  kiln_optimizer *sgd = kiln_sgd(&p, 1, 0.1, 0.9, 1e-4, true);
+  kiln_optimizer *adam = kiln_adam(&q, 1, 1e-3, 0.9, 0.999, 1e-8, 1e-2, true);
+  for (int t = 0; t < 3; t++) {
+    assert_int_equal(kiln_optimizer_step(sgd, &g), KILN_OK);
+    assert_int_equal(kiln_optimizer_step(adam, &g), KILN_OK);
+    kiln_tensor *both[2] = {p, q};
+    assert_int_equal(kiln_realize_many(both, 2), KILN_OK);
+  }
+  kiln_optimizer_free(sgd);
+  kiln_optimizer_free(adam);
+  kiln_tensor *b = kiln_clone(g);
+  force(b);
+  assert_int_equal(kiln_copy_(b, kiln_mul_scalar(b, 2)), KILN_OK);
+  kiln_tensor *out[2] = {b, kiln_exp(kiln_add(b, p))};
+  assert_int_equal(kiln_realize_many(out, 2), KILN_OK);
+  kiln_scope_end();
+}
+
 static void runtime_kernels_pass_nvrtc_and_ptxas(void **state) {
   (void)state;
   need_nvrtc();
@@ -551,6 +578,8 @@ static void runtime_kernels_pass_nvrtc_and_ptxas(void **state) {
   row_kernels(KILN_BF16);
   views(KILN_F32);
   views(KILN_BOOL);
+  whole_writes(KILN_F32);
+  whole_writes(KILN_BF16);
   rt_set_cuda_check(-1);
   rt_cuda_check_stats s;
   rt_cuda_check_get(&s);

@@ -17,6 +17,7 @@
 #include "lower.h"
 #include "runtime.h"
 #include "kernel_util.h"
+#include "test_util.h"
 
 typedef kiln_tensor *(*builder)(kiln_tensor *const *in);
 /* Builds several results into out[]; returns how many. */
@@ -324,6 +325,226 @@ static void multi_output_schedule_cache(void **state) {
   assert_true(rt_schedule_hits() > hits);
 }
 
+/* ------------------------------------ whole-buffer writes (rule 7) */
+
+/* Records in-place writes into b [nb] and p [np] (both wrapped from host
+ * arrays with kiln_from_blob) from g [np], and puts what to force in
+ * out[]; returns how many. */
+typedef int (*writes)(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out);
+
+enum { WN = 16 * 16, W_MAX = 4 };
+
+typedef struct write_run {
+  int kernels;
+  bool in_place;            /* b's and p's buffers are still the host arrays */
+  float bv[WN], pv[WN];     /* the arrays afterwards */
+  float got[W_MAX][2 * WN]; /* the forced results (F32, at most 2 WN each) */
+} write_run;
+
+/* Runs `rec` fused or not on the same data, forcing its results at once. */
+static void run_writes(writes rec, int64_t nb, bool fused, write_run *w) {
+  kiln_scope_begin();
+  kiln_manual_seed(5);
+  kiln_tensor *g = kiln_randn(KILN_F32, 1, (int64_t[]){WN});
+  assert_int_equal(kiln_realize(g), KILN_OK);
+  for (int i = 0; i < WN; i++) w->bv[i] = 0.25f * (float)(i % 9) - 1, w->pv[i] = 0.5f - 0.125f * (float)(i % 13);
+  kiln_tensor *b = kiln_from_blob(KILN_F32, 1, &nb, NULL, w->bv, NULL, NULL);
+  kiln_tensor *p = kiln_from_blob(KILN_F32, 1, (int64_t[]){WN}, NULL, w->pv, NULL, NULL);
+  rt_set_fusion(fused);
+  kiln_profile_begin();
+  kiln_tensor *out[W_MAX];
+  int n = rec(b, p, g, out);
+  assert_int_equal(kiln_realize_many(out, n), KILN_OK);
+  kiln_profile_end();
+  rt_set_fusion(-1);
+  w->kernels = kiln_profile_count();
+  for (int i = 0; i < n; i++) {
+    assert_true(kiln_numel(out[i]) <= 2 * WN);
+    assert_int_equal(kiln_read(out[i], w->got[i], (size_t)kiln_numel(out[i]) * sizeof(float)), KILN_OK);
+  }
+  w->in_place = kiln_data(b) == (const void *)w->bv && kiln_data(p) == (const void *)w->pv;
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* `rec` runs `want` kernels fused, writes b and p in place, and gives
+ * bit for bit the results of one kernel per node. */
+static void check_writes(writes rec, int64_t nb, int want) {
+  static write_run fused, plain;
+  run_writes(rec, nb, true, &fused);
+  run_writes(rec, nb, false, &plain);
+  assert_int_equal(fused.kernels, want);
+  assert_true(fused.in_place);
+  assert_true(plain.in_place);
+  assert_memory_equal(fused.bv, plain.bv, sizeof fused.bv);
+  assert_memory_equal(fused.pv, plain.pv, sizeof fused.pv);
+  assert_memory_equal(fused.got, plain.got, sizeof fused.got);
+}
+
+/* SGD with momentum: b = 0.9 b + g, p -= 0.1 b (the new b). */
+static int momentum(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  kiln_tensor *nb = kiln_add(kiln_mul_scalar(b, 0.9), g);
+  assert_int_equal(kiln_copy_(b, nb), KILN_OK);
+  assert_int_equal(kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(nb, 0.1))), KILN_OK); /* reads the value written */
+  out[0] = b, out[1] = p;
+  return 2;
+}
+static int momentum_reads_b(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  assert_int_equal(kiln_copy_(b, kiln_add(kiln_mul_scalar(b, 0.9), g)), KILN_OK);
+  assert_int_equal(kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(b, 0.1))), KILN_OK); /* reads b's new version */
+  out[0] = b, out[1] = p;
+  return 2;
+}
+/* 2-d views of both; the new b computed in F64 and rounded by the write:
+ * p's update reads the rounded value, as from b's buffer. */
+static int momentum_2d_f64(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  int64_t sz[2] = {8, 32};
+  kiln_tensor *b2 = kiln_view(b, 2, sz), *p2 = kiln_view(p, 2, sz), *g2 = kiln_view(g, 2, sz);
+  kiln_tensor *nb = kiln_add(kiln_mul_scalar(kiln_to_dtype(b2, KILN_F64), 0.9), kiln_to_dtype(g2, KILN_F64));
+  assert_int_equal(kiln_copy_(b2, nb), KILN_OK);
+  assert_int_equal(kiln_copy_(p2, kiln_sub(p2, kiln_mul_scalar(b2, 0.1))), KILN_OK);
+  out[0] = b2, out[1] = p2;
+  return 2;
+}
+/* p's update reads the new b transposed: b's value is computed at the
+ * transposed index for the read, and at the loop's index for the store. */
+static int reads_transposed(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  int64_t sz[2] = {16, 16};
+  kiln_tensor *b2 = kiln_view(b, 2, sz), *p2 = kiln_view(p, 2, sz), *g2 = kiln_view(g, 2, sz);
+  assert_int_equal(kiln_copy_(b2, kiln_add(kiln_mul_scalar(b2, 0.9), g2)), KILN_OK);
+  assert_int_equal(kiln_copy_(p2, kiln_sub(p2, kiln_mul_scalar(kiln_t(b2), 0.1))), KILN_OK);
+  out[0] = b2, out[1] = p2;
+  return 2;
+}
+/* An elementwise kernel of the write's sizes that reads the new b stores
+ * it too: y = b + p after b = 2 g. */
+static int read_by_elementwise(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  assert_int_equal(kiln_copy_(b, kiln_mul_scalar(g, 2)), KILN_OK);
+  out[0] = b, out[1] = kiln_exp(kiln_add(b, p));
+  return 2;
+}
+
+static void whole_writes_share_one_kernel(void **state) {
+  check_writes(momentum, WN, 1);
+  check_writes(momentum_reads_b, WN, 1);
+  check_writes(momentum_2d_f64, WN, 1);
+  check_writes(reads_transposed, WN, 1);
+  check_writes(read_by_elementwise, WN, 1);
+  /* the values themselves */
+  static write_run w;
+  run_writes(momentum, WN, true, &w);
+  float g[WN];
+  kiln_manual_seed(5);
+  kiln_tensor *gt = kiln_randn(KILN_F32, 1, (int64_t[]){WN});
+  assert_int_equal(kiln_read(gt, g, sizeof g), KILN_OK);
+  kiln_release(gt);
+  for (int i = 0; i < WN; i++) {
+    float b = 0.25f * (float)(i % 9) - 1, p = 0.5f - 0.125f * (float)(i % 13);
+    double nb = 0.9 * b + g[i];
+    assert_float_equal(w.bv[i], nb, 1e-6);
+    assert_float_equal(w.pv[i], p - 0.1 * nb, 1e-6);
+  }
+}
+
+/* The new b is read from its buffer between its write and p's (the sum):
+ * b's kernel runs first, as its own. */
+static int reader_between(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  assert_int_equal(kiln_copy_(b, kiln_add(kiln_mul_scalar(b, 0.9), g)), KILN_OK);
+  kiln_tensor *s = kiln_sum(b, 0, NULL, false);
+  assert_int_equal(kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(b, 0.1))), KILN_OK);
+  out[0] = b, out[1] = s, out[2] = p;
+  return 3;
+}
+/* b is written through a strided view (every other element): not a
+ * whole-buffer write, so not stored by p's kernel. */
+static int strided_region(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  kiln_tensor *bs = kiln_select(kiln_view(b, 2, (int64_t[]){WN / 2, 2}), 1, 0);
+  kiln_tensor *ps = kiln_narrow(p, 0, 0, WN / 2), *gs = kiln_narrow(g, 0, 0, WN / 2);
+  assert_int_equal(kiln_copy_(bs, kiln_add(kiln_mul_scalar(bs, 0.9), gs)), KILN_OK);
+  assert_int_equal(kiln_copy_(ps, kiln_sub(ps, kiln_mul_scalar(bs, 0.1))), KILN_OK);
+  out[0] = b, out[1] = p;
+  return 2;
+}
+/* b [WN / 2] is read broadcast by p's update [2, WN / 2]: other sizes. */
+static int other_sizes(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  int64_t sz[2] = {2, WN / 2};
+  assert_int_equal(kiln_copy_(b, kiln_add(kiln_mul_scalar(b, 0.9), kiln_narrow(g, 0, 0, WN / 2))), KILN_OK);
+  kiln_tensor *p2 = kiln_view(p, 2, sz);
+  assert_int_equal(kiln_copy_(p2, kiln_sub(p2, kiln_mul_scalar(kiln_expand(b, 2, sz), 0.1))), KILN_OK);
+  out[0] = b, out[1] = p;
+  return 2;
+}
+/* b written twice: the second write overwrites the first, whose storage
+ * keeps one buffer only when each is written there in turn. */
+static int written_twice(kiln_tensor *b, kiln_tensor *p, kiln_tensor *g, kiln_tensor **out) {
+  assert_int_equal(kiln_copy_(b, kiln_mul_scalar(g, 2)), KILN_OK);
+  assert_int_equal(kiln_copy_(b, kiln_add_scalar(kiln_mul_scalar(b, 3), 1)), KILN_OK);
+  assert_int_equal(kiln_copy_(p, kiln_sub(p, b)), KILN_OK);
+  out[0] = b, out[1] = p;
+  return 2;
+}
+
+static void whole_writes_not_stored(void **state) {
+  check_writes(reader_between, WN, 3);
+  check_writes(strided_region, WN, 2);
+  check_writes(other_sizes, WN / 2, 2);
+  check_writes(written_twice, WN, 2); /* the second write stores no first: p's kernel stores the second */
+}
+
+/* b's write reads 20 buffers, p's 12 more and b: more than one kernel
+ * takes, so p's kernel is lowered alone after b's write ran as its own
+ * (in place, values as unfused). */
+static void whole_write_too_wide(bool fused, float *bv, float *pv) {
+  kiln_scope_begin();
+  kiln_manual_seed(9);
+  kiln_tensor *in[33];
+  for (int i = 0; i < 33; i++) {
+    in[i] = kiln_rand(KILN_F32, 1, (int64_t[]){40});
+    assert_int_equal(kiln_realize(in[i]), KILN_OK);
+  }
+  for (int i = 0; i < 40; i++) bv[i] = (float)i, pv[i] = 1 - (float)i;
+  kiln_tensor *b = kiln_from_blob(KILN_F32, 1, (int64_t[]){40}, NULL, bv, NULL, NULL);
+  kiln_tensor *p = kiln_from_blob(KILN_F32, 1, (int64_t[]){40}, NULL, pv, NULL, NULL);
+  rt_set_fusion(fused);
+  kiln_profile_begin();
+  kiln_tensor *a = kiln_add(b, in[1]), *c = in[21];
+  for (int i = 2; i <= 20; i++) a = kiln_add(a, kiln_mul_scalar(in[i], i));
+  for (int i = 22; i <= 32; i++) c = kiln_sub(c, in[i]);
+  assert_int_equal(kiln_copy_(b, a), KILN_OK);
+  assert_int_equal(kiln_copy_(p, kiln_add(p, kiln_mul(b, c))), KILN_OK);
+  kiln_tensor *both[2] = {b, p};
+  assert_int_equal(kiln_realize_many(both, 2), KILN_OK);
+  kiln_profile_end();
+  rt_set_fusion(-1);
+  if (fused) assert_int_equal(kiln_profile_count(), 2);
+  assert_ptr_equal(kiln_data(b), bv);
+  assert_ptr_equal(kiln_data(p), pv);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+static void whole_writes_too_wide_fall_back(void **state) {
+  float bv[2][40], pv[2][40];
+  whole_write_too_wide(true, bv[0], pv[0]);
+  whole_write_too_wide(false, bv[1], pv[1]);
+  assert_memory_equal(bv[0], bv[1], sizeof bv[0]);
+  assert_memory_equal(pv[0], pv[1], sizeof pv[0]);
+}
+
+/* Forced again on new data: a schedule-cache hit, checked against a fresh
+ * fusion pass and lowering (KILN_DEBUG_CACHE). */
+static void whole_writes_schedule_cache(void **state) {
+  static write_run w;
+  rt_set_debug_cache(1);
+  run_writes(momentum, WN, true, &w);
+  int64_t hits = rt_schedule_hits();
+  run_writes(momentum, WN, true, &w);
+  assert_true(rt_schedule_hits() > hits);
+  assert_int_equal(w.kernels, 1);
+  assert_true(w.in_place);
+  rt_set_debug_cache(-1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(w1_is_one_kernel),
@@ -347,6 +568,10 @@ int main(void) {
       cmocka_unit_test(chain_with_a_reader_in_between),
       cmocka_unit_test(multi_output_too_wide_falls_back),
       cmocka_unit_test(multi_output_schedule_cache),
+      cmocka_unit_test(whole_writes_share_one_kernel),
+      cmocka_unit_test(whole_writes_not_stored),
+      cmocka_unit_test(whole_writes_too_wide_fall_back),
+      cmocka_unit_test(whole_writes_schedule_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

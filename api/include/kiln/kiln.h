@@ -933,10 +933,9 @@ KILN_API kiln_optimizer *kiln_adam(kiln_tensor *const *params, int n, double lr,
  *  state buffers) from grads [n] (n the optimizer's parameter count; grad
  *  j has parameter j's sizes and device, any float dtype, converted to the
  *  parameter's): lazy, like any write — the next force of a parameter runs
- *  it. Each write is one fused kernel: the parameter's, and one per state
- *  buffer (SGD with momentum: 2 kernels per parameter, Adam: 3); the
- *  parameter's kernel computes the new state values inline instead of
- *  reading them back. The update is recorded detached: no gradient flows
+ *  it. A parameter's update is one fused kernel that writes the
+ *  parameter and its state buffers, the new state values computed once,
+ *  in registers. The update is recorded detached: no gradient flows
  *  through it, and a parameter's previous value and the graph that
  *  computed it (and the gradient's) are not kept alive by the new one
  *  once it has run. Borrows grads (they may be released at once). Errors
