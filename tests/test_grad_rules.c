@@ -7,7 +7,7 @@
  * inf leaks from the branch not taken (where, clamp, maximum/minimum),
  * and sqrt, norm, std, pow, logsumexp, softmax at 0 or -inf give what
  * PyTorch 1.13 gives (the expected values are torch.autograd.grad's, in
- * F64).
+ * F64); cumprod's long-scan gradient against a direct O(n^2) sum.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -162,10 +162,49 @@ static void minus_inf(void **state) {
   expect_no_error();
 }
 
+/* cumprod over a scan longer than the exact n x n formula handles (1100),
+ * with no zero, one zero and two zeros: against the direct sum
+ * grad_i = sum_{j >= i} g_j prod_{m <= j, m != i} x_m. */
+static void cumprod_long_scans(void **state) {
+  (void)state;
+  enum { N = 1100 };
+  static double x[N], g[N], want[N], got[N];
+  uint64_t seed = 42;
+  for (int zeros = 0; zeros < 3; zeros++) {
+    for (int i = 0; i < N; i++) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      x[i] = 0.9 + 0.2 * (double)(seed >> 11) / (double)(1ULL << 53);
+      g[i] = (double)((seed >> 20) % 7) - 3;
+    }
+    if (zeros >= 1) x[300] = 0;
+    if (zeros >= 2) x[301] = x[900] = 0;
+    for (int i = 0; i < N; i++) {
+      double sum = 0, p = 1;
+      for (int m = 0; m < i; m++) p *= x[m];
+      for (int j = i; j < N; j++) {
+        if (j > i) p *= x[j];
+        sum += g[j] * p;
+      }
+      want[i] = sum;
+    }
+    kiln_scope_begin();
+    kiln_tensor *t = kiln_from_data(KILN_F64, 2, (int64_t[]){1, N}, x), *gr;
+    kiln_tensor *c = kiln_from_data(KILN_F64, 2, (int64_t[]){N, 1}, g);
+    kiln_tensor *y = kiln_cumprod(kiln_t(t), 0); /* along a strided dim */
+    assert_int_equal(kiln_grad(&y, &c, 1, &t, 1, &gr), KILN_OK);
+    assert_int_equal(kiln_read(gr, got, sizeof got), KILN_OK);
+    kiln_scope_end();
+    for (int i = 0; i < N; i++)
+      if (!(fabs(got[i] - want[i]) <= 1e-9 * (1 + fabs(want[i]))))
+        fail_msg("%d zeros: d/dx[%d] is %.17g, want %.17g", zeros, i, got[i], want[i]);
+  }
+  expect_no_error();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_diff_op_has_a_rule), cmocka_unit_test(branch_not_taken), cmocka_unit_test(zero_points),
-      cmocka_unit_test(minus_inf),
+      cmocka_unit_test(minus_inf),                cmocka_unit_test(cumprod_long_scans),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
