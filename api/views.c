@@ -36,11 +36,7 @@ static const char *fmt_ints(char *buf, int n, const int *vals) {
 }
 
 /* A view of t: a view of a kiln_detach handle is detached too (Torch). */
-static kiln_tensor *new_view(kiln_tensor *t, const graph_view *v, const char *fn) {
-  kiln_tensor *r = api_tensor(t->storage, v, fn);
-  if (r) r->detached = t->detached;
-  return r;
-}
+static kiln_tensor *new_view(kiln_tensor *t, const graph_view *v, const char *fn) { return api_view(t, v, fn); }
 
 static void view_remove_dim(graph_view *v, int d) {
   for (int i = d; i < v->ndim - 1; i++) {

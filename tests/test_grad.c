@@ -152,6 +152,47 @@ static void detach_stops_gradients(void **state) {
   expect_no_error();
 }
 
+/* Every op that reads a detached tensor through views of its own
+ * (products, repeat, masked_select, index_add_ and scatter_ sources)
+ * passes no gradient: only the direct term sum(x) reaches x. */
+static void detach_through_every_reader(void **state) {
+  (void)state;
+  for (int kind = 0; kind < 12; kind++) {
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_from_data(KILN_F64, 2, (int64_t[]){2, 3}, (double[]){1, 2, 3, 4, 5, 6}), *g;
+    kiln_tensor *d = kiln_detach(x), *dt = kiln_t(d), *f = NULL;
+    kiln_tensor *ix = kiln_from_data(KILN_I64, 1, (int64_t[]){2}, (int64_t[]){1, 0});
+    kiln_tensor *t = kiln_zeros(KILN_F64, 2, (int64_t[]){2, 3});
+    switch (kind) {
+    case 0: f = kiln_matmul(d, dt); break;
+    case 1: f = kiln_mm(dt, d); break;
+    case 2: f = kiln_mv(d, kiln_select(d, 0, 1)); break;
+    case 3: f = kiln_dot(kiln_select(d, 0, 0), kiln_select(dt, 1, 1)); break;
+    case 4: f = kiln_bmm(kiln_unsqueeze(d, 0), kiln_unsqueeze(dt, 0)); break;
+    case 5: f = kiln_addmm(kiln_select(d, 0, 0), dt, d, 1, 1); break;
+    case 6: f = kiln_repeat(dt, 2, (int64_t[]){2, 1}); break;
+    case 7: f = kiln_masked_select(d, kiln_gt_scalar(x, 2.5)); break;
+    case 8: assert_int_equal(kiln_index_add_(t, 0, ix, d), KILN_OK); f = t; break;
+    case 9: assert_int_equal(kiln_index_add_(t, 0, ix, kiln_to_dtype(d, KILN_F32)), KILN_OK); f = t; break;
+    case 10: {
+      kiln_tensor *si = kiln_from_data(KILN_I64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 0, 1});
+      assert_int_equal(kiln_scatter_(t, 0, si, d), KILN_OK);
+      f = t;
+      break;
+    }
+    case 11: f = kiln_reshape(dt, 1, (int64_t[]){6}); break; /* a copy */
+    }
+    kiln_tensor *y = kiln_add(kiln_sum(kiln_mul(f, f), 0, NULL, false), kiln_sum(x, 0, NULL, false));
+    if (kiln_grad(&y, NULL, 1, &x, 1, &g) != KILN_OK) fail_msg("case %d: %s", kind, kiln_last_error());
+    double got[6];
+    assert_int_equal(kiln_read(g, got, sizeof got), KILN_OK);
+    for (int i = 0; i < 6; i++)
+      if (got[i] != 1) fail_msg("case %d: d/dx[%d] is %g: a gradient went through the detached tensor", kind, i, got[i]);
+    kiln_scope_end();
+  }
+  expect_no_error();
+}
+
 static void errors(void **state) {
   (void)state;
   kiln_scope_begin();
@@ -342,6 +383,7 @@ int main(void) {
       cmocka_unit_test(views_route_gradients),  cmocka_unit_test(inplace_write_through_view),
       cmocka_unit_test(broadcast_sums),         cmocka_unit_test(forcing_midway_changes_nothing),
       cmocka_unit_test(second_derivative),      cmocka_unit_test(detach_stops_gradients),
+      cmocka_unit_test(detach_through_every_reader),
       cmocka_unit_test(errors),                 cmocka_unit_test(callback_in_path),
       cmocka_unit_test(errors_record_nothing),  cmocka_unit_test(written_after_read),
       cmocka_unit_test(map_callbacks_in_path),  cmocka_unit_test(released_recipe),
