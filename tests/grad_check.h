@@ -57,9 +57,10 @@ static inline gc_input gc_in(uint64_t *seed, int ndim, const int64_t *sizes, dou
   return in;
 }
 
-/* How gc_mark treats an intermediate: GC_LAZY leaves it alone,
- * GC_FORCE_BEFORE forces it at once, GC_FORCE_AFTER records it so that
- * gc_check forces it after kiln_grad. */
+/* How gc_mark treats an intermediate: GC_LAZY (and GC_FUSION_SWITCHED,
+ * a lazy run with fusion switched) leaves it alone, GC_FORCE_BEFORE
+ * forces it at once, GC_FORCE_AFTER records it so that gc_check forces
+ * it after kiln_grad. */
 enum { GC_LAZY, GC_FORCE_BEFORE, GC_FORCE_AFTER, GC_FUSION_SWITCHED };
 #define GC_MAX_MARKS 32
 static int gc_mode = GC_LAZY;
@@ -140,6 +141,16 @@ static inline void gc_grads(const char *name, gc_fn f, void *ctx, const gc_input
   expect_no_error();
 }
 
+/* Whether gc_check also runs the forced and fusion-switched modes: not
+ * under KILN_BACKEND=cuda-emu (tests/run_cuda_emu.sh), where every new
+ * kernel costs NVRTC and host compiles (about half a second) and these
+ * modes check the scheduler, which the CPU run covers, not the
+ * backend. */
+static inline bool gc_all_modes(void) {
+  const char *b = getenv("KILN_BACKEND");
+  return !(b && strcmp(b, "cuda-emu") == 0);
+}
+
 /* Checks kiln_grad of f at inputs in [n] against central differences.
  * `name` labels failures. Returns the largest error seen relative to the
  * tolerance (≤ 1 passes). Then checks that forcing intermediates before
@@ -182,7 +193,7 @@ static inline double gc_check(const char *name, gc_fn f, void *ctx, gc_input *in
   gc_n_checks++;
   static const char *const how[] = {"", "with intermediates forced before kiln_grad",
                                      "with intermediates forced after kiln_grad", "with fusion switched"};
-  for (int mode = GC_FORCE_BEFORE; mode <= GC_FUSION_SWITCHED; mode++) {
+  for (int mode = GC_FORCE_BEFORE; mode <= GC_FUSION_SWITCHED && gc_all_modes(); mode++) {
     gc_grads(name, f, ctx, in, n, c, m, mode, again);
     for (int i = 0; i < n; i++)
       for (int64_t e = 0; e < in[i].n; e++)

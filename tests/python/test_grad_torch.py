@@ -28,6 +28,7 @@ op's input through a contiguous clone (which changes no gradient). A program who
 values overflow is skipped too. Skips with torch absent (Debian
 python3-torch; scripts/setup.sh installs it).
 """
+import os
 import random
 
 import numpy as np
@@ -710,7 +711,10 @@ def run_program(seed):
     return "ok"
 
 
-@examples(150)
+# Under cuda-emu (tests/run_cuda_emu.sh) every new kernel costs NVRTC and
+# host compiles: a few programs there; the C gradient tests cover the
+# CUDA code of gradient kernels.
+@examples(20 if os.environ.get("KILN_BACKEND") == "cuda-emu" else 150)
 @given(st.integers(0, 2**32 - 1))
 def test_random_programs(seed):
     run_program(seed)
@@ -720,4 +724,5 @@ def test_zz_figures():
     """Prints the figures of the random programs (run after them: pytest
     keeps the file's order) and checks that most were compared."""
     print(f"\ngrad vs torch: {STATS}")
-    assert STATS["programs"] >= 0.8 * STATS["examples"], STATS
+    n = STATS["examples"]
+    assert n < 20 or STATS["programs"] >= 0.8 * n, STATS
