@@ -60,6 +60,11 @@ void api_untracked_end(void);
 /** New tensor over storage s with view v, tracked. NULL (+ KILN_ERR_OOM) on
  *  OOM. */
 kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn);
+/** A tensor over t's storage with view v that reads like t: detached when
+ *  t is (a view of a kiln_detach handle passes no gradient either, as in
+ *  Torch). Every view of a tensor an op makes to read it goes through
+ *  here. Tracked like api_tensor. */
+kiln_tensor *api_view(kiln_tensor *t, const graph_view *v, const char *fn);
 /** New tensor over a fresh storage whose contents are the pending node
  *  (takes the node reference): view = contiguous node sizes. Every op
  *  that computes a new tensor passes here, so this is where the devices

@@ -196,24 +196,35 @@ static int scan_dim(const graph_node *n) {
   return d;
 }
 
-static kiln_tensor *r_cumsum(grad_inputs *in, int k, kiln_tensor *g) {
-  int d = scan_dim(in->n);
-  return flip(kiln_cumsum(flip(g, d), d), d);
-}
+/* t's reversed cumsum along d: r_i = sum_{j >= i} t_j. */
+static kiln_tensor *rev_cumsum(kiln_tensor *t, int d) { return flip(kiln_cumsum(flip(t, d), d), d); }
+
+static kiln_tensor *r_cumsum(grad_inputs *in, int k, kiln_tensor *g) { return rev_cumsum(g, scan_dim(in->n)); }
 
 /* Largest scanned length whose cumprod gradient is computed exactly, as
- * the n x n products of all elements but one (larger: revcumsum(g *
- * out) / x, undefined at zeros; docs/autodiff.md). */
+ * the n x n products of all elements but one; longer scans use
+ * cumprod_long_grad. */
 #define CUMPROD_EXACT_MAX 1024
+
+/* Torch's O(n) cumprod gradient along d, exact with zeros: with z the
+ * first zero of a scan, grad_i = revcumsum(g * out)_i / x_i for i < z
+ * (x_i != 0 there); grad_z = revcumsum(g * cumprod(x with x_z = 1))_z;
+ * and 0 after z (every product through z is 0). */
+static kiln_tensor *cumprod_long_grad(kiln_tensor *x, kiln_tensor *g, int d) {
+  kiln_dtype dt = kiln_dtype_of(x);
+  kiln_tensor *one = kiln_scalar(dt, 1), *zero = kiln_scalar(dt, 0);
+  kiln_tensor *is0 = kiln_eq_scalar(x, 0), *seen = kiln_cumsum(is0, d); /* zeros up to i (I64) */
+  kiln_tensor *before = kiln_eq_scalar(seen, 0), *first = kiln_logical_and(is0, kiln_eq_scalar(seen, 1));
+  kiln_tensor *a = kiln_div(rev_cumsum(kiln_mul(g, kiln_cumprod(x, d)), d), kiln_where(before, x, one));
+  kiln_tensor *b = rev_cumsum(kiln_mul(g, kiln_cumprod(kiln_where(first, one, x), d)), d);
+  return kiln_where(before, a, kiln_where(first, b, zero));
+}
 
 static kiln_tensor *r_cumprod(grad_inputs *in, int k, kiln_tensor *g) {
   int d = scan_dim(in->n);
   kiln_tensor *x = X0;
   int64_t n = kiln_size(x, d);
-  if (n > CUMPROD_EXACT_MAX) {
-    kiln_tensor *out = kiln_cumprod(x, d);
-    return kiln_div(flip(kiln_cumsum(flip(kiln_mul(g, out), d), d), d), x);
-  }
+  if (n > CUMPROD_EXACT_MAX) return cumprod_long_grad(x, g, d);
   kiln_tensor *xt = kiln_transpose(x, d, -1), *gt = kiln_transpose(g, d, -1);
   kiln_tensor *i = kiln_arange(KILN_I64, 0, (double)n, 1);
   kiln_tensor *row = kiln_view(i, 2, (int64_t[]){1, n}), *col = kiln_view(i, 2, (int64_t[]){n, 1});

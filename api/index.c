@@ -153,7 +153,7 @@ static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_
   graph_view cv = *sv;
   if (src->storage->dtype != t->storage->dtype) {
     api_untracked_begin();
-    kiln_tensor *part = api_tensor(src->storage, sv, fn);
+    kiln_tensor *part = api_view(src, sv, fn);
     conv = part ? api_copy_contiguous(part, t->storage->dtype, fn) : NULL;
     kiln_release(part);
     api_untracked_end();
@@ -383,7 +383,7 @@ static int scatter_elems(kiln_tensor *t, int d, kiln_tensor *index, kiln_tensor 
     graph_view sv = src->view; /* the part of src the index covers */
     for (int k = 0; k < sv.ndim; k++) sv.sizes[k] = index->view.sizes[k];
     int64_t all = -1;
-    part = api_tensor(src->storage, &sv, fn);
+    part = api_view(src, &sv, fn);
     if (part && src->storage->dtype == t->storage->dtype)
       conv = kiln_retain(part);
     else if (part)

@@ -162,7 +162,7 @@ KILN_API kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *reps)
   }
   v.ndim = nd;
   api_untracked_begin();
-  kiln_tensor *spread = api_tensor(t->storage, &v, fn);
+  kiln_tensor *spread = api_view(t, &v, fn);
   kiln_tensor *c = spread ? api_copy_contiguous(spread, t->storage->dtype, fn) : NULL;
   kiln_tensor *r = c ? kiln_view(c, ndim, out) : NULL;
   kiln_release(spread), kiln_release(c);

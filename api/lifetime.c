@@ -205,6 +205,12 @@ kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn) {
   return api_track(t);
 }
 
+kiln_tensor *api_view(kiln_tensor *t, const graph_view *v, const char *fn) {
+  kiln_tensor *r = api_tensor(t->storage, v, fn);
+  if (r) r->detached = t->detached;
+  return r;
+}
+
 static const char *device_name(kiln_device d) { return d == KILN_CUDA ? "KILN_CUDA" : "KILN_CPU"; }
 
 int api_device_mismatch(const char *fn, kiln_device a, kiln_device b) {

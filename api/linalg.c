@@ -88,9 +88,7 @@ static bool plan(mm_shape *s, const kiln_tensor *a, const kiln_tensor *b, const 
 }
 
 /* kiln_tensor over t's storage with view v (a temporary, untracked). */
-static kiln_tensor *with_view(kiln_tensor *t, const graph_view *v, const char *fn) {
-  return api_tensor(t->storage, v, fn);
-}
+static kiln_tensor *with_view(kiln_tensor *t, const graph_view *v, const char *fn) { return api_view(t, v, fn); }
 
 /* An operand needs its own contiguous copy: another dtype, or (on the
  * device, where cuBLAS packs nothing) a layout BLAS cannot take. */

@@ -191,7 +191,7 @@ KILN_API kiln_tensor *kiln_masked_select(kiln_tensor *t, kiln_tensor *mask) {
   kiln_tensor *out = NULL;
   api_untracked_begin();
   int64_t all = -1;
-  kiln_tensor *idx = long_tensor(pos, k, t, fn), *tb = api_tensor(t->storage, &tv, fn);
+  kiln_tensor *idx = long_tensor(pos, k, t, fn), *tb = api_view(t, &tv, fn);
   kiln_tensor *flat = tb ? kiln_reshape(tb, 1, &all) : NULL;
   if (idx && flat)
     out = k > 0 ? api_gather(flat, &flat->view, 0, idx, &idx->view, fn) : api_move_like(kiln_empty(t->storage->dtype, 1, &k), t, fn);

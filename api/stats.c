@@ -8,7 +8,9 @@
  * by 0, so all -inf gives -inf and any +inf gives +inf, as Torch); var is
  * two-pass (the mean, then the sum of squared deviations from it), both
  * accumulated in F64 by the reduction kernels. F16/BF16 compute in F32
- * (norm: all floats in F64) and round once at the end.
+ * (norm: all floats in F64) and round once at the end. The roots and
+ * powers of std and norm are masked at 0 (pow_zero_masked) so that their
+ * gradient there is 0, as Torch's, not NaN.
  */
 #include <math.h>
 
@@ -88,6 +90,20 @@ KILN_API kiln_tensor *kiln_logsumexp(kiln_tensor *t, int ndims, const int *dims,
   return kept(finish(y, t, &r, keepdim));
 }
 
+/* pow(x, p) (sqrt(x) when root) where x != 0, and the constant pow(0, p)
+ * where x == 0: the same values, but no gradient flows at 0, where the
+ * derivative of x^p (p < 1) is infinite and the chain rule would
+ * multiply it by a zero (0 * inf = NaN). This is Torch's masking in the
+ * backward of norm and std ("the gradient at 0 is 0"). x is never -0
+ * here (sums of squares, |t|^p). */
+static kiln_tensor *pow_zero_masked(kiln_tensor *x, double p, bool root) {
+  kiln_dtype dt = kiln_dtype_of(x);
+  kiln_tensor *zero = kiln_eq_scalar(x, 0);
+  kiln_tensor *safe = kiln_where(zero, kiln_scalar(dt, 1), x);
+  kiln_tensor *y = root ? kiln_sqrt(safe) : kiln_pow_scalar(safe, p);
+  return kiln_where(zero, kiln_scalar(dt, pow(0, p)), y);
+}
+
 /* sum((x - mean(x))^2) / max(count - correction, 0), in the compute dtype. */
 static kiln_tensor *variance(kiln_tensor *t, int ndims, const int *dims, int correction, bool keepdim, bool root,
                              const char *fn) {
@@ -99,7 +115,7 @@ static kiln_tensor *variance(kiln_tensor *t, int ndims, const int *dims, int cor
   kiln_tensor *x = kiln_to_dtype(t, graph_compute_dtype(dtype));
   kiln_tensor *xc = kiln_sub(x, kiln_mean(x, r.ndims, r.dims, true));
   kiln_tensor *v = kiln_div_scalar(kiln_sum(kiln_mul(xc, xc), r.ndims, r.dims, true), divisor);
-  if (root) v = kiln_sqrt(v);
+  if (root) v = pow_zero_masked(v, 0.5, true); /* std of a constant slice: gradient 0, as Torch */
   return kept(finish(kiln_to_dtype(v, dtype), t, &r, keepdim));
 }
 
@@ -131,7 +147,7 @@ KILN_API kiln_tensor *kiln_norm(kiln_tensor *t, double p, int ndims, const int *
   if (isinf(p)) y = p > 0 ? kiln_amax(a, r.ndims, r.dims, true) : kiln_amin(a, r.ndims, r.dims, true);
   else if (p == 0) y = kiln_sum(kiln_to_dtype(kiln_ne_scalar(x, 0), KILN_F64), r.ndims, r.dims, true);
   else if (p == 1) y = kiln_sum(a, r.ndims, r.dims, true);
-  else if (p == 2) y = kiln_sqrt(kiln_sum(kiln_mul(x, x), r.ndims, r.dims, true));
-  else y = kiln_pow_scalar(kiln_sum(kiln_pow_scalar(a, p), r.ndims, r.dims, true), 1 / p);
+  else if (p == 2) y = pow_zero_masked(kiln_sum(kiln_mul(x, x), r.ndims, r.dims, true), 0.5, true);
+  else y = pow_zero_masked(kiln_sum(pow_zero_masked(a, p, false), r.ndims, r.dims, true), 1 / p, false);
   return kept(finish(kiln_to_dtype(y, dtype), t, &r, keepdim));
 }

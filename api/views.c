@@ -42,9 +42,7 @@ static const char *fmt_ints(char *buf, int n, const int *vals) {
  * that buffer; every op's result would have that count). */
 static kiln_tensor *new_view(kiln_tensor *t, const graph_view *v, const char *fn) {
   if (!api_check_sizes(v->ndim, v->sizes, fn)) return NULL;
-  kiln_tensor *r = api_tensor(t->storage, v, fn);
-  if (r) r->detached = t->detached;
-  return r;
+  return api_view(t, v, fn);
 }
 
 static void view_remove_dim(graph_view *v, int d) {

@@ -83,7 +83,8 @@ void pass_plan_init(pass_plan *p) {
  * when it is appended (after all its pending inputs). */
 bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
   if (p->held) { /* collected again: the old nodes are not held any more */
-    for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
+    for (int i = 0; i < p->n; i++)
+      if (p->e[i].held) graph_node_release(p->order[i]);
     p->held = false;
   }
   p->n = 0;
@@ -118,21 +119,34 @@ bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
 void pass_plan_remark(const pass_plan *p) {
   for (int i = 0; i < p->n; i++) {
     graph_node *x = p->order[i];
-    if (x->buffer) continue;
+    if (!p->e[i].held || x->buffer) continue;
     x->plan_id = p->id;
     x->plan_pos = i;
   }
 }
 
-void pass_plan_hold(pass_plan *p) {
+/* Consumers come after their pending inputs (post-order), so one pass
+ * from the end marks everything reachable from the nodes at >= from,
+ * reading only nodes that are alive: those, and inputs of live nodes. */
+void pass_plan_hold(pass_plan *p, int from) {
   if (p->held) return;
-  for (int i = 0; i < p->n; i++) graph_node_retain(p->order[i]);
+  for (int i = p->n - 1; i >= 0; i--) {
+    graph_node *x = p->order[i];
+    if (i >= from) p->e[i].held = true;
+    if (!p->e[i].held) continue;
+    graph_node_retain(x);
+    for (int k = 0; k < x->n_inputs; k++) {
+      int at = pass_pos(p, x->inputs[k].node);
+      if (at >= 0 && at < i) p->e[at].held = true;
+    }
+  }
   p->held = true;
 }
 
 void pass_plan_free(pass_plan *p) {
   if (p->held)
-    for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
+    for (int i = 0; i < p->n; i++)
+      if (p->e[i].held) graph_node_release(p->order[i]);
   if (spare.cap || spare.stack_cap || !p->cap) {
     free_arrays(p);
     return;

@@ -35,6 +35,7 @@ typedef struct pass_entry {
   bool fused;                   /* computed inside its readers' kernels */
   bool row_dep;                 /* depends on a fused row reduction */
   bool fuse_cheap;              /* it and its fused inputs are cheap */
+  bool held;                    /* pass_plan_hold took a reference */
 } pass_entry;
 
 typedef struct pass_plan {
@@ -42,7 +43,7 @@ typedef struct pass_plan {
   int n, cap;
   graph_node **order; /* [n] pending nodes, producers first */
   pass_entry *e;      /* [n] */
-  bool held;          /* pass_plan_hold: order's nodes hold a reference each */
+  bool held;          /* pass_plan_hold ran: the entries marked held hold a reference */
   graph_node **stack; /* collect's DFS stack [stack_cap] */
   int stack_cap;
 } pass_plan;
@@ -56,13 +57,18 @@ void pass_plan_init(pass_plan *p);
  *  (nothing fused, no host). p may hold an earlier collect (it is reset).
  *  False on OOM. */
 bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots);
-/** Retains every node of p (once), so a nested force on this thread (a
- *  lowering fallback), which realizes some of them and drops their
- *  inputs, frees none that p still points at. Released by
- *  pass_plan_free. */
-void pass_plan_hold(pass_plan *p);
-/** Marks p's still pending nodes as p's again (after a nested force on
- *  this thread collected some of them under its own plan). */
+/** Retains (once) the nodes of p that the force may still read: those at
+ *  positions >= from (still to run: each is held by a consumer still to
+ *  run or by a root) and every node of p they reach through pending
+ *  inputs, so a nested force on this thread (a lowering fallback), which
+ *  realizes some of them and drops their inputs, frees none that p still
+ *  points at. A node before `from` that none of them reaches may have
+ *  been freed already (its last reader ran): it is not touched. Released
+ *  by pass_plan_free. */
+void pass_plan_hold(pass_plan *p, int from);
+/** Marks p's held nodes that are still pending as p's again (after a
+ *  nested force on this thread collected some of them under its own
+ *  plan). Only after pass_plan_hold. */
 void pass_plan_remark(const pass_plan *p);
 /** Drops the references pass_plan_hold took and frees p's arrays (or
  *  keeps them for the thread's next plan). p is empty afterwards. */

@@ -210,14 +210,16 @@ typedef struct sched_run {
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
                  size_t errlen);
 
-/* A lowering fallback's nested force of nodes [n]: it realizes nodes of
- * the plan, which then drop their inputs, so the plan holds its nodes,
- * marks them back afterwards, and neither caches this schedule nor uses
- * bindings made before (fell_back). */
-static int realize_first(sched_run *run, graph_node *const *nodes, int n, char *err, size_t errlen) {
+/* A lowering fallback's nested force of nodes [n], while the kernel at
+ * plan position `from` is lowered: it realizes nodes of the plan, which
+ * then drop their inputs, so the plan holds the nodes it may still read
+ * (pass_plan_hold: those still to run and what they reach; earlier ones
+ * may be freed already), marks them back afterwards, and neither caches
+ * this schedule nor uses bindings made before (fell_back). */
+static int realize_first(sched_run *run, int from, graph_node *const *nodes, int n, char *err, size_t errlen) {
   run->cacheable = false;
   run->fell_back = true;
-  pass_plan_hold(run->plan);
+  pass_plan_hold(run->plan, from);
   int st = rt_realize(nodes, n, err, errlen);
   pass_plan_remark(run->plan);
   return st;
@@ -233,7 +235,7 @@ static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding
   for (int s = p->e[at].stores; s >= 0 && n_stored < PASS_MAX_OUTPUTS; s = p->e[s].store_next)
     stored[n_stored++] = p->order[s];
   pass_unstore(run->plan, n);
-  int st = realize_first(run, stored, n_stored, err, errlen);
+  int st = realize_first(run, at, stored, n_stored, err, errlen);
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
@@ -251,7 +253,7 @@ static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, s
   pass_unfuse_inputs(p, n);
   graph_node *inputs[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;
-  st = realize_first(run, inputs, n->n_inputs, err, errlen);
+  st = realize_first(run, pass_pos(p, n), inputs, n->n_inputs, err, errlen);
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 

@@ -21,9 +21,12 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
 # numpy: the NumPy suite (run separately); the scripted checks (install,
-# profiling output that names the llvm backend, main job, bench) test other things.
+# profiling output that names the llvm backend, main job, bench) test other
+# things; *_unfused: the same programs again with fusion off (the
+# scheduler, not the backend; the gradient checks also skip their forced
+# and fusion-switched runs here, tests/grad_check.h).
 KILN_BACKEND=cuda-emu ctest --test-dir "$build" --output-on-failure -V \
-  -E 'numpy|cuda_emu_suite|main_job|bench|install|profiling' "$@" >"$log" 2>&1
+  -E 'numpy|cuda_emu_suite|main_job|bench|install|profiling|_unfused$' "$@" >"$log" 2>&1
 status=$?
 grep -E '^[0-9]+% tests passed|^Total Test time|^The following tests FAILED|^[[:space:]]+[0-9]+ - .*\(' "$log"
 # Then the NumPy suite under cuda-emu at a small scale (KILN_EMU_NUMPY_SCALE,

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "graph.h"
 #include "test_util.h"
 #include "grad_check.h"
 
@@ -151,6 +152,47 @@ static void detach_stops_gradients(void **state) {
   expect_no_error();
 }
 
+/* Every op that reads a detached tensor through views of its own
+ * (products, repeat, masked_select, index_add_ and scatter_ sources)
+ * passes no gradient: only the direct term sum(x) reaches x. */
+static void detach_through_every_reader(void **state) {
+  (void)state;
+  for (int kind = 0; kind < 12; kind++) {
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_from_data(KILN_F64, 2, (int64_t[]){2, 3}, (double[]){1, 2, 3, 4, 5, 6}), *g;
+    kiln_tensor *d = kiln_detach(x), *dt = kiln_t(d), *f = NULL;
+    kiln_tensor *ix = kiln_from_data(KILN_I64, 1, (int64_t[]){2}, (int64_t[]){1, 0});
+    kiln_tensor *t = kiln_zeros(KILN_F64, 2, (int64_t[]){2, 3});
+    switch (kind) {
+    case 0: f = kiln_matmul(d, dt); break;
+    case 1: f = kiln_mm(dt, d); break;
+    case 2: f = kiln_mv(d, kiln_select(d, 0, 1)); break;
+    case 3: f = kiln_dot(kiln_select(d, 0, 0), kiln_select(dt, 1, 1)); break;
+    case 4: f = kiln_bmm(kiln_unsqueeze(d, 0), kiln_unsqueeze(dt, 0)); break;
+    case 5: f = kiln_addmm(kiln_select(d, 0, 0), dt, d, 1, 1); break;
+    case 6: f = kiln_repeat(dt, 2, (int64_t[]){2, 1}); break;
+    case 7: f = kiln_masked_select(d, kiln_gt_scalar(x, 2.5)); break;
+    case 8: assert_int_equal(kiln_index_add_(t, 0, ix, d), KILN_OK); f = t; break;
+    case 9: assert_int_equal(kiln_index_add_(t, 0, ix, kiln_to_dtype(d, KILN_F32)), KILN_OK); f = t; break;
+    case 10: {
+      kiln_tensor *si = kiln_from_data(KILN_I64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 0, 1});
+      assert_int_equal(kiln_scatter_(t, 0, si, d), KILN_OK);
+      f = t;
+      break;
+    }
+    case 11: f = kiln_reshape(dt, 1, (int64_t[]){6}); break; /* a copy */
+    }
+    kiln_tensor *y = kiln_add(kiln_sum(kiln_mul(f, f), 0, NULL, false), kiln_sum(x, 0, NULL, false));
+    if (kiln_grad(&y, NULL, 1, &x, 1, &g) != KILN_OK) fail_msg("case %d: %s", kind, kiln_last_error());
+    double got[6];
+    assert_int_equal(kiln_read(g, got, sizeof got), KILN_OK);
+    for (int i = 0; i < 6; i++)
+      if (got[i] != 1) fail_msg("case %d: d/dx[%d] is %g: a gradient went through the detached tensor", kind, i, got[i]);
+    kiln_scope_end();
+  }
+  expect_no_error();
+}
+
 static void errors(void **state) {
   (void)state;
   kiln_scope_begin();
@@ -199,13 +241,152 @@ static void callback_in_path(void **state) {
   expect_no_error();
 }
 
+/* A rejected kiln_grad: the status, a message with every string of the
+ * NULL-terminated list, every grad NULL, and nothing recorded (no pending
+ * node added). */
+static void expect_rejected(int st, kiln_tensor **g, int n_wrt, int64_t pending, kiln_status status, ...) {
+  assert_int_equal(st, status);
+  for (int j = 0; j < n_wrt; j++) assert_null(g[j]);
+  assert_int_equal(graph_pending_count(), pending);
+  assert_int_equal(kiln_last_status(), status);
+  const char *msg = kiln_last_error();
+  if (strncmp(msg, "kiln_grad: ", 11) != 0) fail_msg("error \"%s\" does not name kiln_grad", msg);
+  va_list ap;
+  va_start(ap, status);
+  for (const char *w = va_arg(ap, const char *); w; w = va_arg(ap, const char *))
+    if (!strstr(msg, w)) fail_msg("error \"%s\" does not contain \"%s\"", msg, w);
+  va_end(ap);
+  kiln_clear_error();
+}
+
+#define SENTINEL ((kiln_tensor *)1)
+
+static void errors_record_nothing(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *x = vec((double[]){1, 2, 3}, 3), *z = vec((double[]){4, 5}, 2);
+  kiln_tensor *y = kiln_mul(x, x), *s = kiln_sum(y, 0, NULL, false), *g[2];
+  kiln_tensor *wrt[2] = {x, z};
+  kiln_tensor *c2 = vec((double[]){1, 2}, 2), *c31 = kiln_ones(KILN_F64, 2, (int64_t[]){3, 1});
+  kiln_tensor *outs[2] = {s, y}, *cots[2] = {kiln_scalar(KILN_F64, 1), c2};
+  kiln_tensor *ci = kiln_ones(KILN_I64, 1, (int64_t[]){3});
+  kiln_tensor *xi = kiln_arange(KILN_I64, 0, 3, 1), *si = kiln_sum(xi, 0, NULL, false);
+  kiln_tensor *iw[2] = {x, xi}, *nul[2] = {x, NULL}, *nulc[2] = {kiln_scalar(KILN_F64, 1), NULL};
+  int64_t pending = graph_pending_count();
+#define TRY(call) (g[0] = g[1] = SENTINEL, (call))
+  expect_rejected(TRY(kiln_grad(&y, NULL, 1, wrt, 2, g)), g, 2, pending, KILN_ERR_ARG,
+                  "output 0 has sizes [3] (3 elements): without cotangents every output must have one element", NULL);
+  expect_rejected(TRY(kiln_grad(&y, &c2, 1, wrt, 2, g)), g, 2, pending, KILN_ERR_SHAPE,
+                  "cotangent 0 has sizes [2] but output 0 has sizes [3]", NULL);
+  expect_rejected(TRY(kiln_grad(&y, &c31, 1, wrt, 2, g)), g, 2, pending, KILN_ERR_SHAPE,
+                  "cotangent 0 has sizes [3, 1] but output 0 has sizes [3]", NULL);
+  expect_rejected(TRY(kiln_grad(outs, cots, 2, wrt, 2, g)), g, 2, pending, KILN_ERR_SHAPE, "cotangent 1", NULL);
+  expect_rejected(TRY(kiln_grad(&y, &ci, 1, wrt, 2, g)), g, 2, pending, KILN_ERR_DTYPE, "cotangent 0 has dtype i64",
+                  NULL);
+  expect_rejected(TRY(kiln_grad(&s, NULL, 1, iw, 2, g)), g, 2, pending, KILN_ERR_DTYPE,
+                  "wrt 1 has dtype i64; gradients need a float dtype", NULL);
+  expect_rejected(TRY(kiln_grad(&si, NULL, 1, wrt, 2, g)), g, 2, pending, KILN_ERR_DTYPE, "output 0 has dtype i64",
+                  NULL);
+  expect_rejected(TRY(kiln_grad(&s, NULL, 1, nul, 2, g)), g, 2, pending, KILN_ERR_ARG, "wrt 1 is NULL", NULL);
+  expect_rejected(TRY(kiln_grad(outs, nulc, 2, wrt, 2, g)), g, 2, pending, KILN_ERR_ARG, "cotangent 1 is NULL", NULL);
+  expect_rejected(TRY(kiln_grad(&s, NULL, 0, wrt, 2, g)), g, 2, pending, KILN_ERR_ARG, "needs at least one output",
+                  NULL);
+  expect_rejected(TRY(kiln_grad(&s, NULL, 1, wrt, 0, g)), g, 0, pending, KILN_ERR_ARG, "n_wrt = 0", NULL);
+  expect_rejected(TRY(kiln_grad(NULL, NULL, 1, wrt, 2, g)), g, 2, pending, KILN_ERR_ARG, "output list is NULL", NULL);
+  expect_rejected(kiln_grad(&s, NULL, 1, wrt, 2, NULL), g, 0, pending, KILN_ERR_ARG, "grads is NULL", NULL);
+#undef TRY
+  kiln_scope_end();
+}
+
+/* A wrt written in place after the outputs read it, through another view
+ * of its storage; the error names the wrt (the first written one) and
+ * the versions, and records nothing. */
+static void written_after_read(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *x = vec((double[]){1, 2, 3, 4}, 4), *g[3];
+  kiln_tensor *p = kiln_clone(x), *q = kiln_clone(x);
+  kiln_tensor *v = kiln_narrow(p, 0, 1, 2); /* a view of p's storage */
+  kiln_tensor *loss = kiln_sum(kiln_mul(kiln_exp(v), kiln_narrow(q, 0, 0, 2)), 0, NULL, false);
+  kiln_tensor *ones = kiln_ones(KILN_F64, 2, (int64_t[]){2, 2});
+  assert_int_equal(kiln_copy_(kiln_t(kiln_view(p, 2, (int64_t[]){2, 2})), ones), KILN_OK);
+  int64_t pending = graph_pending_count();
+  kiln_tensor *wrt[3] = {x, q, v};
+  g[0] = g[1] = g[2] = SENTINEL;
+  expect_rejected(kiln_grad(&loss, NULL, 1, wrt, 3, g), g, 3, pending, KILN_ERR_ARG,
+                  "wrt 2 was modified by an in-place write after the outputs read it", "version", NULL);
+  /* reading it again after the write is fine: the outputs read the new version */
+  kiln_tensor *loss2 = kiln_sum(kiln_mul(kiln_exp(v), kiln_narrow(q, 0, 0, 2)), 0, NULL, false);
+  assert_int_equal(kiln_grad(&loss2, NULL, 1, wrt, 3, g), KILN_OK);
+  /* p was overwritten whole (v = [1, 1]): x reaches loss2 through q only */
+  expect_values_tol(g[0], (double[]){exp(1), exp(1), 0, 0}, 4, 1e-12);
+  expect_values_tol(g[1], (double[]){exp(1), exp(1), 0, 0}, 4, 1e-12);
+  expect_values_tol(g[2], (double[]){exp(1), 2 * exp(1)}, 2, 1e-12);
+  kiln_scope_end();
+  expect_no_error();
+}
+
+static double sum2(double a, double b, void *ctx) {
+  (void)ctx;
+  return a + b;
+}
+static double sum3(double a, double b, double c, void *ctx) {
+  (void)ctx;
+  return a + b + c;
+}
+
+/* kiln_map_ and kiln_map2_ on the path: KILN_ERR_UNSUPPORTED naming them;
+ * nothing recorded. */
+static void map_callbacks_in_path(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *x = vec((double[]){1, 2, 3}, 3), *g = SENTINEL;
+  kiln_tensor *u = kiln_zeros(KILN_F64, 1, (int64_t[]){3}), *w = kiln_zeros(KILN_F64, 1, (int64_t[]){3});
+  assert_int_equal(kiln_map_(u, kiln_exp(x), sum2, NULL), KILN_OK);
+  assert_int_equal(kiln_map2_(w, x, kiln_sin(x), sum3, NULL), KILN_OK);
+  kiln_tensor *y = kiln_sum(kiln_mul(u, u), 0, NULL, false), *z = kiln_sum(w, 0, NULL, false);
+  expect_no_error();
+  int64_t pending = graph_pending_count();
+  expect_rejected(kiln_grad(&y, NULL, 1, &x, 1, &g), &g, 1, pending, KILN_ERR_UNSUPPORTED, "kiln_map_",
+                  "no derivative", NULL);
+  g = SENTINEL;
+  expect_rejected(kiln_grad(&z, NULL, 1, &x, 1, &g), &g, 1, pending, KILN_ERR_UNSUPPORTED, "kiln_map2_", NULL);
+  kiln_scope_end();
+}
+
+/* A write recorded over a forced in-place write lets the forced write's
+ * recipe go (docs/autodiff.md): a gradient through it to a wrt it
+ * depends on is an error that says so, never a wrong gradient; a wrt it
+ * does not depend on still gets its gradient. */
+static void released_recipe(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *x = vec((double[]){1, 2}, 2), *z = vec((double[]){3, 4}, 2), *g = SENTINEL;
+  kiln_tensor *a = kiln_zeros(KILN_F64, 1, (int64_t[]){4});
+  assert_int_equal(kiln_copy_(kiln_narrow(a, 0, 0, 2), kiln_mul(x, x)), KILN_OK);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  assert_int_equal(kiln_copy_(kiln_narrow(a, 0, 2, 2), kiln_mul_scalar(z, 2)), KILN_OK);
+  kiln_tensor *y = kiln_sum(kiln_mul(a, a), 0, NULL, false);
+  expect_no_error();
+  int64_t pending = graph_pending_count();
+  expect_rejected(kiln_grad(&y, NULL, 1, &x, 1, &g), &g, 1, pending, KILN_ERR_ARG, "recipe was released", "wrt 0",
+                  NULL);
+  assert_int_equal(kiln_grad(&y, NULL, 1, &z, 1, &g), KILN_OK); /* y = sum(x^4) + 4 sum(z^2) */
+  expect_values_tol(g, (double[]){24, 32}, 2, 1e-12);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(scalar_output),          cmocka_unit_test(unused_wrt_is_zero),
       cmocka_unit_test(views_route_gradients),  cmocka_unit_test(inplace_write_through_view),
       cmocka_unit_test(broadcast_sums),         cmocka_unit_test(forcing_midway_changes_nothing),
       cmocka_unit_test(second_derivative),      cmocka_unit_test(detach_stops_gradients),
+      cmocka_unit_test(detach_through_every_reader),
       cmocka_unit_test(errors),                 cmocka_unit_test(callback_in_path),
+      cmocka_unit_test(errors_record_nothing),  cmocka_unit_test(written_after_read),
+      cmocka_unit_test(map_callbacks_in_path),  cmocka_unit_test(released_recipe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

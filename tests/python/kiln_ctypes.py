@@ -311,6 +311,8 @@ SIGNATURES = {
     "optimizer_save": ("i", "pz"),
     "optimizer_load": ("i", "pz"),
     "optimizer_free": ("v", "p"),
+    "grad": ("i", "AAiAiA"),
+    "detach": ("T", "T"),
 }
 
 # Functions whose int result is a count or a value, not a kiln_status: a
@@ -730,6 +732,33 @@ def load_safetensors(path):
     for i in range(n.value):
         out[names[i].decode()] = Tensor(lib.kiln_retain(handles[i]))
     lib.kiln_safetensors_free(n.value, names, handles)
+    return out
+
+
+# ------------------------------------------------------ differentiation
+
+_raw_grad = globals()["grad"]
+
+
+def grad(outputs, wrt, cotangents=None):
+    """kiln_grad: a list of new gradient Tensors, one per wrt (wrt[j]'s
+    sizes and dtype). outputs and wrt are Tensors or sequences of them;
+    cotangents None (every output a single element, seeded with 1) or a
+    sequence of one Tensor per output."""
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    wrt = [wrt] if isinstance(wrt, Tensor) else list(wrt)
+    outs = (c_void_p * len(outputs))(*[t._h for t in outputs])
+    cots = None
+    if cotangents is not None:
+        cotangents = list(cotangents)
+        cots = (c_void_p * max(len(cotangents), 1))(
+            *[None if c is None else c._h for c in cotangents])
+    ws = (c_void_p * len(wrt))(*[t._h for t in wrt])
+    gs = (c_void_p * len(wrt))()
+    st = lib.kiln_grad(outs, cots, len(outputs), ws, len(wrt), gs)
+    # wrap first: every returned handle is owned even if an error follows
+    out = [Tensor(gs[j]) if gs[j] else None for j in range(len(wrt))]
+    _raise_if_error("grad", "i", st)
     return out
 
 
