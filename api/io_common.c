@@ -41,6 +41,14 @@ int io_open_read(io_reader *r, const char *path, const char *fn) {
   return KILN_OK;
 }
 
+int io_open_mem(io_reader *r, const void *data, size_t size, const char *name, const char *fn) {
+  static const unsigned char none; /* fmemopen wants a buffer of >= 1 byte */
+  *r = (io_reader){.path = name, .fn = fn, .size = (int64_t)size};
+  r->f = fmemopen(size ? (void *)data : (void *)&none, size ? size : 1, "rb");
+  if (!r->f) return api_error(KILN_ERR_IO, fn, "cannot open %s in memory: %s", name, strerror(errno));
+  return KILN_OK;
+}
+
 void io_close_read(io_reader *r) {
   if (r->f) fclose(r->f);
   r->f = NULL;
