@@ -76,8 +76,9 @@ int io_write_view(io_writer *w, const kiln_tensor *t);
  *  Returns the first error or KILN_OK. */
 int io_finish(io_writer *w, int status);
 
-/** Element count of sizes [ndim] (all ≥ 0), or -1 when numel × esize
- *  would overflow int64. */
+/** Element count of sizes [ndim] (all ≥ 0), or -1 when the product of
+ *  the sizes with zeros counted as 1 (the reach of contiguous strides; ≥
+ *  numel) × esize would overflow int64. */
 int64_t io_numel_checked(int ndim, const int64_t *sizes, int64_t esize);
 
 #endif /* KILN_API_IO_INTERNAL_H */

@@ -105,13 +105,16 @@ static int parse_offsets(st_file *f, st_entry *e, json_t *v) {
   return KILN_OK;
 }
 
-/* Byte size dtype × shape, or -1 on overflow. Dims past the first 16 are
- * read from the JSON array `shape` again. */
+/* Byte size dtype × shape, or -1 on overflow: of the bytes, or of the
+ * span (the sizes' product with 0 counted as 1, which the contiguous
+ * strides of an empty tensor reach too). Dims past the first 16 are read
+ * from the JSON array `shape` again. */
 static int64_t entry_bytes(const st_entry *e, json_t *shape) {
-  int64_t bytes = st_dtypes[e->dtype].size;
+  int64_t bytes = st_dtypes[e->dtype].size, span = bytes;
   for (int d = 0; d < e->ndim; d++) {
     int64_t s = d < KILN_MAX_DIMS ? e->sizes[d] : json_integer_value(json_array_get(shape, (size_t)d));
-    if (s > 0 && bytes > INT64_MAX / s) return -1;
+    if (s > 0 && span > INT64_MAX / s) return -1;
+    span *= s > 0 ? s : 1;
     bytes *= s;
   }
   return bytes;
