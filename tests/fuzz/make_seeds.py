@@ -13,8 +13,11 @@ format specification says (8-byte little-endian header size, JSON
 header, data section): every dtype string, several tensors, 0-d and empty
 tensors, __metadata__, a dtype Kiln lacks.
 
-The program corpus (corpus/program) is written by fuzz_program itself
-(see docs/testing.md): its seeds are byte strings in the decoder's format.
+corpus/program: programs in fuzz_program's byte format (an opcode byte
+per instruction, then its argument bytes; see fuzz_program.c), written
+with the helpers below, which know the decoder's argument ranges. OPS
+must list fuzz_program.c's op table in its order.
+
 Crash inputs that became regression cases are kept next to the seeds
 (files named crash-*); this script never removes them.
 """
@@ -90,6 +93,132 @@ def write_safetensors_seeds():
     write_safetensors(out("safetensors", "empty_file.safetensors"), [])
 
 
+# ------------------------------------------------------------ programs
+
+OPS = ["from_data", "full", "arange", "scalar", "narrow", "select", "slice", "transpose", "permute", "expand",
+       "unfold", "as_strided", "squeeze/unsqueeze", "view/reshape", "contiguous/clone/to_dtype", "unary", "binary",
+       "binary_scalar", "where", "clamp", "reduce", "argmax/argmin", "index_select", "gather", "fill_", "copy_",
+       "index_fill_", "index_add_/index_copy_", "masked_fill_", "set", "get", "read", "realize", "release"]
+DTYPES = ["F32", "I32", "I64", "BOOL", "F64", "U8", "I8", "I16"]
+SCALARS = [0, 1, -1, 2, -2, 0.5, -0.25, 3, 7, -100, 1.5, 0.125, 100, "nan", "inf", "-inf"]
+UNARY = ["neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "sqrt", "exp", "tanh", "sigmoid",
+         "reciprocal", "logical_not"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "fmod", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
+          "and", "or", "xor"]
+REDUCE = ["sum", "prod", "amax", "amin", "mean", "all", "any"]
+
+
+def op(name):
+    return [OPS.index(name)]
+
+
+def rng(v, lo, hi):
+    """The byte pick_int(lo, hi) decodes as v."""
+    assert lo <= v <= hi
+    return v - lo
+
+
+def dim(d, ndim):
+    return rng(d, -ndim - 1, ndim)
+
+
+def shape(*sizes):
+    return [len(sizes)] + [s - 1 if s > 0 else 22 for s in sizes]
+
+
+def sc(v):
+    return SCALARS.index(v)
+
+
+def from_data(dst, dt, sizes, seed=1, wide=False):
+    return op("from_data") + [dst, DTYPES.index(dt)] + shape(*sizes) + [seed, 7 if wide else 0]
+
+
+def zeros(dst, dt, sizes):
+    return op("full") + [dst, 0, DTYPES.index(dt)] + shape(*sizes)
+
+
+def index(values, i32=False):
+    """make_index's bytes for in-range values (out-of-range: see pick_index)."""
+    return [1 if i32 else 0] + [8 * v for v in values]
+
+
+def seed_design_example():
+    """DESIGN.md's example: a write through a narrow after an op read x."""
+    return (zeros(0, "F32", [5]) + op("narrow") + [1, 0, dim(0, 1), rng(1, -7, 7), rng(3, -1, 6)]
+            + op("binary") + [2, BINARY.index("add"), 0, 0] + op("fill_") + [1, sc(1)]
+            + op("binary_scalar") + [3, BINARY.index("mul"), 0, sc(2)]
+            + op("read") + [2] + op("read") + [0] + op("read") + [1] + op("read") + [3])
+
+
+def seed_index_ops():
+    """index_select, gather, index_add_ with duplicates, an out-of-range index."""
+    p = from_data(0, "I64", [4, 3], seed=3)
+    p += op("index_select") + [1, 0, dim(0, 2), 3] + index([3, 0, 3])
+    p += op("index_select") + [2, 0, dim(1, 2), 2] + [0, 8 * 2, 6]  # index 3 of a dim of 3: KILN_ERR_INDEX
+    p += op("gather") + [3, 0, dim(1, 2), 1, 2, 2] + index([2, 0, 1, 1])  # index sizes [2, 2]
+    p += op("index_add_/index_copy_") + [3, 0, dim(0, 2), 3] + index([1, 1, 2]) + [5, 0]  # add, t's dtype
+    p += op("read") + [0] + op("read") + [1] + op("read") + [3]
+    return p
+
+
+def seed_views_and_writes():
+    """transpose, copy_ between views of one storage, masked_fill_, reductions."""
+    p = from_data(0, "F32", [3, 4], seed=9)
+    p += op("transpose") + [1, 0, dim(0, 2), dim(1, 2)]
+    p += op("slice") + [2, 0, dim(1, 2), rng(0, -8, 8), rng(4, -8, 8), rng(2, 0, 3)]
+    p += op("binary") + [3, BINARY.index("mul"), 0, 0]
+    p += op("copy_") + [1, 3]  # into x through its transpose, from x*x recorded before: row-major
+    p += op("masked_fill_") + [0, 0, sc(-1)] + [2, 0]
+    p += op("reduce") + [4, 0b00010001, 1, REDUCE.index("sum"), 0]
+    p += op("argmax/argmin") + [5, 1, 0, dim(1, 2)]
+    p += op("read") + [0] + op("read") + [3] + op("read") + [4] + op("read") + [5]
+    return p
+
+
+def seed_expand_unfold():
+    """expand (stride 0) written by fill_, refused by copy_; unfold; as_strided; a force in between."""
+    p = from_data(0, "I32", [3, 1], seed=4)
+    p += op("expand") + [1, 0, rng(2, 2, 4), 2, 4 * 5 + 1]  # [3, 1] -> [3, 5]
+    p += op("fill_") + [1, sc(7)]
+    p += op("copy_") + [1, 0]
+    p += op("realize") + [0, 0, 1]
+    p += from_data(2, "F64", [6], seed=5)
+    p += op("unfold") + [3, 2, dim(0, 1), rng(3, -1, 4), rng(2, 0, 3)]
+    p += op("as_strided") + [4, 2, rng(2, 0, 4), 2, 2, 1, 2, rng(1, 0, 7)]
+    p += op("unary") + [5, UNARY.index("exp"), 3]
+    p += op("set") + [2, sc(100), rng(0, -7, 6)]
+    p += op("read") + [3] + op("read") + [4] + op("read") + [5]
+    return p
+
+
+def seed_dtypes():
+    """U8 with I8 promotes to I16; where; clamp with an infinite bound; to_dtype; reshape's copy."""
+    p = from_data(0, "U8", [2, 3], seed=6, wide=True) + from_data(1, "I8", [3], seed=7, wide=True)
+    p += op("binary") + [2, BINARY.index("add"), 0, 1]
+    p += op("binary") + [3, BINARY.index("gt"), 0, 1]
+    p += op("where") + [4, 3, 2, 1]
+    p += op("clamp") + [5, 2, sc("-inf"), sc(3)]
+    p += op("contiguous/clone/to_dtype") + [6, 2, 5, DTYPES.index("F32")]
+    p += op("transpose") + [7, 6, dim(0, 2), dim(1, 2)]
+    p += op("view/reshape") + [7, 1, 7, rng(1, 0, 4), 2]  # reshape the transpose to [6]: a copy
+    p += op("index_fill_") + [7, dim(0, 1), 2, sc(-2)] + [0, 8 * 1, 8 * 5]
+    p += op("reduce") + [0, 0, 0, REDUCE.index("prod"), 4]
+    for s in range(8):
+        p += op("read") + [s]
+    return p
+
+
+def write_program_seeds():
+    seeds = {"design_example": seed_design_example(), "index_ops": seed_index_ops(),
+             "views_and_writes": seed_views_and_writes(), "expand_unfold": seed_expand_unfold(),
+             "dtypes": seed_dtypes()}
+    for name, prog in seeds.items():
+        with open(out("program", name), "wb") as fh:
+            fh.write(bytes(prog))
+
+
 if __name__ == "__main__":
     write_npy_seeds()
     write_safetensors_seeds()
+    write_program_seeds()
