@@ -77,15 +77,23 @@ void pass_plan_init(pass_plan *p) {
   spare = (pass_plan){0};
   p->n = 0;
   p->held = false;
+  p->held_pos = NULL;
+  p->n_held = 0;
+}
+
+/* Drops the references pass_plan_hold took. */
+static void unhold(pass_plan *p) {
+  for (int k = 0; k < p->n_held; k++) graph_node_release(p->order[p->held_pos[k]]);
+  free(p->held_pos);
+  p->held_pos = NULL;
+  p->n_held = 0;
+  p->held = false;
 }
 
 /* A node is visited once it carries the plan's id; its position is set
  * when it is appended (after all its pending inputs). */
 bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
-  if (p->held) { /* collected again: the old nodes are not held any more */
-    for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
-    p->held = false;
-  }
+  if (p->held) unhold(p); /* collected again: the old nodes are not held any more */
   p->n = 0;
   p->id = atomic_fetch_add_explicit(&next_plan_id, 1, memory_order_relaxed);
   int depth = 0;
@@ -116,7 +124,8 @@ bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots) {
 }
 
 void pass_plan_remark(const pass_plan *p) {
-  for (int i = 0; i < p->n; i++) {
+  for (int k = 0; k < p->n_held; k++) {
+    int i = p->held_pos[k];
     graph_node *x = p->order[i];
     if (x->buffer) continue;
     x->plan_id = p->id;
@@ -124,15 +133,44 @@ void pass_plan_remark(const pass_plan *p) {
   }
 }
 
-void pass_plan_hold(pass_plan *p) {
-  if (p->held) return;
-  for (int i = 0; i < p->n; i++) graph_node_retain(p->order[i]);
+/* Adds position `at` (of a live node of p) to the held list once. */
+static void add_held(pass_plan *p, bool *seen, int at) {
+  if (at < 0 || seen[at]) return;
+  seen[at] = true;
+  p->held_pos[p->n_held++] = at;
+}
+
+/* Only nodes known to be alive are read: those still to run (each held
+ * by a reader still to run or by a root), the roots (held by the caller),
+ * and inputs of live nodes. An earlier position is never read through
+ * p->order without being reached that way: running its reader may have
+ * freed it. The held list doubles as the traversal's work list. */
+bool pass_plan_hold(pass_plan *p, int from, graph_node *const *roots, int n_roots) {
+  if (p->held) return true;
+  bool *seen = calloc((size_t)(p->n > 0 ? p->n : 1), sizeof *seen);
+  p->held_pos = malloc(sizeof *p->held_pos * (size_t)(p->n > 0 ? p->n : 1));
+  if (!seen || !p->held_pos) {
+    free(seen);
+    free(p->held_pos);
+    p->held_pos = NULL;
+    return false;
+  }
+  p->n_held = 0;
+  for (int i = from > 0 ? from : 0; i < p->n; i++) add_held(p, seen, i);
+  for (int r = 0; r < n_roots; r++)
+    if (roots[r]) add_held(p, seen, pass_pos(p, roots[r]));
+  for (int k = 0; k < p->n_held; k++) {
+    const graph_node *x = p->order[p->held_pos[k]];
+    for (int i = 0; i < x->n_inputs; i++) add_held(p, seen, pass_pos(p, x->inputs[i].node));
+  }
+  for (int k = 0; k < p->n_held; k++) graph_node_retain(p->order[p->held_pos[k]]);
+  free(seen);
   p->held = true;
+  return true;
 }
 
 void pass_plan_free(pass_plan *p) {
-  if (p->held)
-    for (int i = 0; i < p->n; i++) graph_node_release(p->order[i]);
+  if (p->held) unhold(p);
   if (spare.cap || spare.stack_cap || !p->cap) {
     free_arrays(p);
     return;

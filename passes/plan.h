@@ -42,7 +42,9 @@ typedef struct pass_plan {
   int n, cap;
   graph_node **order; /* [n] pending nodes, producers first */
   pass_entry *e;      /* [n] */
-  bool held;          /* pass_plan_hold: order's nodes hold a reference each */
+  bool held;          /* pass_plan_hold ran: the nodes at held_pos hold a reference each */
+  int *held_pos;      /* [n_held] positions pass_plan_hold retained (malloc'ed) */
+  int n_held;
   graph_node **stack; /* collect's DFS stack [stack_cap] */
   int stack_cap;
 } pass_plan;
@@ -56,13 +58,17 @@ void pass_plan_init(pass_plan *p);
  *  (nothing fused, no host). p may hold an earlier collect (it is reset).
  *  False on OOM. */
 bool pass_plan_collect(pass_plan *p, graph_node *const *roots, int n_roots);
-/** Retains every node of p (once), so a nested force on this thread (a
- *  lowering fallback), which realizes some of them and drops their
- *  inputs, frees none that p still points at. Released by
- *  pass_plan_free. */
-void pass_plan_hold(pass_plan *p);
-/** Marks p's still pending nodes as p's again (after a nested force on
- *  this thread collected some of them under its own plan). */
+/** Retains (once) the nodes of p the rest of its schedule can still
+ *  reach, so a nested force on this thread (a lowering fallback at
+ *  position `from`), which realizes some of them and drops their inputs,
+ *  frees none of them: the nodes at positions >= from, the roots [n_roots],
+ *  and the plan's nodes they read, transitively. A node at an earlier
+ *  position that none of them reads may already be freed (running its
+ *  reader dropped it): it is never touched. Released by pass_plan_free.
+ *  False on OOM (nothing retained). */
+bool pass_plan_hold(pass_plan *p, int from, graph_node *const *roots, int n_roots);
+/** Marks p's still pending held nodes as p's again (after a nested force
+ *  on this thread collected some of them under its own plan). */
 void pass_plan_remark(const pass_plan *p);
 /** Drops the references pass_plan_hold took and frees p's arrays (or
  *  keeps them for the thread's next plan). p is empty afterwards. */

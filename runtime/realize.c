@@ -196,6 +196,8 @@ typedef struct compile_job compile_job;
 
 typedef struct sched_run {
   pass_plan *plan;
+  graph_node *const *roots; /* [n_roots]: the force's request */
+  int n_roots;
   bool cacheable;
   const rt_schedule *cached;
   rt_sched_kernel *kernels; /* lowered this run, for the cache */
@@ -210,14 +212,19 @@ typedef struct sched_run {
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
                  size_t errlen);
 
-/* A lowering fallback's nested force of nodes [n]: it realizes nodes of
- * the plan, which then drop their inputs, so the plan holds its nodes,
+/* A lowering fallback's nested force of nodes [n] while lowering `at`: it
+ * realizes nodes of the plan, which then drop their inputs, so the plan
+ * holds the nodes it still needs (at's position on, and what they read),
  * marks them back afterwards, and neither caches this schedule nor uses
  * bindings made before (fell_back). */
-static int realize_first(sched_run *run, graph_node *const *nodes, int n, char *err, size_t errlen) {
+static int realize_first(sched_run *run, const graph_node *at, graph_node *const *nodes, int n, char *err,
+                         size_t errlen) {
   run->cacheable = false;
   run->fell_back = true;
-  pass_plan_hold(run->plan);
+  if (!pass_plan_hold(run->plan, pass_pos(run->plan, at), run->roots, run->n_roots)) {
+    snprintf(err, errlen, "out of memory holding a schedule of %d nodes", run->plan->n);
+    return KILN_ERR_OOM;
+  }
   int st = rt_realize(nodes, n, err, errlen);
   pass_plan_remark(run->plan);
   return st;
@@ -233,7 +240,7 @@ static int lower_alone(graph_node *n, bool in_place, kir_kernel *k, pass_binding
   for (int s = p->e[at].stores; s >= 0 && n_stored < PASS_MAX_OUTPUTS; s = p->e[s].store_next)
     stored[n_stored++] = p->order[s];
   pass_unstore(run->plan, n);
-  int st = realize_first(run, stored, n_stored, err, errlen);
+  int st = realize_first(run, n, stored, n_stored, err, errlen);
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
@@ -251,7 +258,7 @@ static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, s
   pass_unfuse_inputs(p, n);
   graph_node *inputs[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) inputs[i] = n->inputs[i].node;
-  st = realize_first(run, inputs, n->n_inputs, err, errlen);
+  st = realize_first(run, n, inputs, n->n_inputs, err, errlen);
   return st == KILN_OK ? lower(n, in_place, k, b, run, err, errlen) : st;
 }
 
@@ -602,7 +609,7 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   rt_alloc_install();
   pass_plan p;
   pass_plan_init(&p);
-  sched_run run = {.plan = &p, .cacheable = use_schedule_cache()};
+  sched_run run = {.plan = &p, .roots = nodes, .n_roots = n, .cacheable = use_schedule_cache()};
   size_t key_len = 0;
   const unsigned char *key = NULL;
   if (!plan(nodes, n, &run, &key, &key_len)) {
