@@ -164,19 +164,9 @@ static void check_meta(run *r, kiln_tensor *t, const pview *v, const kiln_tensor
 /* ----------------------------------------------------------- values */
 
 static void fmt_elem(char *buf, size_t n, kiln_dtype d, const uint8_t *p) {
-  double f = 0;
-  int64_t i = 0;
-  switch (d) {
-  case KILN_F32: { float x; memcpy(&x, p, 4); f = x; break; }
-  case KILN_F64: memcpy(&f, p, 8); break;
-  case KILN_BOOL: case KILN_U8: i = *p; break;
-  case KILN_I8: i = (int8_t)*p; break;
-  case KILN_I16: { int16_t x; memcpy(&x, p, 2); i = x; break; }
-  case KILN_I32: { int32_t x; memcpy(&x, p, 4); i = x; break; }
-  default: memcpy(&i, p, 8); break;
-  }
-  if (pd_is_float(d)) snprintf(buf, n, "%.9g", f);
-  else snprintf(buf, n, "%lld", (long long)i);
+  pval v = pd_load(d, p);
+  if (pd_is_float(d)) snprintf(buf, n, "%.9g", v.f);
+  else snprintf(buf, n, "%lld", (long long)v.i);
 }
 
 /* Pass 0 keeps what it read; pass 1 must read the same (within 2 e). */
@@ -232,7 +222,15 @@ static const kiln_dtype dtypes[] = {KILN_F32, KILN_I32, KILN_I64, KILN_BOOL, KIL
 static const double scalars[] = {0, 1, -1, 2, -2, 0.5, -0.25, 3, 7, -100, 1.5, 0.125, 100, NAN, INFINITY, -INFINITY};
 #define N_SCALARS ((unsigned)(sizeof scalars / sizeof scalars[0]))
 
-static kiln_dtype pick_dtype(run *r) { return dtypes[next(r) % N_DTYPES]; }
+/* One of the eight dtypes above; a quarter of the bytes that give F32
+ * or F64 give F16 or BF16 instead (added later: the other bytes keep the
+ * meaning they had in stored inputs). */
+static kiln_dtype pick_dtype(run *r) {
+  unsigned b = next(r);
+  kiln_dtype d = dtypes[b % N_DTYPES];
+  if (b / N_DTYPES % 4 == 3 && (d == KILN_F32 || d == KILN_F64)) return d == KILN_F32 ? KILN_F16 : KILN_BF16;
+  return d;
+}
 static double pick_scalar(run *r) { return scalars[next(r) % N_SCALARS]; }
 
 /* 0-4 dims of 1-6 (0 now and then). */
@@ -256,15 +254,11 @@ static uint32_t xorshift(uint32_t *s) {
 static pval make_elem(kiln_dtype d, uint32_t *rng, bool wide, void *p) {
   static const double special[] = {NAN, INFINITY, -INFINITY, -0.0, 1e30, 1e-30};
   uint32_t x = xorshift(rng);
-  if (pd_is_float(d)) {
+  if (pd_is_float(d)) { /* the value as the dtype holds it, exactly */
     double v = wide && x % 16 == 0 ? special[(x >> 4) % 6] : ((int)(x % 33) - 16) / 4.0;
-    if (d == KILN_F32) {
-      float f = (float)v;
-      memcpy(p, &f, 4);
-    } else {
-      memcpy(p, &v, 8);
-    }
-    return pd_from_double(v, d);
+    pval e = {.f = pd_convert((pval){.f = (double)(float)v}, KILN_F32, d).f};
+    pd_encode(d, e.f, p);
+    return e;
   }
   int64_t v = wide ? (int64_t)((uint64_t)x << 32 | xorshift(rng)) : d == KILN_BOOL ? x % 2 : (int64_t)(x % 21) - (d == KILN_U8 ? 0 : 10);
   pval e = pd_convert((pval){.i = v, .f = (double)v}, KILN_I64, d);
@@ -305,7 +299,8 @@ static int64_t pick_index(run *r, int64_t size) {
 }
 
 /* A 1-D (or gather's n-D) index tensor of I64 or I32 (now and then I16,
- * which Kiln refuses). */
+ * which Kiln refuses), realized or (bit 4 of its first byte) still
+ * pending: index + 0, which the index op must force. */
 static kiln_tensor *make_index(run *r, int nd, const int64_t *size, int64_t dim_size, pview *v) {
   static int64_t vals[P_MAX_NUMEL];
   static int32_t v32[P_MAX_NUMEL];
@@ -329,6 +324,12 @@ static kiln_tensor *make_index(run *r, int nd, const int64_t *size, int64_t dim_
   const void *data = d == KILN_I64 ? (const void *)vals : d == KILN_I32 ? (const void *)v32 : (const void *)v16;
   kiln_tensor *t = kiln_from_data(d, nd, size, data);
   expect(r, status_of(r, t), KILN_OK);
+  if (b & 16) { /* the same values, lazily (an integral scalar keeps the dtype) */
+    kiln_tensor *lazy = kiln_add_scalar(t, 0);
+    kiln_release(t);
+    t = lazy;
+    expect(r, status_of(r, t), KILN_OK);
+  }
   return t;
 }
 
@@ -841,9 +842,7 @@ static void op_get(run *r) {
   if (st != KILN_OK) return;
   kiln_dtype d = pm_dtype(&r->m, &t->v);
   uint8_t elem[8];
-  float f = (float)got;
-  if (d == KILN_F32) memcpy(elem, &f, 4);
-  else if (d == KILN_F64) memcpy(elem, &got, 8);
+  if (pd_is_float(d)) pd_encode(d, got, elem); /* exact: got holds a value of d */
   else if (!isinf(want.e) && (double)want.i != got) /* integers come back as doubles */
     mismatch(r, "kiln_get_f64 gave %.17g, the reference has %lld", got, (long long)want.i);
   if (pd_is_float(d) && !pd_matches(d, want, elem))

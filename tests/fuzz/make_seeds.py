@@ -100,6 +100,7 @@ OPS = ["from_data", "full", "arange", "scalar", "narrow", "select", "slice", "tr
        "binary_scalar", "where", "clamp", "reduce", "argmax/argmin", "index_select", "gather", "fill_", "copy_",
        "index_fill_", "index_add_/index_copy_", "masked_fill_", "set", "get", "read", "realize", "release"]
 DTYPES = ["F32", "I32", "I64", "BOOL", "F64", "U8", "I8", "I16"]
+HALF = {"F16": 3 * 8 + 0, "BF16": 3 * 8 + 4}  # pick_dtype's bytes for the half types
 SCALARS = [0, 1, -1, 2, -2, 0.5, -0.25, 3, 7, -100, 1.5, 0.125, 100, "nan", "inf", "-inf"]
 UNARY = ["neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "sqrt", "exp", "tanh", "sigmoid",
          "reciprocal", "logical_not"]
@@ -130,12 +131,16 @@ def sc(v):
     return SCALARS.index(v)
 
 
+def dtype(dt):
+    return HALF[dt] if dt in HALF else DTYPES.index(dt)
+
+
 def from_data(dst, dt, sizes, seed=1, wide=False):
-    return op("from_data") + [dst, DTYPES.index(dt)] + shape(*sizes) + [seed, 7 if wide else 0]
+    return op("from_data") + [dst, dtype(dt)] + shape(*sizes) + [seed, 7 if wide else 0]
 
 
 def zeros(dst, dt, sizes):
-    return op("full") + [dst, 0, DTYPES.index(dt)] + shape(*sizes)
+    return op("full") + [dst, 0, dtype(dt)] + shape(*sizes)
 
 
 def index(values, i32=False):
@@ -199,7 +204,7 @@ def seed_dtypes():
     p += op("binary") + [3, BINARY.index("gt"), 0, 1]
     p += op("where") + [4, 3, 2, 1]
     p += op("clamp") + [5, 2, sc("-inf"), sc(3)]
-    p += op("contiguous/clone/to_dtype") + [6, 2, 5, DTYPES.index("F32")]
+    p += op("contiguous/clone/to_dtype") + [6, 2, 5, dtype("F32")]
     p += op("transpose") + [7, 6, dim(0, 2), dim(1, 2)]
     p += op("view/reshape") + [7, 1, 7, rng(1, 0, 4), 2]  # reshape the transpose to [6]: a copy
     p += op("index_fill_") + [7, dim(0, 1), 2, sc(-2)] + [0, 8 * 1, 8 * 5]
@@ -209,10 +214,26 @@ def seed_dtypes():
     return p
 
 
+def seed_half():
+    """F16 and BF16: integer operands rounded to the half type, F16 with BF16 promoting to F32, a scalar,
+    a sum and a mean, a write through a view."""
+    p = from_data(0, "F16", [2, 3], seed=11) + from_data(1, "BF16", [3], seed=12) + from_data(2, "I32", [3], seed=13, wide=True)
+    p += op("binary") + [3, BINARY.index("mul"), 0, 2]
+    p += op("binary") + [4, BINARY.index("add"), 0, 1]
+    p += op("binary_scalar") + [5, BINARY.index("div"), 1, sc(3)]
+    p += op("reduce") + [6, 0b10, 0, REDUCE.index("sum"), 3]
+    p += op("reduce") + [7, 0, 1, REDUCE.index("mean"), 0]
+    p += op("select") + [1, 0, dim(1, 2), rng(1, -7, 6)]
+    p += op("fill_") + [1, sc(1.5)]
+    for s in range(8):
+        p += op("read") + [s]
+    return p
+
+
 def write_program_seeds():
     seeds = {"design_example": seed_design_example(), "index_ops": seed_index_ops(),
              "views_and_writes": seed_views_and_writes(), "expand_unfold": seed_expand_unfold(),
-             "dtypes": seed_dtypes()}
+             "dtypes": seed_dtypes(), "half": seed_half()}
     for name, prog in seeds.items():
         with open(out("program", name), "wb") as fh:
             fh.write(bytes(prog))

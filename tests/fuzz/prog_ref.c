@@ -97,7 +97,8 @@ static pval at(const pmodel *m, const pview *v, int64_t off) { return m->s[v->st
 
 /* ------------------------------------------------------------ dtypes */
 
-bool pd_is_float(kiln_dtype d) { return d == KILN_F32 || d == KILN_F64; }
+bool pd_is_float(kiln_dtype d) { return d == KILN_F32 || d == KILN_F64 || d == KILN_F16 || d == KILN_BF16; }
+static bool is_half(kiln_dtype d) { return d == KILN_F16 || d == KILN_BF16; }
 static int int_bits(kiln_dtype d) {
   switch (d) {
   case KILN_U8: case KILN_I8: return 8;
@@ -117,7 +118,7 @@ static kiln_dtype promote(kiln_dtype a, kiln_dtype b) {
   if (pd_is_float(a) || pd_is_float(b)) {
     if (!pd_is_float(a)) return b;
     if (!pd_is_float(b)) return a;
-    return a == KILN_F64 || b == KILN_F64 ? KILN_F64 : KILN_F32;
+    return a == KILN_F64 || b == KILN_F64 ? KILN_F64 : KILN_F32; /* F16 with BF16 too */
   }
   if (a == KILN_U8 || b == KILN_U8) { /* with a signed type: one wide enough for both */
     kiln_dtype s = a == KILN_U8 ? b : a;
@@ -161,14 +162,51 @@ static int64_t wrap(kiln_dtype d, int64_t v) {
   }
 }
 
-static double round_to(kiln_dtype d, double f) { return d == KILN_F32 ? (double)(float)f : f; }
+/* A half type's format: significand bits (with the implicit one), the
+ * smallest normal exponent, the largest finite value. */
+typedef struct half_fmt {
+  int bits, emin;
+  double max;
+} half_fmt;
+
+static half_fmt fmt_of(kiln_dtype d) {
+  return d == KILN_F16 ? (half_fmt){11, -14, 65504.0} : (half_fmt){8, -126, 0x1.fep127};
+}
+
+/* The spacing of format f's values around |x| (subnormals included). */
+static double half_quantum(half_fmt f, double x) {
+  int e = 0;
+  if (x == 0) return ldexp(1, f.emin - (f.bits - 1));
+  frexp(x, &e);
+  return ldexp(1, (e - 1 > f.emin ? e - 1 : f.emin) - (f.bits - 1));
+}
+
+/* x rounded to nearest (ties to even) in format f; past the largest
+ * finite value, infinity. */
+static double round_half(half_fmt f, double x) {
+  if (!isfinite(x) || x == 0) return x;
+  double q = half_quantum(f, fabs(x)), r = nearbyint(x / q) * q; /* x / q is exact */
+  return fabs(r) > f.max ? copysign(INFINITY, x) : r;
+}
+
+/* Rounded to dtype d; a half type through F32 first, as Kiln and Torch
+ * compute them (both roundings are exact-ish: 24 >= 2 * 11 + 2 bits, so
+ * the double rounding of an exact result equals the single one). */
+static double round_to(kiln_dtype d, double f) {
+  if (d == KILN_F32) return (double)(float)f;
+  return is_half(d) ? round_half(fmt_of(d), (double)(float)f) : f;
+}
 
 static double ulp(kiln_dtype d, double x) {
   x = fabs(x);
   if (!isfinite(x)) return INFINITY;
+  if (is_half(d)) return half_quantum(fmt_of(d), x);
   if (d == KILN_F32) return (double)nextafterf((float)x, INFINITY) - (double)(float)x + DBL_MIN;
   return nextafter(x, INFINITY) - x;
 }
+
+/* The compute dtype: F16 and BF16 compute in F32. */
+static kiln_dtype compute_of(kiln_dtype d) { return is_half(d) ? KILN_F32 : d; }
 
 /* The result r of an exactly rounded op whose exact inputs would give a
  * value within `prop` of r: rounding can then differ by one ulp. */
@@ -180,7 +218,7 @@ static pval rounded(kiln_dtype d, double r, double prop) {
 
 /* A transcendental's result: Kiln's accuracy (rtol) on top of prop. */
 static pval approx(kiln_dtype d, double r, double prop) {
-  double rtol = d == KILN_F32 ? 1e-5 : 1e-12, tiny = d == KILN_F32 ? FLT_MIN : DBL_MIN;
+  double rtol = d == KILN_F64 ? 1e-12 : 1e-5, tiny = d == KILN_F64 ? DBL_MIN : FLT_MIN;
   pval o = {.f = round_to(d, r)};
   o.e = isfinite(o.f) ? prop + rtol * fabs(o.f) + tiny + ulp(d, o.f) : INFINITY;
   return o;
@@ -214,6 +252,8 @@ pval pd_convert(pval x, kiln_dtype from, kiln_dtype to) {
   if (from == to) return x;
   if (to == KILN_BOOL) return of_bool(truth(x, from));
   if (pd_is_float(to)) {
+    if (pd_is_float(from) && is_half(to) && x.e == 0 && (double)(float)x.f != x.f && !isnan(x.f))
+      return rounded(to, x.f, ulp(to, x.f)); /* F64 -> half directly or through F32: 1 ulp apart */
     if (pd_is_float(from)) return rounded(to, x.f, x.e);
     if (x.e != 0) return unknown;
     return (pval){.f = to == KILN_F32 ? (double)(float)x.i : (double)x.i}; /* one rounding, from the integer */
@@ -232,10 +272,45 @@ static pval scalar_in(double s, kiln_dtype ct) {
   return pd_convert((pval){.f = s}, KILN_F64, ct);
 }
 
-/* Element of dtype d at p as a pval (exact). */
-static pval load(kiln_dtype d, const void *p) {
+/* The bits of half value v (exactly representable in d). */
+static uint16_t half_bits(kiln_dtype d, double v) {
+  half_fmt f = fmt_of(d);
+  int mbits = f.bits - 1, bias = 1 - f.emin;
+  uint16_t sign = signbit(v) ? 0x8000 : 0, inf = (uint16_t)(0x7fff & ~((1u << mbits) - 1));
+  if (isnan(v)) return (uint16_t)(sign | inf | 1u << (mbits - 1));
+  if (isinf(v)) return sign | inf;
+  double a = fabs(v);
+  int e = 0;
+  frexp(a, &e);
+  if (a == 0 || e - 1 < f.emin) return (uint16_t)(sign | (uint16_t)(a / half_quantum(f, a))); /* zero, subnormal */
+  return (uint16_t)(sign | (e - 1 + bias) << mbits | (uint16_t)((a / ldexp(1, e - 1) - 1) * (1 << mbits)));
+}
+
+static double half_value(kiln_dtype d, uint16_t h) {
+  half_fmt f = fmt_of(d);
+  int mbits = f.bits - 1, bias = 1 - f.emin, ex = (h & 0x7fff) >> mbits;
+  double m = h & ((1u << mbits) - 1), sign = h & 0x8000 ? -1 : 1;
+  if (ex == (0x7fff >> mbits)) return m ? NAN : sign * INFINITY;
+  if (ex == 0) return sign * m * half_quantum(f, 0);
+  return sign * ldexp(1 + m / (1 << mbits), ex - bias);
+}
+
+void pd_encode(kiln_dtype d, double v, void *p) {
+  if (is_half(d)) {
+    uint16_t h = half_bits(d, v);
+    memcpy(p, &h, 2);
+  } else if (d == KILN_F32) {
+    float f = (float)v;
+    memcpy(p, &f, 4);
+  } else {
+    memcpy(p, &v, 8);
+  }
+}
+
+pval pd_load(kiln_dtype d, const void *p) {
   pval v = {0};
   switch (d) {
+  case KILN_F16: case KILN_BF16: { uint16_t h; memcpy(&h, p, 2); v.f = half_value(d, h); break; }
   case KILN_BOOL: case KILN_U8: v.i = *(const uint8_t *)p; break;
   case KILN_I8: v.i = *(const int8_t *)p; break;
   case KILN_I16: { int16_t x; memcpy(&x, p, 2); v.i = x; break; }
@@ -251,7 +326,7 @@ static pval load(kiln_dtype d, const void *p) {
 
 bool pd_matches(kiln_dtype d, pval want, const void *got) {
   if (isinf(want.e)) return true;
-  pval g = load(d, got);
+  pval g = pd_load(d, got);
   if (!pd_is_float(d)) return g.i == want.i;
   if (isnan(want.f)) return isnan(g.f) || want.e > 0;
   if (isinf(want.f)) return g.f == want.f || want.e > 0;
@@ -260,7 +335,7 @@ bool pd_matches(kiln_dtype d, pval want, const void *got) {
 
 bool pd_agree(kiln_dtype d, const void *a, const void *b, double e) {
   if (isinf(e)) return true;
-  pval x = load(d, a), y = load(d, b);
+  pval x = pd_load(d, a), y = pd_load(d, b);
   if (!pd_is_float(d)) return x.i == y.i;
   if (isnan(x.f) || isnan(y.f)) return (isnan(x.f) && isnan(y.f)) || e > 0;
   return e > 0 ? fabs(x.f - y.f) <= 2 * e || x.f == y.f : x.f == y.f;
@@ -336,8 +411,19 @@ static int run_elementwise(pmodel *m, const pelt *e, pview *out) {
       in[i] = vs[i] ? pd_convert(at(m, vs[i], offs[i][p]), pm_dtype(m, vs[i]), e->in_ct[i])
                     : scalar_in(e->o[i].s, e->in_ct[i]);
     s->x[p] = e->f(in, e->ct, e->op, e->args);
+    if (is_half(e->rt)) s->x[p] = pd_convert(s->x[p], e->ct, e->rt); /* computed in F32, stored rounded */
   }
   return KILN_OK;
+}
+
+/* The dtype operand o is converted to before an op whose operands
+ * promote to p: with a half p, a dimensioned tensor of another dtype is
+ * rounded to p first (as Torch does), while a 0-d tensor or a scalar
+ * enters the F32 computation with its own value (Kiln's choice,
+ * docs/testing.md); otherwise p. */
+static kiln_dtype operand_dtype(const poperand *o, kiln_dtype p) {
+  if (!is_half(p)) return p;
+  return o->v && o->v->ndim > 0 ? p : KILN_F32;
 }
 
 static pval un_float(pval a, punary op, kiln_dtype ct) {
@@ -396,9 +482,10 @@ int pr_unary(pmodel *m, punary op, const pview *a, pview *out) {
   pelt e = {.n = 1, .o = {{a, 0}}, .f = un_fn, .op = op};
   kiln_dtype d = pm_dtype(m, a);
   if (d == KILN_BOOL && (op == PU_NEG || op == PU_RELU)) return KILN_ERR_DTYPE;
-  e.ct = float_only_unary(op) && !pd_is_float(d) ? KILN_F32 : d;
-  e.rt = op == PU_LOGICAL_NOT ? KILN_BOOL : e.ct;
-  e.in_ct[0] = e.ct;
+  kiln_dtype p = float_only_unary(op) && !pd_is_float(d) ? KILN_F32 : d;
+  e.ct = compute_of(p);
+  e.rt = op == PU_LOGICAL_NOT ? KILN_BOOL : p;
+  e.in_ct[0] = p;
   return run_elementwise(m, &e, out);
 }
 
@@ -488,10 +575,16 @@ static pval bin_fn(const pval *in, kiln_dtype ct, int op, const double *args) {
 int pr_binary(pmodel *m, pbinary op, poperand a, poperand b, pview *out) {
   pelt e = {.n = 2, .o = {a, b}, .f = bin_fn, .op = op};
   kiln_dtype p = result_type(m, e.o, 2);
+  const pview *vs[2] = {a.v, b.v};
+  int ndim;
+  int64_t size[P_MAX_DIMS];
+  /* both wrong: Kiln reports the sizes (Torch the bool operands) */
+  if (!broadcast_shape(vs, 2, &ndim, size)) return KILN_ERR_SHAPE;
   if (p == KILN_BOOL && (op == PB_SUB || op == PB_FMOD || op == PB_REMAINDER)) return KILN_ERR_DTYPE;
-  e.ct = op == PB_DIV && !pd_is_float(p) ? KILN_F32 : p;
-  e.rt = op >= PB_EQ ? KILN_BOOL : e.ct;
-  e.in_ct[0] = e.in_ct[1] = e.ct;
+  if (op == PB_DIV && !pd_is_float(p)) p = KILN_F32;
+  e.ct = compute_of(p);
+  e.rt = op >= PB_EQ ? KILN_BOOL : p;
+  for (int i = 0; i < 2; i++) e.in_ct[i] = operand_dtype(&e.o[i], p);
   return run_elementwise(m, &e, out);
 }
 
@@ -505,8 +598,9 @@ int pr_where(pmodel *m, const pview *c, const pview *a, const pview *b, pview *o
   kiln_dtype cd = pm_dtype(m, c);
   if (cd != KILN_BOOL && cd != KILN_U8) return KILN_ERR_DTYPE;
   pelt e = {.n = 3, .o = {{c, 0}, {a, 0}, {b, 0}}, .f = where_fn};
-  e.ct = e.rt = result_type(m, e.o + 1, 2);
-  e.in_ct[0] = KILN_BOOL, e.in_ct[1] = e.in_ct[2] = e.ct;
+  kiln_dtype p = result_type(m, e.o + 1, 2);
+  e.ct = compute_of(p), e.rt = p;
+  e.in_ct[0] = KILN_BOOL, e.in_ct[1] = operand_dtype(&e.o[1], p), e.in_ct[2] = operand_dtype(&e.o[2], p);
   return run_elementwise(m, &e, out);
 }
 
@@ -542,7 +636,7 @@ static pval clamp_fn(const pval *in, kiln_dtype ct, int op, const double *args) 
 int pr_clamp(pmodel *m, const pview *a, double lo, double hi, pview *out) {
   kiln_dtype d = pm_dtype(m, a);
   if (d == KILN_BOOL) return KILN_ERR_DTYPE;
-  pelt e = {.n = 1, .o = {{a, 0}}, .f = clamp_fn, .ct = d, .rt = d, .in_ct = {d}, .args = {lo, hi}};
+  pelt e = {.n = 1, .o = {{a, 0}}, .f = clamp_fn, .ct = compute_of(d), .rt = d, .in_ct = {d}, .args = {lo, hi}};
   return run_elementwise(m, &e, out);
 }
 
@@ -637,8 +731,9 @@ static pval sum_result(const pacc *a, double eps) {
   else r.e = a->abs_sum > 1e300 ? INFINITY : a->e_sum + (double)(a->n + 1) * eps * a->abs_sum;
   if (a->op != PR_MEAN) return r;
   if (a->n == 0) return (pval){.f = NAN}; /* 0 / 0 */
-  double s = round_to(a->d, r.f); /* the sum, in the dtype, then divided */
-  return rounded(a->d, s / (double)a->n, r.e > 0 ? (r.e + ulp(a->d, s)) / (double)a->n : 0);
+  kiln_dtype cd = compute_of(a->d); /* the sum in the compute dtype, divided there */
+  double s = round_to(cd, r.f);
+  return rounded(cd, s / (double)a->n, r.e > 0 ? (r.e + ulp(cd, s)) / (double)a->n : 0);
 }
 
 /* A float product in any order: unknown when some order could overflow
@@ -656,11 +751,11 @@ static pval prod_result(const pacc *a, double eps) {
 static pval acc_result(const pacc *a, kiln_dtype rt) {
   if (a->unknown) return unknown;
   if (!pd_is_float(a->d) || a->op == PR_ALL || a->op == PR_ANY) return of_int(rt, a->v.i);
-  double eps = a->d == KILN_F32 ? 0x1p-24 : 0x1p-53;
+  double eps = a->d == KILN_F64 ? 0x1p-53 : a->d == KILN_F32 ? 0x1p-24 : ldexp(1, -fmt_of(a->d).bits);
   pval r = a->v;
   if (a->op == PR_SUM || a->op == PR_MEAN) r = sum_result(a, eps);
   if (a->op == PR_PROD) r = prod_result(a, eps);
-  if (a->op == PR_MEAN || isinf(r.e)) return r;
+  if (isinf(r.e)) return r;
   return r.e > 0 ? rounded(rt, r.f, r.e) : (pval){.f = round_to(rt, r.f)};
 }
 

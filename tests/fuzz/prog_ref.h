@@ -97,6 +97,10 @@ bool pd_is_float(kiln_dtype d);
 pval pd_convert(pval x, kiln_dtype from, kiln_dtype to);
 /** The value a double (a fill value, a scalar) takes in dtype d. */
 pval pd_from_double(double v, kiln_dtype d);
+/** An element of dtype d (as stored) as a pval (exact). */
+pval pd_load(kiln_dtype d, const void *p);
+/** Stores float value v (exactly representable in float dtype d) at p. */
+void pd_encode(kiln_dtype d, double v, void *p);
 /** Whether got (an element of dtype d, as Kiln stored it) matches want. */
 bool pd_matches(kiln_dtype d, pval want, const void *got);
 /** Two values (one per run) within the sum of their bounds. */
