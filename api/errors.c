@@ -82,19 +82,24 @@ bool api_check_sizes(int ndim, const int64_t *sizes, const char *fn) {
     api_error(KILN_ERR_ARG, fn, "sizes is NULL for ndim %d", ndim);
     return false;
   }
-  int64_t numel = 1;
+  /* span: the product of the sizes with 0 counted as 1, which contiguous
+   * strides reach (graph_contiguous_strides); it bounds the element count
+   * and must fit even when a zero size makes the tensor empty, as in
+   * PyTorch ("Stride calculation overflowed") */
+  int64_t span = 1;
   for (int i = 0; i < ndim; i++) {
     if (sizes[i] < 0) {
       char b[256];
       api_error(KILN_ERR_SHAPE, fn, "negative size in %s", api_fmt_sizes(b, sizeof b, ndim, sizes));
       return false;
     }
-    if (sizes[i] > 0 && numel > INT64_MAX / 8 / sizes[i]) {
+    if (sizes[i] > 0 && span > INT64_MAX / 8 / sizes[i]) {
       char b[256];
-      api_error(KILN_ERR_SHAPE, fn, "sizes %s overflow the element count", api_fmt_sizes(b, sizeof b, ndim, sizes));
+      api_error(KILN_ERR_SHAPE, fn, "sizes %s overflow the element count or the strides",
+                api_fmt_sizes(b, sizeof b, ndim, sizes));
       return false;
     }
-    numel *= sizes[i];
+    span *= sizes[i] > 0 ? sizes[i] : 1;
   }
   return true;
 }

@@ -41,6 +41,14 @@ int io_open_read(io_reader *r, const char *path, const char *fn) {
   return KILN_OK;
 }
 
+int io_open_mem(io_reader *r, const void *data, size_t size, const char *name, const char *fn) {
+  static const unsigned char none; /* fmemopen wants a buffer of >= 1 byte */
+  *r = (io_reader){.path = name, .fn = fn, .size = (int64_t)size};
+  r->f = fmemopen(size ? (void *)data : (void *)&none, size ? size : 1, "rb");
+  if (!r->f) return api_error(KILN_ERR_IO, fn, "cannot open %s in memory: %s", name, strerror(errno));
+  return KILN_OK;
+}
+
 void io_close_read(io_reader *r) {
   if (r->f) fclose(r->f);
   r->f = NULL;
@@ -104,13 +112,16 @@ kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t
 }
 
 int64_t io_numel_checked(int ndim, const int64_t *sizes, int64_t esize) {
-  int64_t numel = 1;
+  /* span: the sizes' product with 0 counted as 1, what the contiguous
+   * strides of the tensor reach; it must fit even for an empty shape */
+  int64_t numel = 1, span = 1;
   for (int d = 0; d < ndim; d++) {
     if (sizes[d] < 0) return -1;
-    if (sizes[d] > 0 && numel > INT64_MAX / sizes[d]) return -1;
+    if (sizes[d] > 0 && span > INT64_MAX / sizes[d]) return -1;
+    span *= sizes[d] > 0 ? sizes[d] : 1;
     numel *= sizes[d];
   }
-  if (numel > 0 && numel > INT64_MAX / (esize > 0 ? esize : 1)) return -1;
+  if (span > INT64_MAX / (esize > 0 ? esize : 1)) return -1;
   return numel;
 }
 

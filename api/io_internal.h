@@ -28,6 +28,12 @@ typedef struct io_reader {
 /** Opens a regular file for reading and finds its size. KILN_ERR_ARG for a
  *  NULL path, KILN_ERR_IO (with strerror) when it cannot be opened. */
 int io_open_read(io_reader *r, const char *path, const char *fn);
+/** Opens `size` bytes at `data` (which must outlive the reader) as the
+ *  contents of a file called `name`, for the fuzz harnesses
+ *  (tests/fuzz): the loaders' parsing without a file system. Everything
+ *  after opening behaves as for a regular file of that size. KILN_ERR_IO
+ *  when fmemopen fails. */
+int io_open_mem(io_reader *r, const void *data, size_t size, const char *name, const char *fn);
 void io_close_read(io_reader *r);
 /** Reads exactly n bytes at byte offset off. A range past the end of the
  *  file is KILN_ERR_IO "truncated" naming `what`; nothing is read past
@@ -40,6 +46,13 @@ int io_read_at(io_reader *r, int64_t off, void *dst, size_t n, const char *what)
  *  bytes become 0/1. NULL with the error set on failure. */
 kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
                             const char *what);
+
+/** kiln_load_npy and kiln_load_safetensors over bytes in memory (see
+ *  io_open_mem; `name` stands for the path in messages). Same results,
+ *  errors and ownership as the public functions. */
+kiln_tensor *io_load_npy_mem(const void *data, size_t size, const char *name);
+int io_load_safetensors_mem(const void *data, size_t size, const char *name, int *n_out, char ***names_out,
+                            kiln_tensor ***tensors_out);
 
 /* ---- writing ---- */
 
@@ -63,8 +76,9 @@ int io_write_view(io_writer *w, const kiln_tensor *t);
  *  Returns the first error or KILN_OK. */
 int io_finish(io_writer *w, int status);
 
-/** Element count of sizes [ndim] (all ≥ 0), or -1 when numel × esize
- *  would overflow int64. */
+/** Element count of sizes [ndim] (all ≥ 0), or -1 when the product of
+ *  the sizes with zeros counted as 1 (the reach of contiguous strides; ≥
+ *  numel) × esize would overflow int64. */
 int64_t io_numel_checked(int ndim, const int64_t *sizes, int64_t esize);
 
 #endif /* KILN_API_IO_INTERNAL_H */

@@ -325,6 +325,14 @@ KILN_API kiln_tensor *kiln_load_npy(const char *path) {
   return api_track(t);
 }
 
+kiln_tensor *io_load_npy_mem(const void *data, size_t size, const char *name) {
+  io_reader r;
+  if (io_open_mem(&r, data, size, name, "kiln_load_npy") != KILN_OK) return NULL;
+  kiln_tensor *t = npy_load(&r);
+  io_close_read(&r);
+  return api_track(t);
+}
+
 /* -------------------------------------------------------------- save */
 
 /* The header text (padded so the data starts at a multiple of 64) into

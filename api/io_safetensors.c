@@ -105,13 +105,16 @@ static int parse_offsets(st_file *f, st_entry *e, json_t *v) {
   return KILN_OK;
 }
 
-/* Byte size dtype × shape, or -1 on overflow. Dims past the first 16 are
- * read from the JSON array `shape` again. */
+/* Byte size dtype × shape, or -1 on overflow: of the bytes, or of the
+ * span (the sizes' product with 0 counted as 1, which the contiguous
+ * strides of an empty tensor reach too). Dims past the first 16 are read
+ * from the JSON array `shape` again. */
 static int64_t entry_bytes(const st_entry *e, json_t *shape) {
-  int64_t bytes = st_dtypes[e->dtype].size;
+  int64_t bytes = st_dtypes[e->dtype].size, span = bytes;
   for (int d = 0; d < e->ndim; d++) {
     int64_t s = d < KILN_MAX_DIMS ? e->sizes[d] : json_integer_value(json_array_get(shape, (size_t)d));
-    if (s > 0 && bytes > INT64_MAX / s) return -1;
+    if (s > 0 && span > INT64_MAX / s) return -1;
+    span *= s > 0 ? s : 1;
     bytes *= s;
   }
   return bytes;
@@ -213,10 +216,8 @@ static int read_json(st_file *f) {
   return st;
 }
 
-/* Opens path and validates its whole header. */
-static int st_open(st_file *f, const char *path, const char *fn) {
-  *f = (st_file){0};
-  if (io_open_read(&f->r, path, fn) != KILN_OK) return api_status();
+/* Validates the whole header of the file f->r has open. */
+static int st_validate(st_file *f, const char *fn) {
   int st = read_json(f);
   if (st == KILN_OK) {
     size_t cap = json_object_size(f->root);
@@ -235,6 +236,13 @@ static int st_open(st_file *f, const char *path, const char *fn) {
   if (st == KILN_OK) st = check_coverage(f);
   if (st != KILN_OK) st_close(f);
   return st;
+}
+
+/* Opens path and validates its whole header. */
+static int st_open(st_file *f, const char *path, const char *fn) {
+  *f = (st_file){0};
+  if (io_open_read(&f->r, path, fn) != KILN_OK) return api_status();
+  return st_validate(f, fn);
 }
 
 /* Errors (set) for an entry Kiln cannot hold. */
@@ -317,21 +325,35 @@ static int load_all(st_file *f, char ***names_out, kiln_tensor ***ts_out) {
   return KILN_OK;
 }
 
+/* kiln_load_safetensors once f is open and validated; closes it. */
+static int load_file(st_file *f, int *n_out, char ***names_out, kiln_tensor ***tensors_out) {
+  char **names = NULL;
+  kiln_tensor **ts = NULL;
+  int st = load_all(f, &names, &ts);
+  if (st == KILN_OK) {
+    *n_out = f->n;
+    *names_out = names;
+    *tensors_out = ts;
+  }
+  st_close(f);
+  return st;
+}
+
 KILN_API int kiln_load_safetensors(const char *path, int *n_out, char ***names_out, kiln_tensor ***tensors_out) {
   static const char fn[] = "kiln_load_safetensors";
   if (!n_out || !names_out || !tensors_out) return api_error(KILN_ERR_ARG, fn, "an output pointer is NULL");
   st_file f;
   if (st_open(&f, path, fn) != KILN_OK) return api_status();
-  char **names = NULL;
-  kiln_tensor **ts = NULL;
-  int st = load_all(&f, &names, &ts);
-  if (st == KILN_OK) {
-    *n_out = f.n;
-    *names_out = names;
-    *tensors_out = ts;
-  }
-  st_close(&f);
-  return st;
+  return load_file(&f, n_out, names_out, tensors_out);
+}
+
+int io_load_safetensors_mem(const void *data, size_t size, const char *name, int *n_out, char ***names_out,
+                            kiln_tensor ***tensors_out) {
+  static const char fn[] = "kiln_load_safetensors";
+  if (!n_out || !names_out || !tensors_out) return api_error(KILN_ERR_ARG, fn, "an output pointer is NULL");
+  st_file f = {0};
+  if (io_open_mem(&f.r, data, size, name, fn) != KILN_OK || st_validate(&f, fn) != KILN_OK) return api_status();
+  return load_file(&f, n_out, names_out, tensors_out);
 }
 
 /* -------------------------------------------------------------- save */

@@ -146,7 +146,11 @@ KILN_API kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *reps)
   int64_t out[KILN_MAX_DIMS];
   for (int k = 0; k < ndim; k++) {
     int64_t s = k < lead ? 1 : t->view.sizes[k - lead], st = k < lead ? 0 : t->view.strides[k - lead];
-    out[k] = s * reps[k];
+    if (__builtin_mul_overflow(s, reps[k], &out[k])) {
+      api_error(KILN_ERR_SHAPE, fn, "size %lld repeated %lld times at dim %d overflows", (long long)s,
+                (long long)reps[k], k);
+      return NULL;
+    }
     if (reps[k] != 1) {
       if (nd == KILN_MAX_DIMS) {
         api_error(KILN_ERR_UNSUPPORTED, fn, "too many repeated dims for %d dims", KILN_MAX_DIMS);
@@ -161,6 +165,7 @@ KILN_API kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *reps)
     v.sizes[nd] = s, v.strides[nd++] = st;
   }
   v.ndim = nd;
+  if (!api_check_sizes(ndim, out, fn)) return NULL; /* an element count that overflows */
   api_untracked_begin();
   kiln_tensor *spread = api_view(t, &v, fn);
   kiln_tensor *c = spread ? api_copy_contiguous(spread, t->storage->dtype, fn) : NULL;

@@ -297,7 +297,9 @@ static bool expand_geometry(const graph_view *in, int ndim, const int64_t *sizes
   for (int i = ndim - 1; i >= 0; i--) {
     int d = in->ndim - (ndim - i);
     int64_t size = d >= 0 ? in->sizes[d] : 1;
-    int64_t stride = d >= 0 ? in->strides[d] : (i + 1 < ndim ? r.sizes[i + 1] * r.strides[i + 1] : 1);
+    int64_t stride = d >= 0 ? in->strides[d] : i + 1 < ndim ? r.strides[i + 1] : 1;
+    if (d < 0 && i + 1 < ndim) /* a size-1 dim's stride is never used: any value that fits will do */
+      stride = scaled_stride(stride, r.sizes[i + 1]);
     int64_t target = sizes[i];
     if (target == -1 && d >= 0) target = size;
     if (target < 0) {
@@ -317,6 +319,7 @@ static bool expand_geometry(const graph_view *in, int ndim, const int64_t *sizes
     r.sizes[i] = size;
     r.strides[i] = scalar ? 0 : stride;
   }
+  if (!api_check_sizes(ndim, r.sizes, fn)) return false; /* an element count that overflows */
   *out = r;
   return true;
 }
@@ -360,7 +363,7 @@ static bool infer_sizes(int64_t numel, int ndim, const int64_t *sizes, int64_t *
     return false;
   }
   int infer = -1;
-  int64_t product = 1;
+  int64_t product = 1, span = 1; /* span: zeros counted as 1, the strides' reach */
   bool overflow = false;
   for (int i = 0; i < ndim; i++) {
     out[i] = sizes[i];
@@ -369,7 +372,9 @@ static bool infer_sizes(int64_t numel, int ndim, const int64_t *sizes, int64_t *
       api_error(KILN_ERR_SHAPE, fn, "invalid size %lld in %s (only one -1 may be inferred)", (long long)sizes[i],
                 api_fmt_sizes(b, sizeof b, ndim, sizes));
       return false;
-    } else if (__builtin_mul_overflow(product, sizes[i], &product)) overflow = true;
+    } else if (__builtin_mul_overflow(product, sizes[i], &product) ||
+               __builtin_mul_overflow(span, sizes[i] > 0 ? sizes[i] : 1, &span))
+      overflow = true;
   }
   bool ok = !overflow && (infer >= 0 ? product != 0 && numel % product == 0 : product == numel);
   if (infer >= 0 && product == 0 && numel == 0) {

@@ -225,7 +225,7 @@ static bool fill_value(const graph_node *src, int64_t *iv, double *fv) {
   graph_store_scalar(src->dtype, tmp, graph_attr_scalar(src));
   *fv = graph_load_scalar(src->dtype, tmp);
   if (src->dtype == KILN_I64) memcpy(iv, tmp, 8);
-  else *iv = (int64_t)*fv;
+  else *iv = graph_is_float(src->dtype) ? 0 : (int64_t)*fv; /* a float fill may be inf or NaN: no int cast */
   return graph_is_float(src->dtype);
 }
 

@@ -6,7 +6,10 @@
 #   scripts/test.sh --asan     ASan+UBSan build in build-asan/ (also KILN_ASAN=1)
 #   scripts/test.sh --tsan     ThreadSanitizer build (clang-19) in build-tsan/:
 #                              builds and runs the multi-thread tests only
-#   scripts/test.sh -- ARGS    extra arguments for ctest (e.g. -R numpy_diff)
+#   scripts/test.sh --fuzz     libFuzzer harnesses (clang-19, ASan+UBSan) in
+#                              build-fuzz/, FUZZ_SECONDS (60) each: scripts/fuzz.sh
+#   scripts/test.sh -- ARGS    extra arguments for ctest (e.g. -R numpy_diff);
+#                              with --fuzz, the harnesses to run (e.g. program)
 #
 # Environment: KILN_BUILD_DIR overrides the build directory; KILN_JOBS the
 # parallelism (default 2); KILN_SKIP_SETUP=1 skips scripts/setup.sh.
@@ -15,13 +18,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ASAN=${KILN_ASAN:-0}
 TSAN=0
+FUZZ=0
 CTEST_ARGS=()
 while (($#)); do
   case "$1" in
     --asan) ASAN=1 ;;
     --tsan) TSAN=1 ;;
+    --fuzz) FUZZ=1 ;;
     --) shift; CTEST_ARGS+=("$@"); break ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "test.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -30,6 +35,11 @@ JOBS=${KILN_JOBS:-2}
 
 if [[ "${KILN_SKIP_SETUP:-0}" != 1 ]]; then
   bash "$ROOT/scripts/setup.sh"
+fi
+
+if [[ "$FUZZ" == 1 ]]; then
+  # libFuzzer: its own build (build-fuzz/) and runs, in scripts/fuzz.sh.
+  KILN_SKIP_SETUP=1 exec bash "$ROOT/scripts/fuzz.sh" "${CTEST_ARGS[@]}"
 fi
 
 CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON)

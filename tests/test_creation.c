@@ -129,6 +129,9 @@ static void test_sizes_errors(void **state) {
     expect_error(KILN_ERR_DTYPE, names[i], "dtype 77", NULL);
     assert_null(makers[i](KILN_F32, 3, V(1 << 30, 1 << 30, 1 << 30)));
     expect_error(KILN_ERR_SHAPE, names[i], "overflow", NULL);
+    /* empty, but contiguous strides over the other dims would overflow */
+    assert_null(makers[i](KILN_F32, 3, V(1LL << 40, 0, 1LL << 40)));
+    expect_error(KILN_ERR_SHAPE, names[i], "overflow", NULL);
   }
   assert_null(kiln_full(KILN_F32, 1, V(-1), 2.0));
   expect_error(KILN_ERR_SHAPE, "kiln_full", "[-1]", NULL);

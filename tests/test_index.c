@@ -333,6 +333,11 @@ static void errors(void **state) {
   expect_error(KILN_ERR_ARG, "kiln_repeat: needs 2 to 16 repeat counts, got 1", NULL);
   assert_null(kiln_repeat(t, 2, (int64_t[]){2, -1}));
   expect_error(KILN_ERR_ARG, "kiln_repeat: repeat count -1 at dim 1 is negative", NULL);
+  /* sizes past int64: one dim (signed overflow before), or their product */
+  assert_null(kiln_repeat(t, 2, (int64_t[]){1, INT64_MAX / 2}));
+  expect_error(KILN_ERR_SHAPE, "kiln_repeat: size 3 repeated", "overflows", NULL);
+  assert_null(kiln_repeat(t, 2, (int64_t[]){1LL << 40, 1LL << 40}));
+  expect_error(KILN_ERR_SHAPE, "kiln_repeat", "overflow", NULL);
   /* a NULL from an earlier failure propagates with the first error */
   assert_null(kiln_gather(kiln_index_select(t, 5, i2), 0, i2));
   expect_error(KILN_ERR_ARG, "kiln_index_select", NULL);

@@ -325,6 +325,12 @@ static void corrupt_headers(void **state) {
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 'a')}", KILN_ERR_IO, "non-negative"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}", KILN_ERR_IO, "too large"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", KILN_ERR_IO, "overflows"},
+      /* empty, but the strides of the other dims overflow (fuzz_npy found
+       * the signed overflow in graph_contiguous_strides) */
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 0, 1099511627776)}", KILN_ERR_IO,
+       "overflows"},
+      {"{'descr': '<f4', 'fortran_order': True, 'shape': (0, 1099511627776, 1099511627776)}", KILN_ERR_IO,
+       "overflows"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} x", KILN_ERR_IO, "after the dict"},
       {"{'descr': '<f4, 'fortran_order': False, 'shape': (2,)}", KILN_ERR_IO, "expected ',' or '}'"},
       {"{'descr' '<f4', 'fortran_order': False, 'shape': (2,)}", KILN_ERR_IO, "expected ':'"},

@@ -359,6 +359,9 @@ static void corrupt_headers(void **state) {
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8, KILN_ERR_IO,
        "overflows"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 8, KILN_ERR_IO, "JSON"},
+      /* empty, but the strides of the other dims overflow */
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1099511627776,0,1099511627776],\"data_offsets\":[0,0]}}", 0,
+       KILN_ERR_IO, "overflows"},
       {"{\"a\":{\"dtype\":\"U16\",\"shape\":[4],\"data_offsets\":[0,8]}}", 8, KILN_ERR_DTYPE, "dtype U16"},
       {"{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],\"data_offsets\":[0,8]}}", 8, KILN_ERR_DTYPE, "F8_E4M3"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,8],\"data_offsets\":[0,8]}}", 8,

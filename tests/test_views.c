@@ -274,6 +274,13 @@ static void test_expand(void **state) {
   expect_error(KILN_ERR_SHAPE, "kiln_expand_as", "[3, 1]", "[3]", NULL);
   assert_null(kiln_expand_as(x, NULL));
   expect_error(KILN_ERR_ARG, "kiln_expand_as", "other", NULL);
+  /* an element count past int64 (the leading stride multiplied past it
+   * too: signed overflow before the check) */
+  kiln_tensor *one = kiln_zeros(KILN_F32, 2, V(1, 1));
+  assert_null(kiln_expand(one, 3, V(1LL << 40, 1LL << 40, 1LL << 40)));
+  expect_error(KILN_ERR_SHAPE, "kiln_expand", "overflow", NULL);
+  assert_null(kiln_expand(one, 4, V(0, 1LL << 40, 1LL << 40, 1LL << 40)));
+  expect_error(KILN_ERR_SHAPE, "kiln_expand", "overflow", NULL);
   kiln_scope_end();
 }
 
@@ -341,6 +348,12 @@ static void test_view_errors(void **state) {
   expect_error(KILN_ERR_SHAPE, "kiln_view", "[0, -1]", "ambiguous", NULL);
   assert_null(kiln_view(x, 2, V(0, -1)));
   expect_error(KILN_ERR_SHAPE, "kiln_view", "[0, -1]", NULL);
+  /* empty, but contiguous strides over the other dims would overflow */
+  kiln_tensor *e = kiln_zeros(KILN_F32, 1, V(0));
+  assert_null(kiln_view(e, 3, V(1LL << 40, 0, 1LL << 40)));
+  expect_error(KILN_ERR_SHAPE, "kiln_view", "invalid", NULL);
+  assert_null(kiln_reshape(e, 3, V(1LL << 40, 0, 1LL << 40)));
+  expect_error(KILN_ERR_SHAPE, "kiln_reshape", "invalid", NULL);
   assert_null(kiln_view(x, 17, V(1)));
   expect_error(KILN_ERR_ARG, "kiln_view", "ndim 17", NULL);
   assert_null(kiln_view(x, 2, NULL));
