@@ -26,7 +26,9 @@ kiln_status api_status(void);
 /** Formats sizes as "[3, 4]" into buf (returns buf). */
 const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
 /** Checks a tensor argument: NULL keeps the first error (or sets
- *  KILN_ERR_ARG naming `arg` when none is set). */
+ *  KILN_ERR_ARG naming `arg` when none is set); a handle released before
+ *  (kept poisoned under KILN_DEBUG_HANDLES=1) is KILN_ERR_ARG "argument t
+ *  was released". */
 bool api_check(const kiln_tensor *t, const char *fn, const char *arg);
 /** Checks a list argument of n entries: n < 0 ("n = -1 is negative") or
  *  a NULL list for n > 0 ("the tensor list is NULL (n = 2)", `what` =

@@ -9,7 +9,9 @@
  * while a write into it is pending performs that write first: the memory
  * is the user's, and no one else would ever force it (storage_release).
  */
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api_internal.h"
 #include "runtime.h"
@@ -57,7 +59,30 @@ static bool scope_remove(kiln_tensor *t) {
   return false;
 }
 
+/* KILN_DEBUG_HANDLES=1: the last kiln_release of a handle poisons it
+ * (storage NULL) and keeps it on a list instead of freeing it, so a later
+ * use is KILN_ERR_ARG (api_check) instead of a use after free. The
+ * handles stay allocated, and reachable, until the process exits. */
+static atomic_int_fast64_t debug_handles = GRAPH_ENV_UNREAD;
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_tensor *dead_handles;
+
+static int64_t read_debug_handles(void) {
+  const char *e = getenv("KILN_DEBUG_HANDLES");
+  return e && *e && strcmp(e, "0") != 0;
+}
+
+static void poison(kiln_tensor *t) {
+  t->storage = NULL;
+  t->detach_read = NULL;
+  pthread_mutex_lock(&dead_lock);
+  t->dead_next = dead_handles;
+  dead_handles = t;
+  pthread_mutex_unlock(&dead_lock);
+}
+
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
+  if (t && !api_check(t, "kiln_retain", "t")) return NULL;
   if (t) graph_ref(&t->refcount);
   return t;
 }
@@ -94,11 +119,13 @@ static void storage_release(kiln_storage *s, const char *fn) {
 }
 
 KILN_API void kiln_release(kiln_tensor *t) {
+  if (t && !api_check(t, "kiln_release", "t")) return; /* released before (KILN_DEBUG_HANDLES) */
   if (t && t->scope_refs > 0 && t->refcount <= t->scope_refs) scope_remove(t); /* a scope's reference */
   if (!t || !graph_unref(&t->refcount)) return;
   graph_node_release(t->detach_read);
   storage_release(t->storage, "kiln_release");
-  free(t);
+  if (graph_env_once(&debug_handles, read_debug_handles) > 0) poison(t);
+  else free(t);
 }
 
 KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s) {

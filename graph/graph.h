@@ -393,6 +393,8 @@ struct kiln_tensor {
    * (api_version), cached here for the storage's current version. */
   bool detached;
   graph_node *detach_read; /* holds a reference; NULL until read */
+  /* KILN_DEBUG_HANDLES: a released handle is kept with storage NULL (api/lifetime.c) */
+  struct kiln_tensor *dead_next;
 };
 
 /** New storage whose contents are `version` (takes the reference), on

@@ -121,7 +121,11 @@ KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
  *  the last reference to a kiln_from_blob storage with a write into it
  *  still pending, the write is performed first (forces), then the deleter
  *  runs; if that force fails the thread's error is set (naming
- *  kiln_release) and the write is lost. NULL-safe. */
+ *  kiln_release) and the write is lost. NULL-safe. Debugging ownership:
+ *  with env KILN_DEBUG_HANDLES=1 (read once) a released handle is kept
+ *  poisoned instead of freed (never reused; memory grows), so any later
+ *  use of it — an op, a query, kiln_retain, a second kiln_release — is
+ *  KILN_ERR_ARG "argument t was released" instead of a use after free. */
 KILN_API void kiln_release(kiln_tensor *t);
 /** Opens a scope on this thread: every tensor returned by a Kiln function
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
