@@ -81,8 +81,11 @@ static int wrap_existing_dim(const kiln_tensor *t, int dim, const char *fn) {
 
 /*
  * Checks a view against a storage of storage_numel elements: sizes,
- * strides and offset non-negative, and the last element it touches (sizes
- * × strides, overflow-checked) inside the storage. Shared with creation.c.
+ * strides and offset non-negative, sizes whose element count (and the
+ * strides of a contiguous copy) fit (api_check_sizes: an empty or
+ * stride-0 view reaches little storage but can be copied), and the last
+ * element it touches (sizes × strides, overflow-checked) inside the
+ * storage. Shared with creation.c.
  */
 bool api_check_view(const graph_view *v, int64_t storage_numel, const char *fn) {
   char b[SIZES_BUF], c[SIZES_BUF];
@@ -90,14 +93,17 @@ bool api_check_view(const graph_view *v, int64_t storage_numel, const char *fn) 
     api_error(KILN_ERR_ARG, fn, "negative storage offset %lld", (long long)v->offset);
     return false;
   }
-  int64_t last = v->offset;
-  bool empty = false, overflow = false;
   for (int i = 0; i < v->ndim; i++) {
     if (v->sizes[i] < 0 || v->strides[i] < 0) {
       api_error(KILN_ERR_ARG, fn, "sizes %s and strides %s must be non-negative", fmt_sizes(b, v),
                 fmt_strides(c, v));
       return false;
     }
+  }
+  if (!api_check_sizes(v->ndim, v->sizes, fn)) return false; /* a count or a copy's strides past int64 */
+  int64_t last = v->offset;
+  bool empty = false, overflow = false;
+  for (int i = 0; i < v->ndim; i++) {
     int64_t step;
     if (v->sizes[i] == 0) empty = true;
     else if (__builtin_mul_overflow(v->sizes[i] - 1, v->strides[i], &step) ||

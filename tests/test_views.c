@@ -479,6 +479,12 @@ static void test_as_strided(void **state) {
   expect_error(KILN_ERR_SHAPE, "kiln_as_strided", "[3, 3]", "[3, 1]", "offset 2", "10 elements", NULL);
   assert_null(kiln_as_strided(x, 1, V(2), V(-1), 5));
   expect_error(KILN_ERR_ARG, "kiln_as_strided", "[-1]", NULL);
+  /* views within the storage whose element count, or a contiguous copy's
+   * strides, overflow (kiln_clone of them overflowed int64) */
+  assert_null(kiln_as_strided(x, 3, V(0, 1LL << 40, 1LL << 40), V(1, 1, 1), 0));
+  expect_error(KILN_ERR_SHAPE, "kiln_as_strided", "overflow", NULL);
+  assert_null(kiln_as_strided(x, 2, V(1LL << 40, 1LL << 40), V(0, 0), 0));
+  expect_error(KILN_ERR_SHAPE, "kiln_as_strided", "overflow", NULL);
   assert_null(kiln_as_strided(x, 1, V(-2), V(1), 0));
   expect_error(KILN_ERR_ARG, "kiln_as_strided", "[-2]", NULL);
   assert_null(kiln_as_strided(x, 1, V(1), V(1), -1));

@@ -271,15 +271,10 @@ static pval make_elem(kiln_dtype d, uint32_t *rng, bool wide, void *p) {
  * reference view in *v. NULL when the model is full. */
 static kiln_tensor *make_data(run *r, kiln_dtype d, int nd, const int64_t *size, pview *v) {
   static uint8_t buf[P_MAX_NUMEL * 8];
-  int st = pm_new(&r->m, d, 0);
+  int st = pm_new_view(&r->m, d, nd, size, v);
   if (st < 0) return NULL;
-  *v = pv_contiguous(st, nd, size);
   int64_t n = pv_numel(v);
   pstore *s = &r->m.s[st];
-  free(s->x);
-  s->n = n;
-  s->x = calloc((size_t)(n > 0 ? n : 1), sizeof *s->x);
-  if (!s->x) abort();
   unsigned seed = next(r), mode = next(r);
   uint32_t rng = 0x9e3779b9u ^ seed << 8 ^ mode;
   size_t es = kiln_dtype_size(d);
@@ -307,15 +302,10 @@ static kiln_tensor *make_index(run *r, int nd, const int64_t *size, int64_t dim_
   static int16_t v16[P_MAX_NUMEL];
   unsigned b = next(r);
   kiln_dtype d = b % 8 == 7 ? KILN_I16 : b % 2 ? KILN_I32 : KILN_I64;
-  int st = pm_new(&r->m, d, 0);
+  int st = pm_new_view(&r->m, d, nd, size, v);
   if (st < 0) return NULL;
-  *v = pv_contiguous(st, nd, size);
   int64_t n = pv_numel(v);
   pstore *s = &r->m.s[st];
-  free(s->x);
-  s->n = n;
-  s->x = calloc((size_t)(n > 0 ? n : 1), sizeof *s->x);
-  if (!s->x) abort();
   for (int64_t i = 0; i < n; i++) {
     vals[i] = pick_index(r, dim_size);
     v32[i] = (int32_t)vals[i], v16[i] = (int16_t)vals[i];
@@ -355,17 +345,12 @@ static void op_full(run *r) {
   int64_t size[P_MAX_DIMS];
   int nd = pick_shape(r, size);
   double value = kind % 3 == 0 ? 0 : kind % 3 == 1 ? 1 : pick_scalar(r);
-  int st = pm_new(&r->m, d, 0);
-  if (st < 0) return;
-  pview v = pv_contiguous(st, nd, size);
-  int64_t n = pv_numel(&v);
-  pstore *s = &r->m.s[st];
-  free(s->x);
-  s->n = n;
-  s->x = calloc((size_t)(n > 0 ? n : 1), sizeof *s->x);
-  if (!s->x) abort();
+  pview v;
+  if (pm_new_view(&r->m, d, nd, size, &v) < 0) return;
   pr_fill(&r->m, &v, value);
-  kiln_tensor *t = kind % 3 == 0 ? kiln_zeros(d, nd, size) : kind % 3 == 1 ? kiln_ones(d, nd, size) : kiln_full(d, nd, size, value);
+  kiln_tensor *t = kind % 3 == 0   ? kiln_zeros(d, nd, size)
+                   : kind % 3 == 1 ? kiln_ones(d, nd, size)
+                                   : kiln_full(d, nd, size, value);
   expect(r, status_of(r, t), KILN_OK);
   check_meta(r, t, &v, NULL);
   put(r, dst, t, &v);
@@ -380,10 +365,9 @@ static void op_arange(run *r) {
   int want = d == KILN_BOOL ? KILN_ERR_DTYPE : KILN_OK;
   expect(r, status_of(r, t), want);
   if (!t) return;
-  int st = pm_new(&r->m, d, n);
-  if (st < 0) return kiln_release(t);
-  pview v = pv_contiguous(st, 1, &n);
-  for (int64_t i = 0; i < n; i++) r->m.s[st].x[i] = pd_from_double(start + (double)i * step, d);
+  pview v;
+  if (pm_new_view(&r->m, d, 1, &n, &v) < 0) return kiln_release(t);
+  for (int64_t i = 0; i < n; i++) r->m.s[v.st].x[i] = pd_from_double(start + (double)i * step, d);
   check_meta(r, t, &v, NULL);
   put(r, dst, t, &v);
 }
@@ -392,9 +376,8 @@ static void op_scalar(run *r) {
   unsigned dst = next(r);
   kiln_dtype d = pick_dtype(r);
   double value = pick_scalar(r);
-  int st = pm_new(&r->m, d, 1);
-  if (st < 0) return;
-  pview v = pv_contiguous(st, 0, NULL);
+  pview v;
+  if (pm_new_view(&r->m, d, 0, NULL, &v) < 0) return;
   pr_fill(&r->m, &v, value);
   kiln_tensor *t = kiln_scalar(d, value);
   expect(r, status_of(r, t), KILN_OK);

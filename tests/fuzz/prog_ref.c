@@ -36,6 +36,13 @@ int pm_new(pmodel *m, kiln_dtype dt, int64_t n) {
   return m->n++;
 }
 
+int pm_new_view(pmodel *m, kiln_dtype dt, int ndim, const int64_t *sizes, pview *out) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= sizes[d];
+  *out = pv_contiguous(pm_new(m, dt, n), ndim, sizes);
+  return out->st;
+}
+
 pview pv_contiguous(int st, int ndim, const int64_t *sizes) {
   pview v = {.st = st, .ndim = ndim};
   int64_t s = 1;
@@ -392,8 +399,7 @@ static int run_elementwise(pmodel *m, const pelt *e, pview *out) {
   int ndim;
   int64_t size[P_MAX_DIMS];
   if (!broadcast_shape(vs, e->n, &ndim, size)) return KILN_ERR_SHAPE;
-  *out = pv_contiguous(pm_new(m, e->rt, 0), ndim, size);
-  if (out->st < 0) return KILN_OK;
+  if (pm_new_view(m, e->rt, ndim, size, out) < 0) return KILN_OK;
   int64_t numel = pv_numel(out), offs[3][P_MAX_NUMEL];
   for (int i = 0; i < e->n; i++) {
     if (!vs[i]) continue;
@@ -401,10 +407,6 @@ static int run_elementwise(pmodel *m, const pelt *e, pview *out) {
     pv_offsets(&b, offs[i]);
   }
   pstore *s = &m->s[out->st];
-  free(s->x);
-  s->n = numel;
-  s->x = calloc((size_t)(numel > 0 ? numel : 1), sizeof *s->x);
-  if (!s->x) abort();
   for (int64_t p = 0; p < numel; p++) {
     pval in[3];
     for (int i = 0; i < e->n; i++)
@@ -783,8 +785,7 @@ int pr_reduce(pmodel *m, preduce op, const pview *a, unsigned mask, bool keepdim
   int64_t size[P_MAX_DIMS], kept[P_MAX_DIMS];
   int nd = reduced_shape(a, mask, keepdim, size);
   reduced_shape(a, mask, true, kept);
-  *out = pv_contiguous(pm_new(m, rt, 0), nd, size);
-  if (out->st < 0) return KILN_OK;
+  if (pm_new_view(m, rt, nd, size, out) < 0) return KILN_OK;
   pview kv = pv_contiguous(out->st, a->ndim, kept);
   int64_t n = pv_numel(&kv), offs[P_MAX_NUMEL], total = pv_numel(a);
   pacc *acc = malloc(sizeof *acc * (size_t)(n > 0 ? n : 1));
@@ -798,12 +799,7 @@ int pr_reduce(pmodel *m, preduce op, const pview *a, unsigned mask, bool keepdim
     acc_add(&acc[o], at(m, a, offs[p]));
     for (int k = a->ndim - 1; k >= 0 && ++idx[k] == a->size[k]; k--) idx[k] = 0;
   }
-  pstore *s = &m->s[out->st];
-  free(s->x);
-  s->n = n;
-  s->x = calloc((size_t)(n > 0 ? n : 1), sizeof *s->x);
-  if (!s->x) abort();
-  for (int64_t p = 0; p < n; p++) s->x[p] = acc_result(&acc[p], rt);
+  for (int64_t p = 0; p < n; p++) m->s[out->st].x[p] = acc_result(&acc[p], rt);
   free(acc);
   return KILN_OK;
 }
@@ -829,18 +825,12 @@ int pr_argmax(pmodel *m, bool max, const pview *a, int dim, bool keepdim, pview 
   unsigned mask = a->ndim ? 1u << dim : 0;
   int64_t size[P_MAX_DIMS];
   int nd = reduced_shape(a, mask, keepdim, size);
-  *out = pv_contiguous(pm_new(m, KILN_I64, 0), nd, size);
-  if (out->st < 0) return KILN_OK;
+  if (pm_new_view(m, KILN_I64, nd, size, out) < 0) return KILN_OK;
   pview others = *a; /* a with the reduced dim of size 1: one element per slice */
   if (a->ndim) others.size[dim] = 1;
   int64_t n = pv_numel(&others), offs[P_MAX_NUMEL];
   pv_offsets(&others, offs);
-  pstore *s = &m->s[out->st];
-  free(s->x);
-  s->n = n;
-  s->x = calloc((size_t)(n > 0 ? n : 1), sizeof *s->x);
-  if (!s->x) abort();
-  for (int64_t p = 0; p < n; p++) s->x[p] = arg_of(m, a, offs[p], dim, max);
+  for (int64_t p = 0; p < n; p++) m->s[out->st].x[p] = arg_of(m, a, offs[p], dim, max);
   return KILN_OK;
 }
 
@@ -875,10 +865,9 @@ int pr_index_select(pmodel *m, const pview *t, int dim, const pview *idx, pview 
   int64_t size[P_MAX_DIMS];
   memcpy(size, t->size, sizeof size);
   size[dim] = n;
-  int64_t total = 1, pos[P_MAX_DIMS] = {0};
-  for (int k = 0; k < t->ndim; k++) total *= size[k];
-  *out = pv_contiguous(pm_new(m, pm_dtype(m, t), total), t->ndim, size);
-  if (out->st < 0) return KILN_OK;
+  int64_t pos[P_MAX_DIMS] = {0};
+  if (pm_new_view(m, pm_dtype(m, t), t->ndim, size, out) < 0) return KILN_OK;
+  int64_t total = pv_numel(out);
   for (int64_t p = 0; p < total; p++) { /* out is contiguous: element p */
     int64_t o = t->off;
     for (int k = 0; k < t->ndim; k++) o += (k == dim ? v[pos[k]] : pos[k]) * t->stride[k];
@@ -896,8 +885,7 @@ int pr_gather(pmodel *m, const pview *t, int dim, const pview *idx, pview *out) 
   int st = index_values(m, idx, v);
   if (st == KILN_OK) st = check_range(v, n, t->size[dim], false);
   if (st != KILN_OK) return st;
-  *out = pv_contiguous(pm_new(m, pm_dtype(m, t), n), idx->ndim, idx->size);
-  if (out->st < 0) return KILN_OK;
+  if (pm_new_view(m, pm_dtype(m, t), idx->ndim, idx->size, out) < 0) return KILN_OK;
   int64_t pos[P_MAX_DIMS] = {0};
   for (int64_t p = 0; p < n; p++) {
     int64_t o = t->off;

@@ -80,6 +80,9 @@ typedef enum preduce { PR_SUM, PR_PROD, PR_AMAX, PR_AMIN, PR_MEAN, PR_ALL, PR_AN
 void pm_reset(pmodel *m);
 /** A new storage of n elements, all zero; -1 when the model is full. */
 int pm_new(pmodel *m, kiln_dtype dt, int64_t n);
+/** A new zeroed storage for a contiguous tensor of sizes [ndim], viewed
+ *  by *out; its index, or -1 (out->st too) when the model is full. */
+int pm_new_view(pmodel *m, kiln_dtype dt, int ndim, const int64_t *sizes, pview *out);
 pview pv_contiguous(int st, int ndim, const int64_t *sizes);
 int64_t pv_numel(const pview *v);
 /** Storage offsets of v's elements in row-major order into out [numel]. */
