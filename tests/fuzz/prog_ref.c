@@ -263,7 +263,8 @@ pval pd_convert(pval x, kiln_dtype from, kiln_dtype to) {
       return rounded(to, x.f, ulp(to, x.f)); /* F64 -> half directly or through F32: 1 ulp apart */
     if (pd_is_float(from)) return rounded(to, x.f, x.e);
     if (x.e != 0) return unknown;
-    return (pval){.f = to == KILN_F32 ? (double)(float)x.i : (double)x.i}; /* one rounding, from the integer */
+    if (to == KILN_F64) return (pval){.f = (double)x.i};
+    return (pval){.f = round_to(to, (double)(float)x.i)}; /* as Kiln and Torch: one rounding to F32, then to F16/BF16 */
   }
   if (pd_is_float(from)) return float_to_int(x, to);
   if (x.e != 0) return unknown;
