@@ -296,7 +296,13 @@ static int accumulate(gtable *t, graph_node *m, const graph_view *view, kiln_ten
 /* --------------------------------------------------------- propagate */
 
 kiln_tensor *grad_input(grad_inputs *in, int k) {
-  if (!in->x[k]) in->x[k] = grad_wrap(in->n->inputs[k].node, &in->n->inputs[k].view);
+  const graph_input *x = &in->n->inputs[k];
+  if (!in->x[k]) {
+    kiln_tensor *v = grad_wrap(x->node, &x->view);
+    /* an edge the simplifier made over a DETACH: the value stays detached
+     * in the gradient's graph too (second derivatives) */
+    in->x[k] = v && x->no_grad ? kiln_detach(v) : v;
+  }
   return in->x[k];
 }
 

@@ -300,7 +300,8 @@ grad_rule_fn grad_rule_of(graph_op op) { return (unsigned)op < GRAPH_OP_COUNT ? 
 
 bool grad_edge(const graph_node *n, int k) {
   const graph_node *in = n->inputs[k].node;
-  if (n->no_grad || !in || !graph_is_float(in->dtype) || !graph_is_float(n->dtype)) return false;
+  if (n->no_grad || !in || n->inputs[k].no_grad || !graph_is_float(in->dtype) || !graph_is_float(n->dtype))
+    return false;
   if (n->opaque) return true; /* followed so that kiln_grad can say it has no derivative */
   if (!graph_op_is_differentiable(n->op)) return false;
   if (n->op == GRAPH_OP_WHERE && k == 0) return false;

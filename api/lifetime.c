@@ -113,7 +113,7 @@ static void storage_release(kiln_storage *s, const char *fn) {
     if (st != KILN_OK)
       api_error((kiln_status)st, fn, "a pending write into from_blob memory could not be performed: %s", err);
   }
-  if (owner) graph_node_drop_history(s->version); /* docs/autodiff.md: a forced value no tensor shows lets its recipe go */
+  if (owner) graph_node_orphan(s->version); /* no tensor shows it any more (graph/history.c) */
   graph_node_release(s->version);
   free(s);
 }

@@ -196,10 +196,13 @@ static kiln_tensor *forward(const model *m, kiln_tensor *x, kiln_tensor **h_pre,
   return kiln_add(kiln_matmul(*h, m->w2), m->b2);
 }
 
-/* --manual: v = momentum * v + g; p -= lr * v (in-place writes). */
+/* --manual: v = momentum * v + g; p -= lr * v (in-place writes). They
+ * go through detached views, as PyTorch's update under torch.no_grad():
+ * the new values keep no recipe, so the step's graph is let go (a plain
+ * write would keep the recipes of the last writes for kiln_grad). */
 static void sgd(kiln_tensor *p, kiln_tensor *v, kiln_tensor *g, const options *o) {
-  kiln_copy_(v, kiln_add(kiln_mul_scalar(v, o->momentum), g));
-  kiln_copy_(p, kiln_sub(p, kiln_mul_scalar(v, o->lr)));
+  kiln_copy_(kiln_detach(v), kiln_add(kiln_mul_scalar(v, o->momentum), g));
+  kiln_copy_(kiln_detach(p), kiln_sub(p, kiln_mul_scalar(v, o->lr)));
 }
 
 /* --manual: the gradients of the mean cross-entropy, written out. */

@@ -210,6 +210,8 @@ struct graph_node;
 typedef struct graph_input {
   struct graph_node *node; /* holds a reference */
   graph_view view;
+  bool no_grad; /* no gradient flows along this edge: it bypasses a DETACH
+                   (passes/algebra.c), which must not change a recipe */
 } graph_input;
 
 /** Where buffer memory comes from: the runtime installs its caching
@@ -277,6 +279,14 @@ typedef struct graph_node {
                           from (graph_dep_bit): says whether a released recipe led to a wrt */
   uint64_t storage_id; /* the storage this node is (or was) a version of; 0: none */
   uint64_t version_no; /* which version of that storage (0 the first) */
+  /* Orphans (graph/history.c): no tensor shows this value any more; one
+   * that keeps a recipe waits in the history queue, oldest first. */
+  bool orphan;
+  bool retired;        /* no longer counted pending (graph_node_retire, or realized) */
+  _Atomic bool hist_queued;
+  int64_t hist_share;  /* pending nodes its force left in recipes, per realized node */
+  int64_t hist_weight; /* what it weighs in the queue (bytes) */
+  struct graph_node *hist_prev, *hist_next;
 } graph_node;
 
 /** The bit of storage `id` in a node's deps filter (0 for no storage). */
@@ -346,15 +356,37 @@ static inline void graph_attr_set_reduce_mask(graph_node *n, uint32_t mask) {
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf);
 /** At the end of a force, for each node it realized: the kept inputs stay
  *  as n's recipe when a gradient could flow through them (n is
- *  differentiable (ops.def DIFF), not no_grad, and reads a float input);
+ *  differentiable (ops.def DIFF), a float value, not no_grad, and reads a
+ *  float input);
  *  otherwise they are released. */
 void graph_node_settle(graph_node *n);
+/** At the end of a force, for each node of its plan left pending (computed
+ *  inside a kernel, not stored): it is part of a recipe now, not work
+ *  waiting to be forced, so graph_pending_count (the auto-force's measure)
+ *  stops counting it. It stays pending: a later force that reads it
+ *  computes it again. */
+void graph_node_retire(graph_node *n);
 /** Lets a realized node's recipe go (releases the kept inputs) and marks
- *  it hist_dropped when there was one. Called when its storage is freed,
- *  and when a write is recorded over a forced in-place write (so a loop of
- *  forced in-place updates keeps one step of recipes, not all of them;
- *  docs/autodiff.md, "What a forced value keeps"). */
+ *  it hist_dropped when there was one: for an orphan the history budget
+ *  evicts, and for a value written detached (api/detach.c). */
 void graph_node_drop_history(graph_node *n);
+/** n is an orphan: no tensor shows it any more (its storage was freed, or
+ *  a later write superseded this version). Realized with a recipe, it
+ *  joins the history queue (graph/history.c), whose oldest entries let
+ *  their recipes go while the queue weighs more than the budget. */
+void graph_node_orphan(graph_node *n);
+/** Called by graph_node_settle for a node that keeps its recipe: an
+ *  orphan realized after it became one joins the queue then. */
+void graph_history_settled(graph_node *n);
+/** Takes n out of the history queue (its recipe went, or it is freed). */
+void graph_history_forget(graph_node *n);
+/** The history budget in bytes: KILN_HISTORY_BYTES (default 64 MiB; 0
+ *  lets an orphan's recipe go at once), or graph_history_set_budget's. */
+int64_t graph_history_budget(void);
+/** Tests: sets the budget (bytes ≥ 0), or -1 for the environment's. */
+void graph_history_set_budget(int64_t bytes);
+/** What the queued orphans weigh now (bytes), for tests. */
+int64_t graph_history_weight(void);
 /** Live pending (unrealized) nodes in the process, for tests and the
  *  auto-realize threshold. */
 int64_t graph_pending_count(void);

@@ -156,6 +156,7 @@ void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view
   graph_input *in = &n->inputs[n->n_inputs++];
   in->node = graph_node_retain(src);
   in->view = *view;
+  in->no_grad = false;
   n->deps |= src->deps | graph_dep_bit(src->storage_id);
   if (src->device == KILN_CUDA) n->device = KILN_CUDA;
 }
@@ -181,8 +182,9 @@ void graph_node_release(graph_node *n) {
       in->free_next = work;
       work = in;
     }
-    pending_freed += !cur->buffer && !cur->overwritten;
+    pending_freed += !cur->buffer && !cur->overwritten && !cur->retired;
     freed++;
+    graph_history_forget(cur);
     graph_buffer_release(cur->buffer);
     free(cur);
   }
@@ -190,12 +192,13 @@ void graph_node_release(graph_node *n) {
   atomic_fetch_sub_explicit(&live_nodes, freed, memory_order_relaxed);
 }
 
-/* Whether a gradient could flow from n into its inputs: the recipe worth
- * keeping once n is realized. */
+/* Whether a gradient could flow from n into its inputs (as grad_edge:
+ * from a float value into float inputs): the recipe worth keeping once n
+ * is realized. */
 static bool keeps_recipe(const graph_node *n) {
-  if (n->no_grad || !graph_op_is_differentiable(n->op)) return false;
+  if (n->no_grad || !graph_op_is_differentiable(n->op) || !graph_is_float(n->dtype)) return false;
   for (int i = 0; i < n->n_inputs; i++)
-    if (graph_is_float(n->inputs[i].node->dtype)) return true;
+    if (!n->inputs[i].no_grad && graph_is_float(n->inputs[i].node->dtype)) return true;
   return false;
 }
 
@@ -207,7 +210,8 @@ static void release_inputs(graph_node *n, int count) {
 }
 
 void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
-  if (!n->buffer) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
+  if (!n->buffer && !n->retired) atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
+  n->retired = true; /* counted once */
   graph_buffer_release(n->buffer);
   n->buffer = buf;
   if (!n->n_inputs) return;
@@ -221,19 +225,30 @@ void graph_node_set_buffer(graph_node *n, graph_buffer *buf) {
   n->n_inputs = 0;
 }
 
+void graph_node_retire(graph_node *n) {
+  if (n->buffer || n->overwritten || n->retired) return;
+  n->retired = true;
+  atomic_fetch_sub_explicit(&pending_nodes, 1, memory_order_relaxed);
+}
+
 void graph_node_settle(graph_node *n) {
   if (!n->buffer || !n->n_hist) return;
   n->n_inputs = n->n_hist; /* keeps_recipe reads the inputs */
   bool keep = keeps_recipe(n);
   n->n_inputs = 0;
-  if (keep) return;
+  if (keep) {
+    graph_history_settled(n);
+    return;
+  }
   int count = n->n_hist;
   n->n_hist = 0;
   release_inputs(n, count);
 }
 
 void graph_node_drop_history(graph_node *n) {
-  if (!n || !(n->buffer || n->overwritten) || !n->n_hist) return;
+  if (!n) return;
+  graph_history_forget(n);
+  if (!(n->buffer || n->overwritten) || !n->n_hist) return;
   int count = n->n_hist;
   n->n_hist = 0;
   n->hist_dropped = true;
@@ -294,7 +309,7 @@ void graph_storage_set_version(kiln_storage *s, graph_node *v) {
     v->storage_id = s->id;
     v->version_no = old->version_no + 1;
   }
-  if (old && old->op == GRAPH_OP_ASSIGN) graph_node_drop_history(old); /* no-op while old is pending */
+  graph_node_orphan(old); /* no tensor shows the old version any more */
   graph_node_release(old);
 }
 

@@ -9,7 +9,9 @@
  * graph stays pure and every rewritten value is bit-identical:
  *  - identities: x * 1, x / 1, x - 0 and, for integers, x + 0 (for floats
  *    -0.0 + 0 is +0.0, so x + 0 is not an identity); a CAST to the same
- *    dtype; a DETACH (it only matters to kiln_grad, before forcing). The reader then reads x directly — only when x's view is the
+ *    dtype; a DETACH (the reader's new edge is marked no_grad, so a
+ *    recipe kept after forcing still stops gradients there). The reader
+ *    then reads x directly — only when x's view is the
  *    identity layout (contiguous, offset 0, same sizes and dtype), so the
  *    reader's view of the node is the same view of x (and x is on the
  *    same device: a CAST to another device is a copy, never an identity).
@@ -168,7 +170,9 @@ static bool same_node(const graph_node *a, const graph_node *b) {
   for (int d = 0; d < a->ndim; d++)
     if (a->sizes[d] != b->sizes[d]) return false;
   for (int i = 0; i < a->n_inputs; i++)
-    if (a->inputs[i].node != b->inputs[i].node || !same_view(&a->inputs[i].view, &b->inputs[i].view)) return false;
+    if (a->inputs[i].node != b->inputs[i].node || a->inputs[i].no_grad != b->inputs[i].no_grad ||
+        !same_view(&a->inputs[i].view, &b->inputs[i].view))
+      return false;
   return true;
 }
 
@@ -209,7 +213,21 @@ static void redirect(const pass_plan *p, graph_node *n, graph_node **dropped, in
     if (!to) continue;
     dropped[(*n_dropped)++] = in;
     n->inputs[i].node = graph_node_retain(to);
+    n->inputs[i].no_grad |= p->e[pass_pos(p, in)].replace_no_grad;
   }
+}
+
+/* Sets x's (at plan position i) replacement `to` (an input it passes
+ * through, input `id`, or an equal earlier node when id < 0), or one
+ * further when `to` was replaced itself; notes whether the readers' path
+ * to it crosses a DETACH. */
+static void set_replacement(pass_plan *p, int i, graph_node *x, graph_node *to, int id) {
+  if (!to) return;
+  bool no_grad = id >= 0 && (x->op == GRAPH_OP_DETACH || x->inputs[id].no_grad);
+  graph_node *further = replacement(p, to);
+  if (further) no_grad |= p->e[pass_pos(p, to)].replace_no_grad;
+  p->e[i].replace = further ? further : to;
+  p->e[i].replace_no_grad = no_grad;
 }
 
 static bool is_root(const graph_node *n, graph_node *const *roots, int n_roots) {
@@ -231,7 +249,7 @@ int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_nod
     return 0; /* no memory: simply no rewrites */
   }
   int n_dropped = 0;
-  for (int i = 0; i < n; i++) p->e[i].replace = NULL;
+  for (int i = 0; i < n; i++) p->e[i].replace = NULL, p->e[i].replace_no_grad = false;
   for (int i = 0; i < n; i++) {
     graph_node *x = p->order[i];
     redirect(p, x, dropped, &n_dropped);
@@ -245,8 +263,7 @@ int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_nod
     }
     int id = graph_op_is_elementwise(x->op) ? identity_input(x) : -1;
     graph_node *to = id >= 0 ? x->inputs[id].node : cse_candidate(x) ? (graph_node *)cse_find(&t, x) : NULL;
-    graph_node *further = to ? replacement(p, to) : NULL;
-    p->e[i].replace = further ? further : to;
+    set_replacement(p, i, x, to, id);
   }
   free(t.slots);
   if (n_dropped == 0) {

@@ -25,6 +25,8 @@
 /** The scheduler's state for the node at one plan position. */
 typedef struct pass_entry {
   graph_node *replace;          /* simplifier: readers read this instead */
+  bool replace_no_grad;         /* ... through a bypassed DETACH: the
+                                   readers' new edges carry no gradient */
   int32_t n_consumers;          /* distinct reads by nodes of this plan */
   int32_t fuse_reads;           /* external buffer reads of its fused group */
   int32_t fuse_edges, fuse_nodes; /* external edges and nodes of its group */

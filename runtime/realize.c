@@ -612,10 +612,24 @@ static void decide(graph_node *const *nodes, int n, sched_run *run, rt_decision 
 
 /* After the outermost force: every node it realized lets go of the inputs
  * no gradient needs (graph_node_settle), in plan order, so a release
- * frees only nodes at earlier positions, already visited. */
-static void settle(const pass_plan *p) {
-  for (int i = 0; i < p->n; i++)
-    if (p->order[i]->buffer) graph_node_settle(p->order[i]);
+ * frees only nodes at earlier positions, already visited; the nodes left
+ * pending (computed inside kernels, and the fills they read inline) are
+ * recipe now, no longer counted as pending work (graph_node_retire),
+ * when the force ran. */
+static void settle(const pass_plan *p, bool ran) {
+  int64_t realized = 0;
+  for (int i = 0; i < p->n; i++) realized += p->order[i]->buffer != NULL;
+  int64_t share = realized ? (p->n - realized) / realized : 0; /* pending nodes each recipe may hold */
+  for (int i = 0; i < p->n; i++) {
+    graph_node *n = p->order[i];
+    if (n->buffer) {
+      n->hist_share = share; /* the plan holds only nodes pending when it was collected */
+      graph_node_settle(n);
+    }
+    if (!ran) continue; /* a failed force leaves its work pending */
+    graph_node_retire(n);
+    for (int k = 0; k < n->n_inputs + n->n_hist; k++) graph_node_retire(n->inputs[k].node); /* fills read inline */
+  }
 }
 
 int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
@@ -643,7 +657,7 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   for (int i = 0; i < p.n && st == KILN_OK; i++)
     if (pass_is_kernel_root(&p, i)) st = run_node(p.order[i], i, &run, err, errlen);
   nesting--;
-  if (!nesting) settle(&p);
+  if (!nesting) settle(&p, st == KILN_OK);
   if (st == KILN_OK && run.cacheable) rt_schedule_insert(key, key_len, decided, p.n, run.kernels, run.n_kernels);
   free(decided);
   free(run.jobs);

@@ -152,6 +152,47 @@ static void detach_stops_gradients(void **state) {
   expect_no_error();
 }
 
+/* A value read through a detached view, written into the tensor, then
+ * forced: the recipe the write keeps still stops the gradient there (the
+ * simplifier reads through the DETACH when it forces). */
+static void detach_survives_forcing(void **state) {
+  (void)state;
+  for (int force = 0; force < 2; force++) {
+    kiln_scope_begin();
+    kiln_tensor *x = vec((double[]){1, 2, 3}, 3), *g;
+    kiln_tensor *c = kiln_clone(x);
+    kiln_tensor *m = kiln_mean(kiln_detach(c), 0, NULL, false);
+    kiln_tensor *head = kiln_narrow(c, 0, 0, 2);
+    assert_int_equal(kiln_copy_(head, kiln_add(head, m)), KILN_OK); /* c[:2] += mean(c) */
+    if (force) assert_int_equal(kiln_realize(c), KILN_OK);
+    kiln_tensor *y = kiln_sum(kiln_mul(c, x), 0, NULL, false); /* sum(x^2) + m (x0 + x1), m = 2 */
+    assert_int_equal(kiln_grad(&y, NULL, 1, &x, 1, &g), KILN_OK);
+    expect_values_tol(g, (double[]){4, 6, 6}, 3, 0); /* [5, 7, 7] if a gradient flowed into m */
+    kiln_scope_end();
+  }
+  expect_no_error();
+}
+
+/* z = x * detach(x), forced (the simplifier lets MUL read x directly, on
+ * an edge that carries no gradient): dz/dx = detach(x), whose own
+ * derivative is 0 — the first gradient reads the value detached too. */
+static void detach_second_order(void **state) {
+  (void)state;
+  for (int force = 0; force < 2; force++) {
+    kiln_scope_begin();
+    kiln_tensor *x = vec((double[]){1, 2, 3}, 3), *r = vec((double[]){0.5, -1, 2}, 3), *g, *gg;
+    kiln_tensor *z = kiln_sum(kiln_mul(x, kiln_detach(x)), 0, NULL, false);
+    if (force) assert_int_equal(kiln_realize(z), KILN_OK);
+    assert_int_equal(kiln_grad(&z, NULL, 1, &x, 1, &g), KILN_OK);
+    expect_values_tol(g, (double[]){1, 2, 3}, 3, 0);
+    kiln_tensor *y = kiln_sum(kiln_mul(g, r), 0, NULL, false);
+    assert_int_equal(kiln_grad(&y, NULL, 1, &x, 1, &gg), KILN_OK);
+    expect_values_tol(gg, (double[]){0, 0, 0}, 3, 0); /* r if the detach were lost */
+    kiln_scope_end();
+  }
+  expect_no_error();
+}
+
 /* Every op that reads a detached tensor through views of its own
  * (products, repeat, masked_select, index_add_ and scatter_ sources)
  * passes no gradient: only the direct term sum(x) reaches x. */
@@ -358,7 +399,9 @@ static void map_callbacks_in_path(void **state) {
  * recipe go (docs/autodiff.md): a gradient through it to a wrt it
  * depends on is an error that says so, never a wrong gradient; a wrt it
  * does not depend on still gets its gradient. */
-static void released_recipe(void **state) {
+/* A forced in-place write superseded by a later one keeps its recipe:
+ * the gradient flows through it as if nothing had been forced. */
+static void forced_write_superseded(void **state) {
   (void)state;
   kiln_scope_begin();
   kiln_tensor *x = vec((double[]){1, 2}, 2), *z = vec((double[]){3, 4}, 2), *g = SENTINEL;
@@ -366,13 +409,50 @@ static void released_recipe(void **state) {
   assert_int_equal(kiln_copy_(kiln_narrow(a, 0, 0, 2), kiln_mul(x, x)), KILN_OK);
   assert_int_equal(kiln_realize(a), KILN_OK);
   assert_int_equal(kiln_copy_(kiln_narrow(a, 0, 2, 2), kiln_mul_scalar(z, 2)), KILN_OK);
-  kiln_tensor *y = kiln_sum(kiln_mul(a, a), 0, NULL, false);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  kiln_tensor *y = kiln_sum(kiln_mul(a, a), 0, NULL, false); /* sum(x^4) + 4 sum(z^2) */
+  if (kiln_grad(&y, NULL, 1, &x, 1, &g) != KILN_OK) fail_msg("%s", kiln_last_error());
+  expect_values_tol(g, (double[]){4, 32}, 2, 1e-12);
+  assert_int_equal(kiln_grad(&y, NULL, 1, &z, 1, &g), KILN_OK);
+  expect_values_tol(g, (double[]){24, 32}, 2, 1e-12);
+  kiln_scope_end();
   expect_no_error();
+}
+
+/* acc = x^4 = [1, 16], built by forced steps whose tensors are released
+ * (acc = acc * x) and by forced in-place writes superseded by later ones
+ * (out = out * x); returns sum(acc) + sum(out). */
+static kiln_tensor *loss_over_orphans(kiln_tensor *x) {
+  kiln_tensor *acc = kiln_clone(x), *out = kiln_clone(x);
+  for (int i = 0; i < 3; i++) {
+    kiln_tensor *next = kiln_mul(acc, x);
+    assert_int_equal(kiln_realize(next), KILN_OK);
+    kiln_release(acc);
+    acc = next;
+    assert_int_equal(kiln_copy_(out, kiln_mul(out, x)), KILN_OK);
+    assert_int_equal(kiln_realize(out), KILN_OK);
+  }
+  return kiln_add(kiln_sum(acc, 0, NULL, false), kiln_sum(out, 0, NULL, false));
+}
+
+/* Forced values no tensor shows any more (released, or a version a later
+ * write superseded) keep their recipes within the history budget, so the
+ * gradient through them is exact; with no budget they let them go at
+ * once, and a gradient through one is an error that says so. */
+static void orphan_history(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *x = vec((double[]){1, 2}, 2), *g = SENTINEL, *y = loss_over_orphans(x);
+  if (kiln_grad(&y, NULL, 1, &x, 1, &g) != KILN_OK) fail_msg("%s", kiln_last_error());
+  expect_values_tol(g, (double[]){8, 64}, 2, 1e-12); /* 2 * 4x^3 */
+  assert_true(graph_history_weight() > 0);
+  graph_history_set_budget(0);
+  assert_int_equal(graph_history_weight(), 0);
+  y = loss_over_orphans(x), g = SENTINEL;
   int64_t pending = graph_pending_count();
   expect_rejected(kiln_grad(&y, NULL, 1, &x, 1, &g), &g, 1, pending, KILN_ERR_ARG, "recipe was released", "wrt 0",
                   NULL);
-  assert_int_equal(kiln_grad(&y, NULL, 1, &z, 1, &g), KILN_OK); /* y = sum(x^4) + 4 sum(z^2) */
-  expect_values_tol(g, (double[]){24, 32}, 2, 1e-12);
+  graph_history_set_budget(-1);
   kiln_scope_end();
   expect_no_error();
 }
@@ -383,10 +463,12 @@ int main(void) {
       cmocka_unit_test(views_route_gradients),  cmocka_unit_test(inplace_write_through_view),
       cmocka_unit_test(broadcast_sums),         cmocka_unit_test(forcing_midway_changes_nothing),
       cmocka_unit_test(second_derivative),      cmocka_unit_test(detach_stops_gradients),
-      cmocka_unit_test(detach_through_every_reader),
+      cmocka_unit_test(detach_through_every_reader), cmocka_unit_test(detach_survives_forcing),
+      cmocka_unit_test(detach_second_order),
       cmocka_unit_test(errors),                 cmocka_unit_test(callback_in_path),
       cmocka_unit_test(errors_record_nothing),  cmocka_unit_test(written_after_read),
-      cmocka_unit_test(map_callbacks_in_path),  cmocka_unit_test(released_recipe),
+      cmocka_unit_test(map_callbacks_in_path),  cmocka_unit_test(forced_write_superseded),
+      cmocka_unit_test(orphan_history),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

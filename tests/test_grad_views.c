@@ -67,6 +67,7 @@ static kiln_tensor *view_case(kiln_tensor *const *x, void *ctx) {
   case 20: v = kiln_unfold(kiln_t(a), 1, 2, 3); break;                                 /* gaps between windows */
   case 21: v = kiln_unfold(kiln_unfold(a, 0, 2, 1), 1, 4, 2); break;                   /* windows of windows */
   case 22: v = kiln_as_strided(a, 2, (int64_t[]){3, 3}, (int64_t[]){0, 7}, 2); break;  /* stride 0 */
+  case 25: v = kiln_as_strided(kiln_select(a, 0, 0), 2, (int64_t[]){2, 3}, (int64_t[]){6, 1}, 8); break; /* outside */
   case 23: {
     kiln_tensor *p[3];
     assert_int_equal(kiln_split(a, 4, 1, p, 3), 2);
@@ -90,6 +91,9 @@ static const char *const view_names[] = {
     "reshape (view)", "flatten (copy)", "flatten (view)", "squeeze", "squeeze_dim", "unsqueeze", "expand",
     "expand_as", "as_strided", "as_strided overlapping", "unfold overlapping", "unfold with gaps",
     "unfold of unfold", "as_strided stride 0", "split", "chunk",
+    /* storage coordinates beyond its input view (row 0): the gradient goes
+     * to every position read (docs/autodiff.md; Torch 1.13 sends none) */
+    "as_strided outside its input view",
 };
 
 static void views(void **state) {

@@ -47,7 +47,7 @@ from conftest import examples  # noqa: E402
 torch.set_num_threads(1)
 
 TOL = 1e-8            # |kiln - torch| <= TOL * (1 + |torch|)
-STATS = {"examples": 0, "programs": 0, "torch_rejected": 0, "overflow": 0, "released": 0,
+STATS = {"examples": 0, "programs": 0, "torch_rejected": 0, "overflow": 0,
          "second_order": 0, "torch_no_second_order": 0, "max_err": 0.0,
          "max_err2": 0.0}
 
@@ -81,6 +81,13 @@ def same_layout(p):
     return (tuple(p.k.stride_tuple) == tuple(p.t.stride())
             and p.k.offset == p.t.storage_offset()
             and K.storage_of(p.k).numel == p.t.storage().size())
+
+
+def _positions(p):
+    """The storage positions of p's elements."""
+    st, off = p.k.stride_tuple, p.k.offset
+    return {off + sum(i * b for i, b in zip(ix, st))
+            for ix in np.ndindex(*p.shape)}
 
 
 def const(arr):
@@ -234,6 +241,8 @@ class Program:
         name = self.rng.choice(["sum", "mean", "prod", "amax", "amin",
                                 "logsumexp", "var", "std", "norm2", "norm3",
                                 "norm1"])
+        if name in ("amax", "amin") and any(p.shape[d] == 0 for d in dims):
+            return  # no identity: an error in both
         self.log(f"{name}({p.shape}, dims={dims}, keepdim={keep})")
         x = fresh(p)
         if name in ("sum", "mean", "prod", "amax", "amin", "logsumexp"):
@@ -470,10 +479,15 @@ class Program:
             if span >= n:
                 return
             off = self.rng.randint(0, n - 1 - span)
-            k = K.as_strided(k, sizes, strides, off)
-            t = t.as_strided(sizes, strides, off)
             pos = {off + sum(i * b for i, b in zip(ix, strides))
                    for ix in np.ndindex(*sizes)}
+            # Torch 1.13's as_strided backward sends nothing to storage
+            # the input view does not cover (Kiln sends the gradient to
+            # every position read): only reads inside the view compare
+            if not pos <= _positions(p):
+                return
+            k = K.as_strided(k, sizes, strides, off)
+            t = t.as_strided(sizes, strides, off)
             w = w and len(pos) == int(np.prod(sizes))
             desc = f"as_strided({sizes}, {strides}, {off})"
         else:  # reshape / flatten: a view or a copy, as the strides allow
@@ -616,18 +630,6 @@ def _err(got, want):
     return float(np.max(np.abs(got[fin] - want[fin]) / (1 + np.abs(want[fin]))))
 
 
-def _released(prog, e):
-    """Kiln's error for a gradient through a forced in-place write whose
-    recipe a later write released (docs/autodiff.md): only possible when
-    the program forced a value."""
-    if "recipe was released" not in e.message:
-        return False
-    assert any(line.startswith("realize") for line in prog.text), (
-        f"{e}\n  " + "\n  ".join(prog.text))
-    STATS["released"] += 1
-    return True
-
-
 def run_program(seed):
     STATS["examples"] += 1
     prog = Program(seed)
@@ -662,8 +664,6 @@ def run_program(seed):
         kg = K.grad([o.k for o in outs], [lf.k for lf in leaves],
                     [c.k for c in cots])
     except K.KilnError as e:
-        if _released(prog, e):
-            return "released"
         raise AssertionError(f"seed {seed}: kiln_grad failed: {e}\n  {where}")
     STATS["programs"] += 1
     for p in prog.rng.sample(prog.pool, min(2, len(prog.pool))):
@@ -696,8 +696,6 @@ def run_program(seed):
     try:
         kgg = K.grad(sk, [lf.k for lf in leaves])
     except K.KilnError as e:
-        if _released(prog, e):
-            return "released"
         raise AssertionError(f"seed {seed}: second kiln_grad failed: {e}\n"
                              f"  {where}")
     STATS["second_order"] += 1
