@@ -308,9 +308,13 @@ static void detached_update_forced(void **state) {
   double v[N] = {1, 2, 3, 4, 5, 6};
   kiln_tensor *p = f64(v), *g = f64(v);
   kiln_optimizer *o = kiln_sgd(&p, 1, 0.5, 0.9, 0, false);
-  api_set_auto_realize_limit(1); /* every write forces */
+  api_set_auto_realize_limit(0);
+  kiln_tensor *pad = kiln_neg(g); /* pending throughout: with it, more than 1 node is pending at every op */
+  api_set_auto_realize_limit(1); /* every op and write forces what it records */
   for (int t = 0; t < 2; t++) assert_int_equal(kiln_optimizer_step(o, &g), KILN_OK);
   api_set_auto_realize_limit(-1); /* back to the default */
+  assert_null(pad->storage->version->buffer);
+  kiln_release(pad);
   kiln_tensor *b = api_optimizer_state(o, 0, 0);
   graph_node *vers[2] = {p->storage->version, b->storage->version};
   for (int i = 0; i < 2; i++) {
