@@ -371,9 +371,10 @@ void graph_node_retire(graph_node *n);
  *  evicts, and for a value written detached (api/detach.c). */
 void graph_node_drop_history(graph_node *n);
 /** n is an orphan: no tensor shows it any more (its storage was freed, or
- *  a later write superseded this version). Realized with a recipe, it
- *  joins the history queue (graph/history.c), whose oldest entries let
- *  their recipes go while the queue weighs more than the budget. */
+ *  a later write superseded this version); the caller holds a reference
+ *  it releases next. Realized with a recipe, it joins the history queue
+ *  (graph/history.c), whose oldest entries let their recipes go while the
+ *  queue weighs more than the budget. */
 void graph_node_orphan(graph_node *n);
 /** Called by graph_node_settle for a node that keeps its recipe: an
  *  orphan realized after it became one joins the queue then. */

@@ -111,7 +111,8 @@ static void enqueue(graph_node *n) {
 }
 
 void graph_node_orphan(graph_node *n) {
-  if (!n || n->orphan) return;
+  /* (a count of 1 is the caller's, about to be released: n is freed) */
+  if (!n || n->orphan || atomic_load(&n->refcount) == 1) return;
   n->orphan = true;
   enqueue(n);
 }

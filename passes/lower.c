@@ -591,7 +591,7 @@ static bool wants_tiles(const lower_ctx *c) {
 static int lower_elementwise(lower_ctx *c) {
   const graph_node *r = c->root;
   kir_kernel *k = c->k;
-  int ranges[KILN_MAX_DIMS], nd = r->ndim, loops[KILN_MAX_DIMS + 2], n_loops = 0;
+  int ranges[KILN_MAX_DIMS] = {0}, nd = r->ndim, loops[KILN_MAX_DIMS + 2], n_loops = 0; /* (= {0}: gcc -O3 cannot see open_ranges fill it) */
   if (!wants_tiles(c)) {
     open_ranges(k, nd, r->sizes, ranges);
     for (int d = 0; d < nd; d++) loops[n_loops++] = ranges[d];

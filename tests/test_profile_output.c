@@ -35,7 +35,9 @@ static kiln_tensor *fused_chain(int64_t n) {
   return kiln_relu(kiln_add(kiln_mul(in[0], in[1]), in[2]));
 }
 
-static char *print_to_string(void) {
+/* (noinline: inlined, gcc -O3 takes the result for a pointer into the
+ * local `buf`, -Wdangling-pointer) */
+__attribute__((noinline)) static char *print_to_string(void) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
