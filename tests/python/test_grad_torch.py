@@ -145,7 +145,8 @@ BINARY = [
 
 
 class Program:
-    def __init__(self, seed):
+    def __init__(self, seed, force_each=False):
+        self.force_each = force_each  # force every value as it is made
         self.rng = random.Random(seed)
         self.nrng = np.random.default_rng(seed)
         self.text = []
@@ -183,6 +184,13 @@ class Program:
         p.t = p.t.clone(memory_format=torch.contiguous_format)
         p.writable = True
         self.pool.append(p)
+        self.force(p)
+
+    def force(self, p):
+        """Under force_each, p's value is forced now: gradients must not
+        change (docs/autodiff.md, "What a forced value keeps")."""
+        if self.force_each:
+            K.realize(p.k)
 
     def clone(self, p):
         return Pair(K.clone(p.k),
@@ -198,7 +206,9 @@ class Program:
         if src is None:
             p = self.pick()
             src = Pair(K.mean(p.k, [], False), fresh(p).mean())
-        return Pair(K.mul(src.k, c.k), fresh(src) * c.t)
+        v = Pair(K.mul(src.k, c.k), fresh(src) * c.t)
+        self.force(v)
+        return v
 
     def index(self, n, k, distinct):
         if distinct:
@@ -584,6 +594,7 @@ class Program:
                     K.scatter_value_(k, d, K.from_numpy(ix), 0.375)
                     t.scatter_(d, torch.tensor(ix), 0.375)
         self.log(f"{op} into {s}")
+        self.force(dst)
 
 
 def _broadcasts(a, b):
@@ -630,9 +641,9 @@ def _err(got, want):
     return float(np.max(np.abs(got[fin] - want[fin]) / (1 + np.abs(want[fin]))))
 
 
-def run_program(seed):
+def run_program(seed, force_each=False):
     STATS["examples"] += 1
-    prog = Program(seed)
+    prog = Program(seed, force_each)
     for _ in range(prog.rng.randint(4, 12)):
         prog.step()
     outs = [p for p in prog.pool if p not in prog.leaves
@@ -716,6 +727,14 @@ def run_program(seed):
 @given(st.integers(0, 2**32 - 1))
 def test_random_programs(seed):
     run_program(seed)
+
+
+# The same programs with every value forced as it is made (and the
+# temporaries Python releases at once): the gradients must not change.
+@examples(5 if os.environ.get("KILN_BACKEND") == "cuda-emu" else 60)
+@given(st.integers(0, 2**32 - 1))
+def test_random_programs_forced(seed):
+    run_program(seed, force_each=True)
 
 
 def test_zz_figures():
