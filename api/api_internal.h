@@ -93,6 +93,15 @@ bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view);
  *  region's sizes) into `dst`'s view: the storage gets a new ASSIGN version.
  *  Returns KILN_OK or an error. */
 int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn);
+/** Records elementwise op over n inputs (elementwise.c): ts[i], or the
+ *  double scalars[i] where ts[i] is NULL; broadcasting, Torch's promotion
+ *  and the bool checks of the public ops; attrs as for CLAMP (lo, hi).
+ *  Errors name `fn`. A new tensor (tracked) or NULL. */
+kiln_tensor *api_elementwise(graph_op op, kiln_tensor *const *ts, const double *scalars, int n, const char *fn,
+                             double attr0, double attr1);
+/** The dtype api_elementwise would give those operands, without recording
+ *  anything (all ts[i] non-NULL tensors or scalars as above). */
+kiln_dtype api_elementwise_dtype(graph_op op, kiln_tensor *const *ts, const double *scalars, int n);
 /** Forces n when more than the auto-realize limit of nodes are pending
  *  (DESIGN.md: a graph that is never forced cannot grow without bound).
  *  A failure is recorded as the thread's error; n then stays pending. */

@@ -152,6 +152,17 @@ static kiln_tensor *record(graph_op op, kiln_tensor *const *ts, const double *sc
   return api_tensor_from_node(node, fn);
 }
 
+kiln_tensor *api_elementwise(graph_op op, kiln_tensor *const *ts, const double *scalars, int n, const char *fn,
+                             double attr0, double attr1) {
+  return record(op, ts, scalars, n, fn, attr0, attr1);
+}
+
+kiln_dtype api_elementwise_dtype(graph_op op, kiln_tensor *const *ts, const double *scalars, int n) {
+  operand ops[GRAPH_MAX_INPUTS];
+  for (int i = 0; i < n; i++) ops[i] = ts[i] ? of_tensor(ts[i]) : of_scalar(scalars[i]);
+  return op_result(op, result_type(ops, n));
+}
+
 static kiln_tensor *unary(kiln_tensor *t, graph_op op, const char *fn) {
   if (!api_check(t, fn, "t")) return NULL;
   return record(op, &t, NULL, 1, fn, 0, 0);

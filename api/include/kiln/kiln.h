@@ -460,6 +460,93 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
  *  bound to float and returns NaN for a NaN bound). New reference. */
 KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
 
+/* ---------------------------------------------------- in-place arithmetic
+ * Torch's in-place Tensor methods (t.add_(other), t.exp_(), ...): t = op(t,
+ * ...) written back through t's view, lazily, like kiln_copy_ (every
+ * tensor over t's storage sees it; ops recorded before do not). Each is the
+ * out-of-place op above (same values, promotion and BOOL errors) followed
+ * by a write into t that keeps t's dtype and sizes, as in Torch 1.13:
+ *  - the out-of-place result dtype must be castable to t's dtype by Torch's
+ *    can_cast: never float -> integer/BOOL, never integer -> BOOL; a lower
+ *    or equal category is fine (i32.add_(i64 tensor) computes in i64 and
+ *    stores i32). Otherwise KILN_ERR_DTYPE "kiln_div_: result type f32
+ *    can't be cast to the desired output type i32 (t's dtype)": so div_,
+ *    atan2_ and the float unary functions (exp_, sqrt_, ...) need a float
+ *    t, and an integer t takes only integral scalars (add_scalar_(2.5) on
+ *    i64 is an error);
+ *  - tensor operands must broadcast to t's sizes without changing them
+ *    (t [3] with other [2, 3] is KILN_ERR_SHAPE);
+ *  - a t whose view repeats a storage element (a dim of size > 1 with
+ *    stride 0) is KILN_ERR_ARG, as for kiln_copy_;
+ *  - a NULL tensor argument is KILN_ERR_ARG.
+ * Operands are read as they were before the write, so an operand that
+ * aliases t (kiln_add_(x, kiln_t(x))) reads the old values. Gradients flow
+ * through kiln_grad as through kiln_copy_ of the out-of-place result.
+ * Tensor arguments are borrowed; nothing is returned but the status
+ * (KILN_OK, or the error's own status with t unchanged and nothing
+ * recorded). */
+
+/** t = t op other, other broadcast to t's sizes. Torch: add_, sub_ (BOOL
+ *  is an error), mul_, div_ (true division: float t only), pow_, fmod_ and
+ *  remainder_ (BOOL is an error; integer by zero gives 0 where Torch
+ *  raises), atan2_ (float t only). */
+KILN_API int kiln_add_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_sub_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_mul_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_div_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_pow_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_fmod_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_remainder_(kiln_tensor *t, kiln_tensor *other);
+KILN_API int kiln_atan2_(kiln_tensor *t, kiln_tensor *other);
+/** t = t op value, value a Python number as for the *_scalar functions
+ *  (integral: int, else float). Torch: add_, sub_, mul_, div_, pow_ with a
+ *  number. */
+KILN_API int kiln_add_scalar_(kiln_tensor *t, double value);
+KILN_API int kiln_sub_scalar_(kiln_tensor *t, double value);
+KILN_API int kiln_mul_scalar_(kiln_tensor *t, double value);
+KILN_API int kiln_div_scalar_(kiln_tensor *t, double value);
+KILN_API int kiln_pow_scalar_(kiln_tensor *t, double value);
+/** t += value * t1 * t2 (addcmul_) or t += value * t1 / t2 (addcdiv_), t1
+ *  and t2 broadcast to t's sizes; computed in the promoted dtype of t, t1
+ *  and t2 (value is cast to it: truncated toward zero for integers, so
+ *  i32.addcmul_(a, b, 0.5) adds 0, as in Torch; a non-finite value is then
+ *  KILN_ERR_ARG). addcmul_ of BOOL, and addcdiv_ with both t1 and t2 of
+ *  integer or BOOL dtype, are KILN_ERR_DTYPE, as in Torch. Torch: addcmul_,
+ *  addcdiv_. */
+KILN_API int kiln_addcmul_(kiln_tensor *t, kiln_tensor *t1, kiln_tensor *t2, double value);
+KILN_API int kiln_addcdiv_(kiln_tensor *t, kiln_tensor *t1, kiln_tensor *t2, double value);
+/** t = kiln_clamp(t, lo, hi), with kiln_clamp's bound rules (a NaN or
+ *  infinite bound is no bound; integer dtypes truncate and saturate the
+ *  bounds; BOOL is KILN_ERR_DTYPE). Torch: clamp_ (Torch 1.13 instead
+ *  rejects a float bound on an integer tensor). */
+KILN_API int kiln_clamp_(kiln_tensor *t, double lo, double hi);
+/** t = f(t) for the unary functions above of the same name (BOOL rules as
+ *  there). The float functions (exp_ ... erf_) need a float t. Torch:
+ *  neg_, abs_, sign_, exp_, ..., floor_, ceil_, round_, trunc_. */
+KILN_API int kiln_neg_(kiln_tensor *t);
+KILN_API int kiln_abs_(kiln_tensor *t);
+KILN_API int kiln_sign_(kiln_tensor *t);
+KILN_API int kiln_exp_(kiln_tensor *t);
+KILN_API int kiln_exp2_(kiln_tensor *t);
+KILN_API int kiln_log_(kiln_tensor *t);
+KILN_API int kiln_log2_(kiln_tensor *t);
+KILN_API int kiln_log1p_(kiln_tensor *t);
+KILN_API int kiln_expm1_(kiln_tensor *t);
+KILN_API int kiln_sqrt_(kiln_tensor *t);
+KILN_API int kiln_rsqrt_(kiln_tensor *t);
+KILN_API int kiln_reciprocal_(kiln_tensor *t);
+KILN_API int kiln_sin_(kiln_tensor *t);
+KILN_API int kiln_cos_(kiln_tensor *t);
+KILN_API int kiln_tan_(kiln_tensor *t);
+KILN_API int kiln_tanh_(kiln_tensor *t);
+KILN_API int kiln_sigmoid_(kiln_tensor *t);
+KILN_API int kiln_relu_(kiln_tensor *t);
+KILN_API int kiln_erf_(kiln_tensor *t);
+KILN_API int kiln_floor_(kiln_tensor *t);
+KILN_API int kiln_ceil_(kiln_tensor *t);
+KILN_API int kiln_round_(kiln_tensor *t);
+KILN_API int kiln_trunc_(kiln_tensor *t);
+
 /* ------------------------------------------------------------ reductions
  * `dims` [ndims] lists the dims to reduce (negative allowed, no repeats);
  * ndims 0 reduces all. keepdim keeps them as size 1. Lazy.
