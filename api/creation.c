@@ -1,12 +1,14 @@
 /*
  * creation.c — new tensors and storages: constants (empty, zeros, ones,
- * full, scalar), ranges (arange, linspace), random tensors (rand, randn),
+ * full, scalar, and the *_like forms), ranges (arange, linspace), random
+ * tensors (rand, randn, randint, randperm),
  * tensors over caller memory (from_data, from_blob) or over an existing
  * storage, set_/resize_, and the dtype helpers of the public API.
  *
  * Constants and arange are lazy sources: a FULL or ARANGE node producing
  * the flat storage [numel], viewed contiguously with the requested sizes.
- * linspace, rand, randn and from_data fill a fresh buffer on the host now.
+ * linspace, the random tensors and from_data fill a fresh buffer on the
+ * host now.
  *
  * Numerics follow PyTorch (aten/src/ATen/native/RangeFactories*.cpp):
  *  - full converts its value as a cast does (I32 2.7 → 2, BOOL v != 0);
@@ -21,7 +23,10 @@
  *  - rand/randn: a process-wide xoshiro256** generator (seeded through
  *    splitmix64, default seed Torch's 67280421310721), uniform values with
  *    as many random bits as the dtype's mantissa holds (so never 1.0 after
- *    rounding), normals by Box-Muller. Values differ from Torch's.
+ *    rounding), normals by Box-Muller. Values differ from Torch's;
+ *  - randint/randperm draw from the same generator: an integer uniform in
+ *    [0, range) by rejection (no modulo bias), randperm by Fisher-Yates
+ *    (Knuth's algorithm P, from the last element down).
  */
 #include <math.h>
 #include <pthread.h>
@@ -131,6 +136,23 @@ KILN_API kiln_tensor *kiln_full(kiln_dtype dtype, int ndim, const int64_t *sizes
 KILN_API kiln_tensor *kiln_scalar(kiln_dtype dtype, double value) {
   return full_tensor(dtype, 0, NULL, value, "kiln_scalar");
 }
+
+/* Torch's *_like with default arguments: t's sizes and dtype, contiguous,
+ * a new storage on t's device. */
+static kiln_tensor *full_like(kiln_tensor *t, double value, const char *fn) {
+  if (!api_check(t, fn, "t")) return NULL;
+  api_untracked_begin();
+  kiln_tensor *r = full_tensor(t->storage->dtype, t->view.ndim, t->view.sizes, value, fn);
+  r = api_move_like(r, t, fn);
+  api_untracked_end();
+  return api_track(r);
+}
+
+KILN_API kiln_tensor *kiln_full_like(kiln_tensor *t, double value) { return full_like(t, value, "kiln_full_like"); }
+
+KILN_API kiln_tensor *kiln_zeros_like(kiln_tensor *t) { return full_like(t, 0.0, "kiln_zeros_like"); }
+
+KILN_API kiln_tensor *kiln_ones_like(kiln_tensor *t) { return full_like(t, 1.0, "kiln_ones_like"); }
 
 /* ------------------------------------------------------------ ranges */
 
@@ -290,6 +312,26 @@ static void fill_normal(kiln_dtype dtype, unsigned char *p, int64_t n) {
   }
 }
 
+/* Takes the generator (seeding it with Torch's default seed on first use);
+ * rng_end gives it back. */
+static void rng_begin(void) {
+  pthread_mutex_lock(&rng_lock);
+  if (!rng_ready) rng_seed_locked(67280421310721ull);
+}
+
+static void rng_end(void) { pthread_mutex_unlock(&rng_lock); }
+
+/* A uniform integer in [0, range), range >= 1, without modulo bias: draws
+ * below 2^64 mod range are rejected (fewer than half of them for any
+ * range). Call between rng_begin and rng_end. */
+static uint64_t rng_below(uint64_t range) {
+  uint64_t reject = (0 - range) % range; /* 2^64 mod range */
+  for (;;) {
+    uint64_t x = rng_next();
+    if (x >= reject) return x % range;
+  }
+}
+
 static kiln_tensor *random_tensor(kiln_dtype dtype, int ndim, const int64_t *sizes, bool normal, const char *fn) {
   if (!api_check_dtype(dtype, fn) || !api_check_sizes(ndim, sizes, fn)) return NULL;
   if (!graph_is_float(dtype)) {
@@ -299,11 +341,10 @@ static kiln_tensor *random_tensor(kiln_dtype dtype, int ndim, const int64_t *siz
   int64_t numel = sizes_numel(ndim, sizes);
   graph_buffer *buf = alloc_elems(dtype, numel, fn);
   if (!buf) return NULL;
-  pthread_mutex_lock(&rng_lock);
-  if (!rng_ready) rng_seed_locked(67280421310721ull);
+  rng_begin();
   if (normal) fill_normal(dtype, buf->data, numel);
   else fill_uniform(dtype, buf->data, numel);
-  pthread_mutex_unlock(&rng_lock);
+  rng_end();
   return buffer_tensor(buf, dtype, ndim, sizes, fn);
 }
 
@@ -313,6 +354,78 @@ KILN_API kiln_tensor *kiln_rand(kiln_dtype dtype, int ndim, const int64_t *sizes
 
 KILN_API kiln_tensor *kiln_randn(kiln_dtype dtype, int ndim, const int64_t *sizes) {
   return random_tensor(dtype, ndim, sizes, true, "kiln_randn");
+}
+
+/* The range of values dtype holds exactly as integers: its limits for the
+ * integer dtypes, +-2^digits for the floats (Torch warns beyond it). */
+static void int_limits(kiln_dtype dtype, double *lo, double *hi) {
+  switch (dtype) {
+  case KILN_U8: *lo = 0, *hi = 255; return;
+  case KILN_I8: *lo = -128, *hi = 127; return;
+  case KILN_I16: *lo = -32768, *hi = 32767; return;
+  case KILN_I32: *lo = -2147483648.0, *hi = 2147483647.0; return;
+  case KILN_I64: *lo = -0x1p63, *hi = 0x1p63; return; /* every int64_t */
+  case KILN_F16: *lo = -65504, *hi = 65504; return;  /* its finite range */
+  case KILN_BF16: *lo = -0x1.fep127, *hi = 0x1.fep127; return;
+  case KILN_F32: *lo = -0x1.fffffep127, *hi = 0x1.fffffep127; return;
+  default: *lo = -0x1p1023, *hi = 0x1p1023; return;
+  }
+}
+
+KILN_API kiln_tensor *kiln_randint(kiln_dtype dtype, int64_t low, int64_t high, int ndim, const int64_t *sizes) {
+  static const char fn[] = "kiln_randint";
+  if (!api_check_dtype(dtype, fn) || !api_check_sizes(ndim, sizes, fn)) return NULL;
+  if (dtype == KILN_BOOL) {
+    api_error(KILN_ERR_DTYPE, fn, "dtype bool is not supported (use an integer or float dtype)");
+    return NULL;
+  }
+  if (high <= low) {
+    api_error(KILN_ERR_ARG, fn, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
+              (long long)low, (long long)high);
+    return NULL;
+  }
+  double lo, hi;
+  int_limits(dtype, &lo, &hi);
+  if ((double)low < lo || (double)(high - 1) > hi) {
+    api_error(KILN_ERR_ARG, fn, "range [%lld, %lld) is out of bounds for %s", (long long)low, (long long)high,
+              graph_dtypes[dtype].name);
+    return NULL;
+  }
+  int64_t numel = sizes_numel(ndim, sizes);
+  graph_buffer *buf = alloc_elems(dtype, numel, fn);
+  if (!buf) return NULL;
+  uint64_t range = (uint64_t)high - (uint64_t)low; /* >= 1, exact mod 2^64 */
+  unsigned char *p = buf->data;
+  int size = graph_dtypes[dtype].size;
+  rng_begin();
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t v = (int64_t)((uint64_t)low + rng_below(range));
+    if (dtype == KILN_I64) memcpy(p + i * size, &v, sizeof v);
+    else graph_store_scalar(dtype, p + i * size, (double)v);
+  }
+  rng_end();
+  return buffer_tensor(buf, dtype, ndim, sizes, fn);
+}
+
+KILN_API kiln_tensor *kiln_randperm(int64_t n) {
+  static const char fn[] = "kiln_randperm";
+  if (n < 0) {
+    api_error(KILN_ERR_ARG, fn, "n must be non-negative, got %lld", (long long)n);
+    return NULL;
+  }
+  if (!api_check_sizes(1, &n, fn)) return NULL;
+  graph_buffer *buf = alloc_elems(KILN_I64, n, fn);
+  if (!buf) return NULL;
+  int64_t *p = (int64_t *)buf->data;
+  for (int64_t i = 0; i < n; i++) p[i] = i;
+  rng_begin();
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)rng_below((uint64_t)i + 1), tmp = p[i];
+    p[i] = p[j];
+    p[j] = tmp;
+  }
+  rng_end();
+  return buffer_tensor(buf, KILN_I64, 1, &n, fn);
 }
 
 /* ------------------------------------------------------ caller memory */

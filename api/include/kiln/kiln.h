@@ -45,8 +45,8 @@
  *    that storage: no other thread may read, view or write it meanwhile.
  *  - Process-wide settings (kiln_set_default_dtype, kiln_set_backend,
  *    kiln_set_num_threads, kiln_manual_seed, kiln_profile_begin/_end) are
- *    changed while no other thread uses Kiln. kiln_rand/kiln_randn share one
- *    generator (locked): which thread draws which numbers depends on timing.
+ *    changed while no other thread uses Kiln. kiln_rand/kiln_randn/kiln_randint/
+ *    kiln_randperm share one generator (locked): which thread draws which numbers depends on timing.
  *  - Kernels of forces from different threads share one thread pool and
  *    run one after another; compiling happens in parallel.
  */
@@ -189,6 +189,22 @@ KILN_API kiln_tensor *kiln_ones(kiln_dtype dtype, int ndim, const int64_t *sizes
 KILN_API kiln_tensor *kiln_full(kiln_dtype dtype, int ndim, const int64_t *sizes, double value);
 /** 0-d tensor holding `value`. Torch: torch.tensor(value, dtype=...). */
 KILN_API kiln_tensor *kiln_scalar(kiln_dtype dtype, double value);
+/** Contiguous tensor with t's sizes and dtype, every element `value`
+ *  (converted as a cast does), in a new storage on t's device; t is only
+ *  read for its sizes, dtype and device (never forced). Torch:
+ *  torch.full_like with default arguments. Errors: NULL t (KILN_ERR_ARG).
+ *  New reference. */
+KILN_API kiln_tensor *kiln_full_like(kiln_tensor *t, double value);
+/** kiln_full_like(t, 0). Torch: torch.zeros_like. */
+KILN_API kiln_tensor *kiln_zeros_like(kiln_tensor *t);
+/** kiln_full_like(t, 1). Torch: torch.ones_like. */
+KILN_API kiln_tensor *kiln_ones_like(kiln_tensor *t);
+/** Identity-like matrix [n, m]: 1 where row == column, else 0, in dtype
+ *  (BOOL: true/false). m < 0 means m = n. Lazy: a fusable comparison of
+ *  two aranges, cast to dtype. Torch: torch.eye(n, m). Errors: n < 0
+ *  (KILN_ERR_ARG), a bad dtype (KILN_ERR_DTYPE), n * m overflowing
+ *  (KILN_ERR_SHAPE). New reference. */
+KILN_API kiln_tensor *kiln_eye(kiln_dtype dtype, int64_t n, int64_t m);
 /** 1-d tensor start, start+step, ... up to but excluding `end`; size
  *  ceil((end-start)/step). Torch: torch.arange. Errors: step 0, or a step
  *  whose sign does not lead from start to end (KILN_ERR_ARG). */
@@ -196,13 +212,28 @@ KILN_API kiln_tensor *kiln_arange(kiln_dtype dtype, double start, double end, do
 /** 1-d tensor of `steps` evenly spaced values from start to end inclusive.
  *  Torch: torch.linspace. Errors: steps < 0. */
 KILN_API kiln_tensor *kiln_linspace(kiln_dtype dtype, double start, double end, int64_t steps);
-/** Seeds this process's generator for kiln_rand/kiln_randn. */
+/** Seeds this process's generator for kiln_rand, kiln_randn, kiln_randint
+ *  and kiln_randperm. */
 KILN_API void kiln_manual_seed(uint64_t seed);
 /** Uniform samples in [0, 1). Float dtypes only (KILN_ERR_DTYPE otherwise).
  *  Torch: torch.rand. Deterministic for a seed. */
 KILN_API kiln_tensor *kiln_rand(kiln_dtype dtype, int ndim, const int64_t *sizes);
 /** Standard normal samples. Float dtypes only. Torch: torch.randn. */
 KILN_API kiln_tensor *kiln_randn(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** Integers uniform in [low, high) (without modulo bias), of sizes [ndim],
+ *  drawn from the kiln_rand generator (deterministic after
+ *  kiln_manual_seed; values differ from Torch's). dtype is an integer or
+ *  float dtype (floats hold the integer values, rounded beyond their
+ *  mantissa as in Torch). Torch: torch.randint(low, high, sizes, dtype=).
+ *  Errors: high <= low, or a range outside what dtype holds (for U8
+ *  [0, 256), for F16 its finite range) (KILN_ERR_ARG); BOOL or a bad dtype
+ *  (KILN_ERR_DTYPE); sizes as kiln_empty. New reference. */
+KILN_API kiln_tensor *kiln_randint(kiln_dtype dtype, int64_t low, int64_t high, int ndim,
+                                   const int64_t *sizes);
+/** A random permutation of 0 .. n-1, I64 [n] (Fisher-Yates from the
+ *  kiln_rand generator; n = 0 gives an empty tensor). Torch:
+ *  torch.randperm(n). Errors: n < 0 (KILN_ERR_ARG). New reference. */
+KILN_API kiln_tensor *kiln_randperm(int64_t n);
 /** Contiguous tensor whose elements are copied from row-major `data`
  *  (numel × dtype size bytes, dtype's own layout; BOOL = 1 byte 0/1).
  *  Torch: torch.tensor(data). `data` may be NULL only when numel is 0. */
@@ -459,6 +490,21 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
  *  dtype. Torch: clamp (Torch 1.13 promotes an integer tensor with a float
  *  bound to float and returns NaN for a NaN bound). New reference. */
 KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
+
+/* --------------------------------------------------- triangular masks */
+
+/** Lower triangle of the matrices of t [..., R, C] (leading dims are a
+ *  batch): element [..., i, j] is t's where j - i <= diagonal, else 0.
+ *  diagonal 0 is the main diagonal, > 0 above it, < 0 below; any value is
+ *  allowed. Keeps t's dtype (BOOL too) and sizes; t may be any view. Lazy
+ *  and fusable: where(mask, t, 0) with the mask [R, C] built from aranges,
+ *  so gradients flow through where's rule. Torch: torch.tril. Errors: t
+ *  with fewer than 2 dims (KILN_ERR_SHAPE), NULL t. New reference (a new
+ *  contiguous storage). */
+KILN_API kiln_tensor *kiln_tril(kiln_tensor *t, int64_t diagonal);
+/** Upper triangle: t's elements where j - i >= diagonal, else 0. As
+ *  kiln_tril otherwise. Torch: torch.triu. */
+KILN_API kiln_tensor *kiln_triu(kiln_tensor *t, int64_t diagonal);
 
 /* ---------------------------------------------------- in-place arithmetic
  * Torch's in-place Tensor methods (t.add_(other), t.exp_(), ...): t = op(t,
