@@ -187,7 +187,8 @@ def test_randint(d, low, span, shape, seed):
 
 @pytest.mark.parametrize("d,low,high", [
     (K.I64, 3, 3), (K.I64, 3, 2), (K.U8, -1, 3), (K.U8, 0, 257),
-    (K.I8, -129, 0), (K.I8, 0, 129), (K.I16, 0, 40000)])
+    (K.I8, -129, 0), (K.I8, 0, 129), (K.I16, 0, 40000),
+    (K.F16, 0, 70000)])
 def test_randint_errors(d, low, high):
     with pytest.raises(RuntimeError):
         torch.randint(low, high, (2,), dtype=TORCH_DTYPE[d])

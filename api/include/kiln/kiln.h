@@ -200,7 +200,7 @@ KILN_API kiln_tensor *kiln_zeros_like(kiln_tensor *t);
 /** kiln_full_like(t, 1). Torch: torch.ones_like. */
 KILN_API kiln_tensor *kiln_ones_like(kiln_tensor *t);
 /** Identity-like matrix [n, m]: 1 where row == column, else 0, in dtype
- *  (BOOL: true/false). m < 0 means m = n. Lazy: a fusable comparison of
+ *  (BOOL: true/false; BF16 too, which Torch 1.13 lacks on the CPU). m < 0 means m = n. Lazy: a fusable comparison of
  *  two aranges, cast to dtype. Torch: torch.eye(n, m). Errors: n < 0
  *  (KILN_ERR_ARG), a bad dtype (KILN_ERR_DTYPE), n * m overflowing
  *  (KILN_ERR_SHAPE). New reference. */
@@ -498,9 +498,10 @@ KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
  *  diagonal 0 is the main diagonal, > 0 above it, < 0 below; any value is
  *  allowed. Keeps t's dtype (BOOL too) and sizes; t may be any view. Lazy
  *  and fusable: where(mask, t, 0) with the mask [R, C] built from aranges,
- *  so gradients flow through where's rule. Torch: torch.tril. Errors: t
- *  with fewer than 2 dims (KILN_ERR_SHAPE), NULL t. New reference (a new
- *  contiguous storage). */
+ *  so gradients flow through where's rule. Torch: torch.tril (which
+ *  overflows at diagonal INT64_MAX; Kiln keeps the whole matrix there).
+ *  Errors: t with fewer than 2 dims (KILN_ERR_SHAPE), NULL t. New
+ *  reference (a new contiguous storage). */
 KILN_API kiln_tensor *kiln_tril(kiln_tensor *t, int64_t diagonal);
 /** Upper triangle: t's elements where j - i >= diagonal, else 0. As
  *  kiln_tril otherwise. Torch: torch.triu. */
