@@ -274,4 +274,5 @@ def test_some_examples_succeeded_and_some_raised():
     the others in file order)."""
     if STATS["ok"] + STATS["both_raised"] == 0:
         pytest.skip("run together with the tests above")
-    assert STATS["ok"] > 50 and STATS["both_raised"] > 20, STATS
+    total = STATS["ok"] + STATS["both_raised"]  # (scales with KILN_TEST_SCALE)
+    assert STATS["ok"] >= 0.3 * total and STATS["both_raised"] >= 0.1 * total, STATS
