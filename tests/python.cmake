@@ -4,7 +4,7 @@
 #
 # The suite loads the shared library through ctypes: KILN_LIB points at it.
 # Under KILN_SANITIZE the ASan runtime must be loaded first, so it is
-# preloaded into the interpreter (CPython itself leaks by LSan's
+# preloaded into the interpreter, with libstdc++ (CPython itself leaks by LSan's
 # standards: leak checking is off for this test; the C tests keep it on).
 #
 # Outside CI a machine without numpy/pytest/hypothesis gets skipped tests
@@ -49,8 +49,15 @@ if(KILN_SANITIZE)
   execute_process(
     COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
     OUTPUT_VARIABLE _kiln_libasan OUTPUT_STRIP_TRAILING_WHITESPACE)
+  # libstdc++ too, after it: ASan intercepts __cxa_throw and must find the
+  # real one when it starts, or the first C++ exception (torch raising, in
+  # the tests that compare Kiln's errors with Torch's) aborts the process
+  # ("CHECK failed: asan_interceptors.cpp ... real___cxa_throw").
+  execute_process(
+    COMMAND ${CMAKE_C_COMPILER} -print-file-name=libstdc++.so.6
+    OUTPUT_VARIABLE _kiln_libstdcxx OUTPUT_STRIP_TRAILING_WHITESPACE)
   list(APPEND _kiln_py_env
-    "LD_PRELOAD=${_kiln_libasan}"
+    "LD_PRELOAD=${_kiln_libasan}:${_kiln_libstdcxx}"
     "ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0:verify_asan_link_order=0"
     "KILN_TEST_SCALE=0.5")
 endif()
