@@ -356,20 +356,23 @@ KILN_API kiln_tensor *kiln_randn(kiln_dtype dtype, int ndim, const int64_t *size
   return random_tensor(dtype, ndim, sizes, true, "kiln_randn");
 }
 
-/* The range of values dtype holds exactly as integers: its limits for the
- * integer dtypes, +-2^digits for the floats (Torch warns beyond it). */
+/* The values randint may draw for dtype: an integer dtype's range
+ * (graph_int_range), a float dtype's finite range (Torch only warns where
+ * a float stops holding every integer). */
 static void int_limits(kiln_dtype dtype, double *lo, double *hi) {
-  switch (dtype) {
-  case KILN_U8: *lo = 0, *hi = 255; return;
-  case KILN_I8: *lo = -128, *hi = 127; return;
-  case KILN_I16: *lo = -32768, *hi = 32767; return;
-  case KILN_I32: *lo = -2147483648.0, *hi = 2147483647.0; return;
-  case KILN_I64: *lo = -0x1p63, *hi = 0x1p63; return; /* every int64_t */
-  case KILN_F16: *lo = -65504, *hi = 65504; return;  /* its finite range */
-  case KILN_BF16: *lo = -0x1.fep127, *hi = 0x1.fep127; return;
-  case KILN_F32: *lo = -0x1.fffffep127, *hi = 0x1.fffffep127; return;
-  default: *lo = -0x1p1023, *hi = 0x1p1023; return;
+  if (!graph_is_float(dtype)) {
+    int64_t min, max;
+    graph_int_range(dtype, &min, &max);
+    *lo = (double)min, *hi = (double)max; /* I64: +-2^63, every int64_t */
+    return;
   }
+  switch (dtype) {
+  case KILN_F16: *hi = 65504; break;
+  case KILN_BF16: *hi = 0x1.fep127; break;
+  case KILN_F32: *hi = 0x1.fffffep127; break;
+  default: *hi = 0x1p1023; break;
+  }
+  *lo = -*hi;
 }
 
 KILN_API kiln_tensor *kiln_randint(kiln_dtype dtype, int64_t low, int64_t high, int ndim, const int64_t *sizes) {

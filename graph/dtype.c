@@ -134,3 +134,10 @@ void graph_store_scalar(kiln_dtype d, void *p, double v) {
   default: assert(!"bad dtype");
   }
 }
+
+void graph_int_range(kiln_dtype t, int64_t *min, int64_t *max) {
+  int bits = graph_dtypes[t].bits;
+  bool s = graph_dtypes[t].is_signed;
+  *max = (int64_t)((UINT64_C(1) << (s ? bits - 1 : bits)) - 1);
+  *min = s ? -*max - 1 : 0;
+}

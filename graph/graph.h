@@ -87,6 +87,8 @@ kiln_dtype graph_promote(kiln_dtype a, kiln_dtype b);
 kiln_dtype graph_compute_dtype(kiln_dtype d);
 /** Process-wide default float dtype (F32 unless changed). */
 kiln_dtype graph_default_float(void);
+/** The range [*min, *max] of integer dtype t (BOOL: [0, 1]). */
+void graph_int_range(kiln_dtype t, int64_t *min, int64_t *max);
 void graph_set_default_float(kiln_dtype d);
 
 /** Element at p as a double (exact for all but I64 beyond 2^53). */

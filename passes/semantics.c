@@ -30,14 +30,6 @@ int pass_where(kir_kernel *k, int c, int a, int b) { return kir_alu(k, KIR_WHERE
 int pass_to_register(kir_kernel *k, int v) { return pass_cast_to(k, graph_compute_dtype(pass_type_of(k, v)), v); }
 /* ------------------------------------------------- elementwise semantics */
 
-/* The range [*min, *max] of integer type t. */
-static void int_range(kiln_dtype t, int64_t *min, int64_t *max) {
-  int bits = graph_dtypes[t].bits;
-  bool s = graph_dtypes[t].is_signed;
-  *max = (int64_t)((UINT64_C(1) << (s ? bits - 1 : bits)) - 1);
-  *min = s ? -*max - 1 : 0;
-}
-
 /* clamp on integer type t (op_clamp_int). A NaN bound is no bound (as for floats). Any
  * other bound is truncated toward zero and saturated to t's range, so
  * -inf/+inf and finite bounds past the range become the range's ends (a
@@ -55,7 +47,7 @@ static int64_t int_bound(double v, int64_t min, int64_t max) {
 static int op_clamp_int(kir_kernel *k, int x, double lo, double hi) {
   kiln_dtype t = pass_type_of(k, x);
   int64_t min, max;
-  int_range(t, &min, &max);
+  graph_int_range(t, &min, &max);
   if (!isnan(lo) && int_bound(lo, min, max) > min)
     x = pass_alu2(k, KIR_MAX, x, kir_const_i(k, t, int_bound(lo, min, max)));
   if (!isnan(hi) && int_bound(hi, min, max) < max)
