@@ -180,5 +180,20 @@ bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, 
  *  tensor, contiguous [iv sizes]. */
 kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tensor *index, const graph_view *iv,
                         const char *fn);
+/** The scatter-add of src (read through sv) at index (through iv; both
+ *  views of the same sizes, index values checked) along dim into zeros of
+ *  sizes [ndim], in F64 when dtype is a float dtype, else I64: the sum
+ *  over dim 0 of SCATTER's partial sums [C, *sizes] (ops.def; C from the
+ *  sizes alone, index.c scatter_chunks). New tracked tensor, or NULL
+ *  with the error set. */
+kiln_tensor *api_scatter_sum(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
+                             const graph_view *iv, kiln_tensor *src, const graph_view *sv, const char *fn);
+/** t[c with c[dim] = index[c]] += src[c] for every c of iv's sizes (index
+ *  read through iv, src through sv: both views of those sizes; values
+ *  already checked), duplicates accumulating: SCATTER partial sums added
+ *  to t's current contents and written back through t's view (index.c).
+ *  Returns KILN_OK or the error. */
+int api_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
+                    const graph_view *sv, const char *fn);
 
 #endif /* KILN_API_INTERNAL_H */

@@ -197,26 +197,8 @@ kiln_tensor *grad_wrap(graph_node *n, const graph_view *v) {
 
 kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
                               const graph_view *iv, kiln_tensor *src) {
-  if (src && src->storage->dtype != dtype) src = kiln_to_dtype(src, dtype);
-  graph_node *zero = src ? graph_node_new(GRAPH_OP_FULL, dtype, 0, NULL) : NULL;
-  graph_node *n = zero ? graph_node_new(GRAPH_OP_SCATTER, dtype, ndim, sizes) : NULL;
-  if (!n) {
-    graph_node_release(zero);
-    if (src) api_error(KILN_ERR_OOM, FN, "out of memory");
-    return NULL;
-  }
-  n->cdtype = dtype;
-  graph_attr_set_scalar(n, dim);
-  graph_view zv = {.ndim = ndim};
-  for (int d = 0; d < ndim; d++) zv.sizes[d] = sizes[d];
-  graph_node_add_input(n, zero, &zv);
-  graph_node_add_input(n, index, iv);
-  graph_node_release(zero);
-  if (!api_add_input(n, src, &src->view)) {
-    graph_node_release(n);
-    return NULL;
-  }
-  return api_tensor_from_node(n, FN);
+  if (!src) return NULL;
+  return kiln_to_dtype(api_scatter_sum(dtype, ndim, sizes, dim, index, iv, src, &src->view, FN), dtype);
 }
 
 /* Whether no two indices of v reach the same element. */

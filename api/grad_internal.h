@@ -45,9 +45,10 @@ bool grad_edge(const graph_node *n, int k);
  *  realized the recipe it kept (graph_node's n_hist). */
 static inline int grad_n_inputs(const graph_node *n) { return n->n_inputs ? n->n_inputs : n->n_hist; }
 
-/** A SCATTER node (index_add_'s loop): zeros of sizes [ndim] (dtype)
- *  plus src added at index along dim; index and src are read through
- *  views of the same sizes. New tracked tensor, contiguous. */
+/** Zeros of sizes [ndim] (dtype) plus src added at index along dim
+ *  (SCATTER partial sums, summed: api_scatter_sum); index and src
+ *  are read through views of the same sizes. New tracked tensor,
+ *  contiguous. */
 kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
                               const graph_view *iv, kiln_tensor *src);
 

@@ -267,13 +267,33 @@ static kiln_tensor *r_gather(grad_inputs *in, int k, kiln_tensor *g) {
                           &ix->view, g);
 }
 
-/* index_add_: self passes g; src gets g read at the indexed positions. */
+/* Scatter-add partials [C, *t sizes] (ops.def SCATTER): src element c
+ * went to row chunk(c) = c / L (c row-major, L = ceil(N / C)) at c with
+ * c[dim] = index[c], so it gets g there: a gather from g with the chunk
+ * folded into dim (g's dim C moved next to dim and merged with it, the
+ * index shifted by chunk(c) * size(dim)). */
 static kiln_tensor *r_scatter(grad_inputs *in, int k, kiln_tensor *g) {
-  if (k == 0) return g;
+  const graph_node *n = in->n;
+  const graph_view *iv = &n->inputs[1].view;
   kiln_tensor *index = X1;
-  if (!index || !g) return NULL;
-  const graph_view *iv = &in->n->inputs[1].view;
-  return api_gather(g, &g->view, (int)graph_attr_scalar(in->n), index, iv, "kiln_grad");
+  if (k != 0 || !index || !g) return NULL;
+  int nd = n->ndim - 1, dim = (int)graph_attr_scalar(n), perm[KILN_MAX_DIMS];
+  int64_t chunks = n->sizes[0], total = graph_view_numel(iv), len = (total + chunks - 1) / chunks;
+  int64_t merged[KILN_MAX_DIMS];
+  if (chunks == 1) {
+    kiln_tensor *g0 = kiln_select(g, 0, 0);
+    return g0 ? api_gather(g0, &g0->view, dim, index, iv, "kiln_grad") : NULL;
+  }
+  for (int d = 0, j = 0; d < nd; d++) {
+    if (d == dim) perm[j++] = 0;
+    perm[j++] = d + 1;
+    merged[d] = n->sizes[d + 1] * (d == dim ? chunks : 1);
+  }
+  kiln_tensor *gm = kiln_reshape(kiln_permute(g, nd + 1, perm), nd, merged);
+  kiln_tensor *pos = api_move_like(kiln_view(kiln_arange(KILN_F64, 0, (double)total, 1), nd, iv->sizes), g, "kiln_grad");
+  kiln_tensor *chunk = kiln_to_dtype(kiln_floor(kiln_div_scalar(pos, (double)len)), KILN_I64);
+  kiln_tensor *at = kiln_add(index, kiln_mul_scalar(chunk, (double)n->sizes[dim + 1]));
+  return gm && at ? api_gather(gm, &gm->view, dim, at, &at->view, "kiln_grad") : NULL;
 }
 
 /* ------------------------------------------------------------- table */
@@ -305,5 +325,5 @@ bool grad_edge(const graph_node *n, int k) {
   if (n->opaque) return true; /* followed so that kiln_grad can say it has no derivative */
   if (!graph_op_is_differentiable(n->op)) return false;
   if (n->op == GRAPH_OP_WHERE && k == 0) return false;
-  return !((n->op == GRAPH_OP_GATHER || n->op == GRAPH_OP_SCATTER) && k == 1);
+  return !((n->op == GRAPH_OP_GATHER || n->op == GRAPH_OP_SCATTER) && k == 1); /* the index */
 }

@@ -1,13 +1,14 @@
 /*
  * index.c — indexing by index tensors: index_select and gather (GATHER
  * nodes), index_copy_, index_fill_, scatter_ and scatter_value_ (a fused
- * where), index_add_ (a SCATTER node written back by an ASSIGN).
+ * where), index_add_ (SCATTER partial sums, added to the target and
+ * written back by an ASSIGN).
  *
  * GATHER is elementwise over its result and lowered to a kernel (passes/
  * lower.c: a load at an index read from the index buffer), so it fuses
- * into its readers. SCATTER is an extern op run as a plain C loop by the
- * runtime (runtime/index.c): a scatter with duplicate indices is
- * sequential. Both are lazy: the call records a node and nothing else
+ * into its readers. SCATTER is a generated kernel too (lower_scatter):
+ * chunks of the index elements add into partial sums in parallel, each
+ * chunk in order. Both are lazy: the call records a node and nothing else
  * runs, except that the *index* tensor is forced and every value checked
  * against the dim's size first. An out-of-range
  * index is therefore reported by the call itself (KILN_ERR_INDEX, naming
@@ -23,8 +24,8 @@
  * each slot of the dim (index_*) or element of t (scatter*) the host
  * computes the last index position writing it, and the write becomes
  * t = where(written, gather(src at that position) or value, t) — one fused
- * kernel. index_add_ (duplicates accumulate, in order) builds the target's
- * new contents as a SCATTER node reading the target's current version. Either way the result is recorded as an ASSIGN
+ * kernel. index_add_ (duplicates accumulate) builds the target's new
+ * contents from SCATTER partial sums and the target's current version. Either way the result is recorded as an ASSIGN
  * into the target's view (kiln_copy_ / api_assign): views sharing the
  * storage see the write, ops recorded before do not.
  */
@@ -145,34 +146,82 @@ KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index) {
   return api_gather(t, tv, d, index, iv, fn);
 }
 
-/* Records t[view] = SCATTER(t, index over iv, src over sv): the index_add_
- * loop (runtime/index.c). src is converted to t's dtype first when needed. */
-static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
-                       const graph_view *sv, const char *fn) {
-  kiln_tensor *conv = NULL;
-  graph_view cv = *sv;
-  if (src->storage->dtype != t->storage->dtype) {
-    api_untracked_begin();
-    kiln_tensor *part = api_view(src, sv, fn);
-    conv = part ? api_copy_contiguous(part, t->storage->dtype, fn) : NULL;
-    kiln_release(part);
-    api_untracked_end();
-    if (!conv) return api_status();
-    cv = conv->view;
-    src = conv;
+/* Index elements per chunk of a scatter-add, at least (SCATTER_GRAIN),
+ * and chunks at most (SCATTER_CHUNKS_MAX). */
+#define SCATTER_GRAIN 4096
+#define SCATTER_CHUNKS_MAX 64
+
+/* The number of partial sums of a scatter-add of n index elements into a
+ * target of m elements: one per SCATTER_GRAIN elements, at most
+ * SCATTER_CHUNKS_MAX, and few enough that zeroing and adding the
+ * partials (chunks x m elements) costs about what the scatter itself does
+ * (n, plus a small target's worth of slack). A function of the sizes
+ * alone: the same program gives bit-identical results whatever the
+ * number of threads. */
+static int64_t scatter_chunks(int64_t n, int64_t m) {
+  int64_t c = n / SCATTER_GRAIN, cap = (n + SCATTER_GRAIN * 16) / (m > 0 ? m : 1);
+  if (c > SCATTER_CHUNKS_MAX) c = SCATTER_CHUNKS_MAX;
+  if (c > cap) c = cap;
+  return c < 1 ? 1 : c;
+}
+
+/* The SCATTER node of api_scatter_sum: the partial sums [C, *sizes]. */
+static kiln_tensor *scatter_partials(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
+                                     const graph_view *iv, kiln_tensor *src, const graph_view *sv, const char *fn) {
+  if (ndim + 1 > KILN_MAX_DIMS) {
+    api_error(KILN_ERR_SHAPE, fn, "a scatter-add target has at most %d dims, not %d", KILN_MAX_DIMS - 1, ndim);
+    return NULL;
   }
-  graph_node *n = graph_node_new(GRAPH_OP_SCATTER, t->storage->dtype, t->view.ndim, t->view.sizes);
+  int64_t psizes[KILN_MAX_DIMS], m = 1;
+  for (int d = 0; d < ndim; d++) m *= sizes[d];
+  psizes[0] = scatter_chunks(graph_view_numel(iv), m);
+  memcpy(psizes + 1, sizes, sizeof *sizes * (size_t)ndim);
+  kiln_dtype acc = graph_is_float(dtype) ? KILN_F64 : KILN_I64;
+  graph_node *n = graph_node_new(GRAPH_OP_SCATTER, acc, ndim + 1, psizes);
   if (!n) {
-    kiln_release(conv);
-    return api_error(KILN_ERR_OOM, fn, "out of memory");
+    api_error(KILN_ERR_OOM, fn, "out of memory");
+    return NULL;
   }
-  n->cdtype = n->dtype;
+  n->cdtype = acc;
   graph_attr_set_scalar(n, dim);
-  bool ok = api_add_input(n, t, &t->view) && api_add_input(n, index, iv) && api_add_input(n, src, &cv);
-  graph_view whole = graph_view_contiguous(t->view.ndim, t->view.sizes);
-  int st = ok ? api_assign(t, n, &whole, fn) : api_status();
-  graph_node_release(n);
-  kiln_release(conv);
+  if (!api_add_input(n, src, sv)) {
+    graph_node_release(n);
+    return NULL;
+  }
+  graph_node_add_input(n, index, iv);
+  return api_tensor_from_node(n, fn);
+}
+
+kiln_tensor *api_scatter_sum(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
+                             const graph_view *iv, kiln_tensor *src, const graph_view *sv, const char *fn) {
+  api_untracked_begin();
+  kiln_tensor *p = scatter_partials(dtype, ndim, sizes, dim, index, iv, src, sv, fn), *sum = NULL;
+  /* one chunk: its row is the sum (a view, read by the next kernel) */
+  if (p) sum = p->view.sizes[0] == 1 ? kiln_select(p, 0, 0) : kiln_sum(p, 1, (const int[]){0}, false);
+  kiln_release(p);
+  api_untracked_end();
+  return api_track(sum);
+}
+
+/* index_add_ and its kin, once checked: t += the sum over index elements
+ * c (row-major over iv's sizes) of src[c] at t[c with c[dim] = index[c]].
+ * A generated kernel adds chunks of the elements into partial sums in
+ * parallel (ops.def SCATTER); their sum over the chunks is added to t's
+ * current contents and written back through t's view (one fused
+ * reduction and write), converted to t's dtype: integers wrap as int64
+ * sums do, bool ors. src is converted to t's dtype first, as in Torch. */
+int api_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
+                    const graph_view *sv, const char *fn) {
+  api_untracked_begin();
+  kiln_tensor *part = api_view(src, sv, fn), *conv = NULL, *sum = NULL, *res = NULL;
+  if (part && part->storage->dtype != t->storage->dtype) conv = api_copy_contiguous(part, t->storage->dtype, fn);
+  kiln_tensor *s = conv ? conv : part;
+  graph_node *ix = s ? api_version(index) : NULL;
+  if (ix) sum = api_scatter_sum(t->storage->dtype, t->view.ndim, t->view.sizes, dim, ix, iv, s, &s->view, fn);
+  if (sum) res = kiln_add(t, sum);
+  int st = res ? kiln_copy_(t, res) : api_status();
+  kiln_release(part), kiln_release(conv), kiln_release(sum), kiln_release(res);
+  api_untracked_end();
   return st;
 }
 
@@ -277,7 +326,7 @@ static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *s
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return api_status();
   if (!add) return copy_slices(t, d, index, src, fn);
   graph_view iv = spread_index(index, want.ndim, want.sizes, d);
-  return scatter_add(t, d, index, &iv, src, &src->view, fn);
+  return api_scatter_add(t, d, index, &iv, src, &src->view, fn);
 }
 
 KILN_API int kiln_index_copy_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {

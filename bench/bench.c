@@ -114,7 +114,7 @@ typedef struct row {
   double numpy_s, torch_s;
   /* targets */
   int want_kernels;
-  double min_triad, min_numpy;
+  double min_triad, min_numpy, min_torch;
   double check_val, check_max; /* another "value <= max" target, NAN = none */
   bool check_ok;               /* a further condition that must hold */
   double wrong;                /* result check error in tolerance units; > 1: wrong */
@@ -151,6 +151,10 @@ static const char *met(const row *r) {
     if (isnan(r->numpy_s)) missing = true;
     else ok = ok && r->numpy_s / r->kiln_s >= r->min_numpy;
   }
+  if (r->min_torch > 0) {
+    if (isnan(r->torch_s)) missing = true;
+    else ok = ok && r->torch_s / r->kiln_s >= r->min_torch;
+  }
   if (!isnan(r->check_max)) ok = ok && r->check_val <= r->check_max;
   return !ok ? "no" : missing ? "n/a" : "yes";
 }
@@ -185,7 +189,7 @@ static bool selected(const options *o, const char *group, const char *id) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,W8,C1] [--threads N] [--no-peers]\n"
+  fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,K1,W8,C1] [--threads N] [--no-peers]\n"
              "  --quick     small sizes: a smoke run of a few seconds\n"
              "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c)\n"
              "  --threads N kiln_set_num_threads(N) (default: the engine's own)\n"
@@ -274,6 +278,7 @@ static void measure(const bench_workload *w, const bench_sizes *s, double triad_
   rw->want_kernels = w->want_kernels;
   rw->min_triad = w->min_triad;
   rw->min_numpy = w->min_numpy;
+  rw->min_torch = w->min_torch;
   rw->wrong = wrong;
   snprintf(rw->detail, sizeof rw->detail,
            "%s; check %.2g; %d runs, min/med/max %.3f/%.3f/%.3f ms; first force %.1f ms (compile %.1f ms, %d kernels "

@@ -44,9 +44,10 @@ typedef struct bench_workload {
    * computed in double from the inputs; returns the worst error in units
    * of the tolerance (<= 1 is right). */
   double (*check)(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y);
+  double min_torch; /* target speedup over PyTorch, 0 = none */
 } bench_workload;
 
-/* The workloads W1..W7 in table order (workloads.c). */
+/* The workloads W1..W7 and K1 in table order (workloads.c). */
 extern const bench_workload bench_workloads[];
 extern const int bench_n_workloads;
 /* Looks a workload up by row id; NULL if absent. */

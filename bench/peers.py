@@ -19,6 +19,8 @@ import statistics
 import sys
 import time
 
+K1_POINTS, K1_K = 20000, 8  # bench/workloads.c K1
+
 
 def timeit(fn, budget, max_runs, min_runs=3):
     fn()  # warm-up
@@ -108,7 +110,20 @@ def numpy_workloads(np, a):
             return y
         return f
 
-    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W8=w8)
+    def k1():  # one k-means step, as workloads.c build_k1
+        x, c = rand(K1_POINTS, 2), rand(K1_K, 2)
+
+        def f():
+            d = ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)
+            a = d.argmin(1)
+            sums = np.zeros((K1_K, 2), np.float32)
+            counts = np.zeros(K1_K, np.float32)
+            np.add.at(sums, a, x)
+            np.add.at(counts, a, np.float32(1))
+            return sums / np.maximum(counts, 1)[:, None]
+        return f
+
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, K1=k1, W8=w8)
     return w
 
 
@@ -181,7 +196,19 @@ def torch_workloads(torch, a):
             return y
         return f
 
-    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W8=w8)
+    def k1():
+        x, c = rand(K1_POINTS, 2), rand(K1_K, 2)
+        ones = torch.ones(K1_POINTS)
+
+        def f():
+            d = ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)
+            a = d.argmin(1)
+            sums = torch.zeros(K1_K, 2).index_add_(0, a, x)
+            counts = torch.zeros(K1_K).index_add_(0, a, ones)
+            return sums / counts.clamp(min=1)[:, None]
+        return f
+
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, K1=k1, W8=w8)
     return w
 
 
@@ -202,7 +229,7 @@ def run(peer, workloads, args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--only", default="W1,W2,W3a,W3b,W3c,W4,W5,W7,W8")
+    p.add_argument("--only", default="W1,W2,W3a,W3b,W3c,W4,W5,W7,K1,W8")
     p.add_argument("--n", type=int, default=1 << 24)
     p.add_argument("--sq", type=int, default=4096)
     p.add_argument("--ln", type=int, nargs=2, default=[8192, 1024])

@@ -234,19 +234,76 @@ static double check_w7(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
   return worst;
 }
 
+/* ---- K1: one k-means step on K1_POINTS 2-D points [P, 2] and K1_K
+ * centroids [K, 2]: assign each point to its nearest centroid (squared
+ * distances, argmin: first of equal ones), then the new centroids are the
+ * mean of their points — sums and counts by index_add_ (a scatter-add
+ * with heavily duplicated indices), divided; an empty cluster keeps a
+ * count of 1 (sum 0). index_add_ forces the assignment (its index). */
+#define K1_POINTS 20000
+#define K1_K 8
+
+static void setup_k1(const bench_sizes *s, kiln_tensor **in) {
+  in[0] = input(2, (int64_t[]){K1_POINTS, 2});
+  in[1] = input(2, (int64_t[]){K1_K, 2});
+}
+
+static kiln_tensor *build_k1(kiln_tensor **in) {
+  kiln_scope_begin();
+  kiln_tensor *x = in[0], *c = in[1];
+  kiln_tensor *diff = BK(kiln_sub(BK(kiln_unsqueeze(x, 1)), BK(kiln_unsqueeze(c, 0)))); /* [P, K, 2] */
+  kiln_tensor *d = BK(kiln_sum(BK(kiln_mul(diff, diff)), 1, (int[]){2}, false));
+  kiln_tensor *a = BK(kiln_argmin(d, 1, false));
+  kiln_tensor *sums = BK(kiln_zeros(KILN_F32, 2, (int64_t[]){K1_K, 2}));
+  kiln_tensor *counts = BK(kiln_zeros(KILN_F32, 1, (int64_t[]){K1_K}));
+  BKS(kiln_index_add_(sums, 0, a, x));
+  BKS(kiln_index_add_(counts, 0, a, BK(kiln_ones(KILN_F32, 1, (int64_t[]){K1_POINTS}))));
+  kiln_tensor *y = BK(kiln_div(sums, BK(kiln_unsqueeze(BK(kiln_clamp(counts, 1, INFINITY)), 1))));
+  kiln_keep(y);
+  kiln_scope_end();
+  return y;
+}
+
+/* Reads the points and centroids once. */
+static double bytes_k1(const bench_sizes *s) { return (K1_POINTS + K1_K) * 2 * F4 + K1_K * 2 * F4; }
+
+/* The reference in F32 as Kiln rounds it (differences, squares and the
+ * two-term sum each rounded to F32), so the assignment is the same. */
+static double check_k1(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
+  const float *x = host(in[0]), *c = host(in[1]);
+  double sums[K1_K][2] = {{0}}, counts[K1_K] = {0};
+  for (int64_t i = 0; i < K1_POINTS; i++) {
+    int best = 0;
+    float best_d = INFINITY;
+    for (int k = 0; k < K1_K; k++) {
+      float dx = x[2 * i] - c[2 * k], dy = x[2 * i + 1] - c[2 * k + 1];
+      float dd = dx * dx + dy * dy;
+      if (dd < best_d) best_d = dd, best = k;
+    }
+    sums[best][0] += x[2 * i], sums[best][1] += x[2 * i + 1], counts[best] += 1;
+  }
+  double worst = 0;
+  for (int k = 0; k < K1_K; k++)
+    for (int j = 0; j < 2; j++)
+      worst = fmax(worst, err(at2(y, k, j), sums[k][j] / fmax(counts[k], 1), 1e-6, 1e-5));
+  return worst;
+}
+
 const bench_workload bench_workloads[] = {
     {"W1", "W1", "relu(a*b + c) * sigmoid(d), n", "1 kernel, >=0.9x triad", 1, 0.9, 0, setup_vec4, build_w1,
-     bytes_w1, check_w1},
+     bytes_w1, check_w1, 0},
     {"W2", "W2", "10 x (y = tanh(y*1.0001 + 0.5)), n", "1 kernel, >=5x NumPy", 1, 0, 5, setup_vec1, build_w2,
-     bytes_w2, check_w2},
-    {"W3a", "W3", "sum of n", ">=0.9x triad", 0, 0.9, 0, setup_vec1, build_w3a, bytes_w3a, check_w3a},
-    {"W3b", "W3", "sum over dim 0 of sq x sq", ">=0.9x triad", 0, 0.9, 0, setup_sq, build_w3b, bytes_w3bc, check_w3b},
-    {"W3c", "W3", "sum over dim 1 of sq x sq", ">=0.9x triad", 0, 0.9, 0, setup_sq, build_w3c, bytes_w3bc, check_w3c},
+     bytes_w2, check_w2, 0},
+    {"W3a", "W3", "sum of n", ">=0.9x triad", 0, 0.9, 0, setup_vec1, build_w3a, bytes_w3a, check_w3a, 0},
+    {"W3b", "W3", "sum over dim 0 of sq x sq", ">=0.9x triad", 0, 0.9, 0, setup_sq, build_w3b, bytes_w3bc, check_w3b, 0},
+    {"W3c", "W3", "sum over dim 1 of sq x sq", ">=0.9x triad", 0, 0.9, 0, setup_sq, build_w3c, bytes_w3bc, check_w3c, 0},
     {"W4", "W4", "softmax over rows of sq x sq", "1 kernel, >=0.7x triad", 1, 0.7, 0, setup_sq, build_w4,
-     bytes_sq2, check_w4},
+     bytes_sq2, check_w4, 0},
     {"W5", "W5", "layer norm over last dim of R x C", "1 kernel, >=0.7x triad", 1, 0.7, 0, setup_ln, build_w5,
-     bytes_w5, check_w5},
-    {"W7", "W7", "a.T + b[None, :], sq x sq", ">=0.7x triad", 0, 0.7, 0, setup_w7, build_w7, bytes_w7, check_w7},
+     bytes_w5, check_w5, 0},
+    {"W7", "W7", "a.T + b[None, :], sq x sq", ">=0.7x triad", 0, 0.7, 0, setup_w7, build_w7, bytes_w7, check_w7, 0},
+    {"K1", "K1", "k-means step, 20000 2-D points, 8 clusters (index_add_)", ">= NumPy and Torch", 0, 0, 1, setup_k1,
+     build_k1, bytes_k1, check_k1, 1},
 };
 const int bench_n_workloads = (int)(sizeof bench_workloads / sizeof bench_workloads[0]);
 

@@ -178,7 +178,8 @@ static bool same_node(const graph_node *a, const graph_node *b) {
 
 static bool cse_candidate(const graph_node *n) {
   graph_kind k = graph_ops[n->op].kind;
-  return !n->buffer && (graph_op_is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN);
+  return !n->buffer && (graph_op_is_elementwise(n->op) || k == GRAPH_REDUCE || k == GRAPH_SCAN || k == GRAPH_EXTERN ||
+                         k == GRAPH_SCATTER);
 }
 
 typedef struct cse_table {

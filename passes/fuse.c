@@ -33,7 +33,8 @@
  *     bias, activation and scale become one epilogue kernel. A scan
  *     (cumsum, cumprod) is a root; elementwise producers fuse into it,
  *     but one that depends on a fused row reduction is materialized (a
- *     scan kernel has no row loop).
+ *     scan kernel has no row loop). So is a scatter-add (its index and
+ *     its source fuse into it, read once per index element).
  *  6. A kernel may read at most PASS_MAX_INPUTS buffers, have at most
  *     PASS_MAX_EDGES external reads (each takes an argument: an offset or
  *     a fill value) and PASS_MAX_GROUP nodes: when a group would exceed
@@ -482,8 +483,8 @@ static void refresh_row_deps(pass_plan *p) {
   }
 }
 
-/* Rule 5: extern ops read buffers; so does a gather's source; scans read
- * no row values; a producer on another device than its reader is
+/* Rule 5: extern ops read buffers; so does a gather's source; scans and
+ * scatter-adds read no row values; a producer on another device than its reader is
  * materialized there, and so is the copy that reads it (kiln_to_device:
  * one transfer, runtime/realize.c). */
 static void materialize_for_readers(pass_plan *p) {
@@ -499,7 +500,7 @@ static void materialize_for_readers(pass_plan *p) {
     if (k == GRAPH_GATHER) unfuse(p, x->inputs[0].node);
     if (k == GRAPH_EXTERN)
       for (int j = 0; j < x->n_inputs; j++) unfuse(p, x->inputs[j].node);
-    if (k == GRAPH_SCAN)
+    if (k == GRAPH_SCAN || k == GRAPH_SCATTER)
       for (int j = 0; j < x->n_inputs; j++) {
         int at = pass_pos(p, x->inputs[j].node);
         if (at >= 0 && p->e[at].row_dep) unfuse(p, x->inputs[j].node);

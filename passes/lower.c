@@ -954,6 +954,57 @@ static int lower_scan(lower_ctx *c) {
   return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
+/* Scatter-add into chunk partials (ops.def SCATTER): the root is [C, *t
+ * sizes]; the parallel loop runs over its C rows. Row c is zeroed, then
+ * takes the index elements [c*L, c*L + L) (L = ceil(N / C), row-major
+ * over the index's sizes), each added at its destination in order: every
+ * row is written by one thread only, so the sum of a destination within
+ * a chunk is the sequential loop's, and the chunks are fixed by the sizes
+ * (never by the thread count). Elements past N (the last chunk's tail)
+ * add 0 at a clamped position; the index is clamped into [0, size) as a
+ * gather's is, so no value can make the kernel write outside its row.
+ * The source and the index are read at the element's coordinates:
+ * producers fused into them are computed there, once per element. */
+static int lower_scatter(lower_ctx *c) {
+  const graph_node *n = c->root;
+  kir_kernel *k = c->k;
+  const graph_view *iv = &n->inputs[1].view;
+  int nd = iv->ndim, dim = (int)graph_attr_scalar(n), idx[KILN_MAX_DIMS];
+  int64_t total = graph_view_numel(iv), chunks = n->sizes[0], row_len = n->numel / (chunks > 0 ? chunks : 1);
+  int64_t len = chunks > 0 ? (total + chunks - 1) / chunks : 0, size = n->sizes[1 + dim], ts[KILN_MAX_DIMS];
+  graph_contiguous_strides(n->ndim - 1, n->sizes + 1, ts);
+  int ch = kir_range(k, chunks, true);
+  int row = pass_alu2(k, KIR_MUL, ch, kir_const_i(k, KIR_INDEX, row_len));
+  int z = kir_range(k, row_len, false);
+  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, n->dtype, 0));
+  kir_end(k, z);
+  if (total > 0 && len > 0) {
+    int i = kir_range(k, len, false);
+    int e = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, ch, kir_const_i(k, KIR_INDEX, len)), i);
+    int valid = pass_cmp(k, KIR_CMPLT, e, kir_const_i(k, KIR_INDEX, total));
+    int rem = pass_alu2(k, KIR_MIN, e, kir_const_i(k, KIR_INDEX, total - 1));
+    for (int d = nd - 1; d >= 0; d--) { /* e's coordinates in the index's sizes */
+      idx[d] = d == 0 ? rem : pass_alu2(k, KIR_MOD, rem, kir_const_i(k, KIR_INDEX, iv->sizes[d]));
+      if (d > 0) rem = pass_alu2(k, KIR_DIV, rem, kir_const_i(k, KIR_INDEX, iv->sizes[d]));
+    }
+    int at = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
+    at = pass_alu2(k, KIR_MAX, at, kir_const_i(k, KIR_INDEX, 0));
+    at = pass_alu2(k, KIR_MIN, at, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
+    int dest = row;
+    for (int d = 0; d < nd; d++) {
+      int coord = d == dim ? at : idx[d];
+      dest = pass_alu2(k, KIR_ADD, dest, ts[d] == 1 ? coord : pass_alu2(k, KIR_MUL, coord, kir_const_i(k, KIR_INDEX, ts[d])));
+    }
+    int v = pass_where(k, valid, pass_cast_to(k, n->dtype, input_at(c, n, 0, idx)), pass_cst(k, n->dtype, 0));
+    int old = pass_to_register(k, kir_load(k, c->out, dest));
+    kir_store(k, c->out, dest, pass_alu2(k, KIR_ADD, old, v));
+    kir_end(k, i);
+  }
+  kir_end(k, ch);
+  c->n_memo = 0; /* values of the closed loops are out of scope */
+  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+}
+
 /* The order in which the loops over a written region open: by decreasing
  * stride, so the innermost loop writes with the smallest stride (unit
  * stride through a transposed destination, x.t().copy_(y)) — when that
@@ -1038,6 +1089,7 @@ static void add_outputs(lower_ctx *c) {
 static int root_elementwise(lower_ctx *c, bool in_place) { return lower_elementwise(c); }
 static int root_reduce(lower_ctx *c, bool in_place) { return lower_reduce(c); }
 static int root_scan(lower_ctx *c, bool in_place) { return lower_scan(c); }
+static int root_scatter(lower_ctx *c, bool in_place) { return lower_scatter(c); }
 
 static int root_assign(lower_ctx *c, bool in_place) {
   int off = int_arg(c, graph_attr_region(c->root).offset);
@@ -1046,7 +1098,7 @@ static int root_assign(lower_ctx *c, bool in_place) {
 
 /* What the elements of a kernel's work are: its output's, the input it
  * reduces, or the region an in-place write covers. */
-typedef enum kernel_cost { COST_OUTPUT, COST_INPUT, COST_REGION } kernel_cost;
+typedef enum kernel_cost { COST_OUTPUT, COST_INPUT, COST_REGION, COST_SCATTER } kernel_cost;
 
 /* How a kernel root of each kind is lowered, named and costed: one row
  * per graph_kind, so a new kind of kernel is one row and its lowering
@@ -1074,6 +1126,7 @@ static const kind_rules kinds[GRAPH_KIND_COUNT] = {
     [GRAPH_REDUCE] = {'R', root_reduce, true, false, false, COST_INPUT},
     [GRAPH_SCAN] = {'P', root_scan, false, false, false, COST_OUTPUT},
     [GRAPH_ASSIGN] = {'A', root_assign, false, true, true, COST_REGION},
+    [GRAPH_SCATTER] = {'I', root_scatter, false, false, false, COST_SCATTER},
     [GRAPH_EXTERN] = {'X', NULL, false, false, false, COST_OUTPUT},
 };
 
@@ -1091,6 +1144,11 @@ pass_kernel_cost pass_kernel_cost_of(const graph_node *n, bool in_place, int n_o
   if (cost == COST_INPUT) {
     r.work = graph_view_numel(&n->inputs[0].view);
     r.flops = r.work * n_ops;
+  }
+  if (cost == COST_SCATTER) { /* zero the partials, then one add per index element */
+    int64_t elems = graph_view_numel(&n->inputs[1].view);
+    r.work = n->numel + elems;
+    r.flops = elems * n_ops;
   }
   return r;
 }
@@ -1111,7 +1169,8 @@ static int lower_root(lower_ctx *c, bool in_place) {
 
 /* The kernel's name, as the profiler and KILN_DEBUG show it: its kind
  * (the table's prefix: E elementwise, R reduction or row-fused, P scan
- * (cumsum, cumprod), A in-place write, C cast, S source, G gather), the
+ * (cumsum, cumprod), A in-place write, C cast, S source, G gather, I
+ * scatter-add into partials), the
  * ops it computes (producers first) and the root's sizes, e.g.
  * E_mul_add_relu_16777216 or R_amax_sub_exp_sum_div_4096x4096. */
 static void finish_name(lower_ctx *c, const graph_node *n) {

@@ -1,7 +1,6 @@
 /*
  * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
- * (OpenBLAS for MATMUL) or a plain C loop (SCATTER: runtime/index.c)
- * instead of a generated kernel. The fusion pass
+ * (OpenBLAS for MATMUL) instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
@@ -12,8 +11,8 @@
  * else runs on the host whatever the node's device: inputs on KILN_CUDA
  * are read through host copies (never swapped into the input nodes, which
  * other threads may read), and a
- * KILN_CUDA node's result is uploaded (docs/cuda.md: index_add_'s
- * SCATTER, or a MATMUL recorded for cuBLAS that cuBLAS cannot run now).
+ * KILN_CUDA node's result is uploaded (docs/cuda.md: a MATMUL recorded
+ * for cuBLAS that cuBLAS cannot run now).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -31,21 +30,6 @@ static void match_blas_threads(void) {
     openblas_set_num_threads(want);
     blas_threads = want;
   }
-}
-
-/* Name, flops and bytes of an index loop's run (SCATTER). */
-static void describe_loop(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
-  int64_t esz = graph_dtypes[n->dtype].size;
-  snprintf(name, len, "loop_%s_%lld", graph_ops[n->op].name, (long long)n->numel);
-  *r = (kiln_kernel_record){.name = name,
-                            .backend = "loop",
-                            .n_ops = 1,
-                            .numel = n->numel,
-                            .bytes_read = n->numel * esz,
-                            .bytes_written = n->numel * esz,
-                            .run_ns = r->run_ns,
-                            .cache_hit = true,
-                            .threads = 1};
 }
 
 /* Name, flops and bytes of a GEMM (BLAS or cuBLAS). */
@@ -80,7 +64,6 @@ typedef struct extern_impl {
 
 static const extern_impl externs[] = {
     {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true},
-    {GRAPH_OP_SCATTER, rt_index_scatter, describe_loop, false},
 };
 
 static const extern_impl *impl_of(graph_op op) {

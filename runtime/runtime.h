@@ -190,10 +190,6 @@ bool rt_cublas_can_run(const graph_node *n);
 /** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
  *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */
 int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
-/** The SCATTER extern op (index.c): in[i] the host data of input i's
- *  buffer, out a fresh buffer of n's numel; KILN_ERR_INDEX for an index
- *  out of range. */
-int rt_index_scatter(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */

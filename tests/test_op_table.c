@@ -39,7 +39,7 @@ static bool arity_fits(graph_kind k, int arity) {
   switch (k) {
   case GRAPH_SOURCE: return arity == 0;
   case GRAPH_UNARY: case GRAPH_CAST: case GRAPH_REDUCE: case GRAPH_SCAN: return arity == 1;
-  case GRAPH_BINARY: case GRAPH_ASSIGN: case GRAPH_GATHER: return arity == 2;
+  case GRAPH_BINARY: case GRAPH_ASSIGN: case GRAPH_GATHER: case GRAPH_SCATTER: return arity == 2;
   case GRAPH_TERNARY: return arity == 3;
   case GRAPH_EXTERN: return arity >= 1 && arity <= GRAPH_MAX_INPUTS;
   case GRAPH_KIND_COUNT: break; /* not a kind */
