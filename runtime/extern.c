@@ -22,7 +22,8 @@
 #include "runtime.h"
 
 /* OpenBLAS uses as many threads as Kiln's pool (KILN_NUM_THREADS,
- * kiln_set_num_threads); set before each call only when it changed. */
+ * kiln_set_num_threads); set before each call only when it changed, under
+ * rt_pool_hold (one caller at a time). */
 static void match_blas_threads(void) {
   static _Atomic int blas_threads;
   int want = rt_pool_threads();
@@ -98,10 +99,14 @@ static int run_on_host(const extern_impl *x, graph_node *n, graph_buffer **out, 
   const void *in[GRAPH_MAX_INPUTS] = {0};
   graph_buffer *staged[GRAPH_MAX_INPUTS] = {0};
   int st = host_inputs(n, in, staged, err, errlen);
-  if (x->blas) match_blas_threads();
+  if (x->blas) { /* OpenBLAS's threads get the cores: no parallel kernel meanwhile */
+    rt_pool_hold();
+    match_blas_threads();
+  }
   *t0 = rt_now_ns();
   if (st == KILN_OK) st = x->host(n, in, *out, err, errlen);
   *t1 = rt_now_ns();
+  if (x->blas) rt_pool_release();
   for (int i = 0; i < n->n_inputs; i++) graph_buffer_release(staged[i]);
   return st;
 }

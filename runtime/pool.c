@@ -29,6 +29,12 @@
  * (bench/README.md); time an empty kernel on 2 threads there before
  * changing SPIN_NS or PAUSE_SPINS.
  *
+ * Libraries with threads of their own (OpenBLAS) run under rt_pool_hold:
+ * it takes run_lock, so a BLAS call and a parallel kernel never run at
+ * once (each would take every core), and sets `held`, which sends
+ * spinning workers to sleep at once, leaving the cores to the library's
+ * threads; the next job wakes them.
+ *
  * Threshold: RT_POOL_MIN_WORK = 32 K elements touched. Through kiln's JIT
  * (y = x*x + x, F32) two threads start to win at about that size, and win
  * more the larger the kernel; below it the kernel is too short for the
@@ -79,6 +85,7 @@ typedef struct pool_state {
   atomic_uint_fast64_t gen; /* seq << CHUNK_BITS | n_chunks */
   atomic_int pending;       /* worker chunks of the job not finished */
   atomic_bool quit;         /* set with a gen bump: workers exit */
+  atomic_bool held;         /* rt_pool_hold: idle workers sleep, not spin */
 } pool_state;
 
 static pool_state P = {.run_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -149,6 +156,7 @@ static uint64_t wait_for_job(uint64_t seen) {
   for (unsigned i = 1;; i++) {
     uint64_t g = atomic_load_explicit(&P.gen, memory_order_acquire);
     if (g != seen) return g;
+    if (atomic_load_explicit(&P.held, memory_order_relaxed)) break; /* a library call needs the cores */
     if (i % 64 == 0) {
       int64_t t = rt_now_ns();
       if (!t0) t0 = t;
@@ -281,6 +289,17 @@ static void pool_init(void) {
 int rt_pool_threads(void) {
   pthread_once(&init_once, pool_init);
   return atomic_load_explicit(&P.threads, memory_order_relaxed);
+}
+
+void rt_pool_hold(void) {
+  pthread_once(&init_once, pool_init);
+  pthread_mutex_lock(&P.run_lock);
+  atomic_store_explicit(&P.held, true, memory_order_relaxed);
+}
+
+void rt_pool_release(void) {
+  atomic_store_explicit(&P.held, false, memory_order_relaxed);
+  pthread_mutex_unlock(&P.run_lock);
 }
 
 void rt_pool_set_threads(int n) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -230,6 +231,38 @@ static bool child_run_ok(void) {
   return ok;
 }
 
+/* rt_pool_hold (a BLAS call): another thread's parallel kernel does not
+ * start until rt_pool_release, then runs normally. */
+typedef struct held_run {
+  target t;
+  atomic_bool done;
+} held_run;
+
+static void *run_while_held(void *arg) {
+  held_run *h = arg;
+  void *bufs[] = {h->t.count, h->t.out, &h->t.log};
+  rt_pool_run(square_kernel, bufs, 1 << 20, 1);
+  atomic_store(&h->done, true);
+  return NULL;
+}
+
+static void hold_blocks_parallel_runs(void **state) {
+  rt_pool_set_threads(2);
+  held_run h = {.done = false};
+  target_init(&h.t, 1 << 20);
+  rt_pool_hold();
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, run_while_held, &h), 0);
+  nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL); /* 100 ms: ample time to start, were it allowed */
+  assert_false(atomic_load(&h.done));
+  assert_int_equal(atomic_load(&h.t.log.n), 0);
+  rt_pool_release();
+  pthread_join(th, NULL);
+  assert_true(atomic_load(&h.done));
+  check_run(&h.t, 1 << 20, 2);
+  target_free(&h.t);
+}
+
 static void fork_child_has_own_workers(void **state) {
 #if defined(__SANITIZE_THREAD__)
   skip(); /* TSan cannot start threads after a multi-threaded fork */
@@ -301,7 +334,7 @@ int main(void) {
       cmocka_unit_test(default_from_env),     cmocka_unit_test(every_element_once),
       cmocka_unit_test(small_work_runs_inline), cmocka_unit_test(chunking_is_deterministic),
       cmocka_unit_test(nested_run_is_inline), cmocka_unit_test(concurrent_callers),
-      cmocka_unit_test(fork_child_has_own_workers),
+      cmocka_unit_test(fork_child_has_own_workers), cmocka_unit_test(hold_blocks_parallel_runs),
       cmocka_unit_test(api_reduction_bit_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
