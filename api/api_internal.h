@@ -188,6 +188,14 @@ kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tens
  *  with the error set. */
 kiln_tensor *api_scatter_sum(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
                              const graph_view *iv, kiln_tensor *src, const graph_view *sv, const char *fn);
+/** Zeros [numel] of dtype with c (v's sizes) added at the positions of a
+ *  flat storage that view v reads, duplicates (overlapping windows)
+ *  accumulating: the adjoint of reading through v (kiln_grad) and the
+ *  col2im of a transposed convolution. Injective v: one strided copy;
+ *  a window view (a few kernel dims overlap the rest, as in conv and
+ *  unfold): one strided in-place add per window offset; otherwise a
+ *  scatter-add kernel. New tracked tensor or NULL. */
+kiln_tensor *api_view_add(kiln_dtype dtype, int64_t numel, const graph_view *v, kiln_tensor *c, const char *fn);
 /** t[c with c[dim] = index[c]] += src[c] for every c of iv's sizes (index
  *  read through iv, src through sv: both views of those sizes; values
  *  already checked), duplicates accumulating: SCATTER partial sums added

@@ -201,41 +201,6 @@ kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, 
   return kiln_to_dtype(api_scatter_sum(dtype, ndim, sizes, dim, index, iv, src, &src->view, FN), dtype);
 }
 
-/* Whether no two indices of v reach the same element. */
-static bool one_to_one(const graph_view *v) {
-  int order[KILN_MAX_DIMS], m = 0;
-  for (int d = 0; d < v->ndim; d++) {
-    if (v->sizes[d] == 0) return true;
-    if (v->sizes[d] > 1) order[m++] = d;
-  }
-  for (int i = 1; i < m; i++) /* insertion sort by stride */
-    for (int j = i; j > 0 && v->strides[order[j]] < v->strides[order[j - 1]]; j--) {
-      int x = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = x;
-    }
-  int64_t extent = 1; /* elements spanned by the dims so far */
-  for (int i = 0; i < m; i++) {
-    const int d = order[i];
-    if (v->strides[d] < extent) return false;
-    extent = v->strides[d] * (v->sizes[d] - 1) + extent;
-  }
-  return true;
-}
-
-/* The flat positions v reads, as an I64 tensor of v's sizes. */
-static kiln_tensor *positions(const graph_view *v) {
-  kiln_tensor *pos = kiln_full(KILN_I64, 0, NULL, (double)v->offset);
-  for (int d = 0; d < v->ndim && pos; d++) {
-    int64_t shape[KILN_MAX_DIMS];
-    for (int e = 0; e < v->ndim; e++) shape[e] = e == d ? v->sizes[d] : 1;
-    kiln_tensor *a = kiln_arange(KILN_I64, 0, (double)v->sizes[d], 1);
-    a = kiln_mul_scalar(kiln_view(a, v->ndim, shape), (double)v->strides[d]);
-    pos = kiln_add(pos, a);
-  }
-  return pos ? kiln_expand(pos, v->ndim, v->sizes) : NULL;
-}
-
 /* Contribution c (v's sizes) read from node m through v, sent back to a
  * flat [m->numel] tensor: summed over broadcast dims, then reshaped (v is
  * m's whole contents in order), written into zeros (v one-to-one) or
@@ -252,15 +217,7 @@ static kiln_tensor *adjoint(const graph_node *m, const graph_view *view, kiln_te
   int64_t numel = m->numel, vn = graph_view_numel(&v);
   if (!c) return NULL;
   if (vn == numel && v.offset == 0 && graph_view_is_contiguous(&v)) return kiln_reshape(c, 1, &numel);
-  if (one_to_one(&v)) {
-    kiln_tensor *z = kiln_zeros(m->dtype, 1, &numel);
-    kiln_tensor *region = kiln_as_strided(z, v.ndim, v.sizes, v.strides, v.offset);
-    if (!region || kiln_copy_(region, c) != KILN_OK) return NULL;
-    return z;
-  }
-  kiln_tensor *pos = kiln_reshape(positions(&v), 1, &vn), *src = kiln_reshape(c, 1, &vn);
-  graph_node *pv = pos && src ? api_version(pos) : NULL;
-  return pv ? grad_scatter_add(m->dtype, 1, &numel, 0, pv, &pos->view, src) : NULL;
+  return api_view_add(m->dtype, numel, &v, c, FN);
 }
 
 /* Adds contribution c, read from node m through view, to m's cotangent. */

@@ -203,6 +203,116 @@ kiln_tensor *api_scatter_sum(kiln_dtype dtype, int ndim, const int64_t *sizes, i
   return api_track(sum);
 }
 
+/* The flat positions v reads, as an I64 tensor of v's sizes: lazy
+ * aranges, computed inside the kernel that reads them. */
+static kiln_tensor *positions(const graph_view *v) {
+  kiln_tensor *pos = kiln_full(KILN_I64, 0, NULL, (double)v->offset);
+  for (int d = 0; d < v->ndim && pos; d++) {
+    int64_t shape[KILN_MAX_DIMS];
+    for (int e = 0; e < v->ndim; e++) shape[e] = e == d ? v->sizes[d] : 1;
+    kiln_tensor *a = kiln_arange(KILN_I64, 0, (double)v->sizes[d], 1);
+    a = kiln_mul_scalar(kiln_view(a, v->ndim, shape), (double)v->strides[d]);
+    pos = kiln_add(pos, a);
+  }
+  return pos ? kiln_expand(pos, v->ndim, v->sizes) : NULL;
+}
+
+/* Index combinations of the window dims at most (the number of in-place
+ * adds api_view_add records for a window view: 27 for a 3x3x3 kernel). */
+#define WINDOW_TERMS 64
+
+/* v with the dims in mask set to size 1. */
+static graph_view without(const graph_view *v, uint32_t mask) {
+  graph_view r = *v;
+  for (int d = 0; d < r.ndim; d++)
+    if (mask & (1u << d)) r.sizes[d] = 1;
+  return r;
+}
+
+/* The window dims of v: at most three dims, whose index combinations
+ * number at most WINDOW_TERMS, without which v is injective — a kernel's
+ * dims in a convolution's or unfold's windows, which overlap the output
+ * positions' dims. A mask of dims, or 0 when there are none such. */
+static uint32_t window_dims(const graph_view *v) {
+  int cand[KILN_MAX_DIMS], n = 0;
+  for (int d = 0; d < v->ndim; d++)
+    if (v->sizes[d] > 1 && v->sizes[d] <= WINDOW_TERMS) cand[n++] = d;
+  for (int a = 0; a < n; a++) {
+    uint32_t ma = 1u << cand[a];
+    graph_view r = without(v, ma);
+    if (graph_view_injective(&r)) return ma;
+    for (int b = a + 1; b < n; b++) {
+      uint32_t mb = ma | 1u << cand[b];
+      if (v->sizes[cand[a]] * v->sizes[cand[b]] > WINDOW_TERMS) continue;
+      r = without(v, mb);
+      if (graph_view_injective(&r)) return mb;
+      for (int e = b + 1; e < n; e++) {
+        if (v->sizes[cand[a]] * v->sizes[cand[b]] * v->sizes[cand[e]] > WINDOW_TERMS) continue;
+        r = without(v, mb | 1u << cand[e]);
+        if (graph_view_injective(&r)) return mb | 1u << cand[e];
+      }
+    }
+  }
+  return 0;
+}
+
+/* z (flat, zeros) += c through window view v, one window offset at a
+ * time: for each index combination of the window dims (mask) the rest of
+ * v is injective, so that slice of c is added in place through a strided
+ * view of z — a dense, parallel kernel per offset (in order: the result
+ * is the same whatever the thread count). */
+static int add_windows(kiln_tensor *z, const graph_view *v, uint32_t mask, kiln_tensor *c) {
+  graph_view r = without(v, mask);
+  int64_t terms = graph_view_numel(v) / (graph_view_numel(&r) > 0 ? graph_view_numel(&r) : 1);
+  for (int64_t t = 0; t < terms; t++) {
+    int64_t rest = t, off = v->offset;
+    kiln_tensor *slice = kiln_retain(c), *next;
+    for (int d = v->ndim - 1; d >= 0 && slice; d--) {
+      if (!(mask & (1u << d))) continue;
+      int64_t i = rest % v->sizes[d];
+      rest /= v->sizes[d];
+      off += i * v->strides[d];
+      next = kiln_narrow(slice, d, i, 1);
+      kiln_release(slice);
+      slice = next;
+    }
+    kiln_tensor *region = slice ? kiln_as_strided(z, r.ndim, r.sizes, r.strides, off) : NULL;
+    int st = region ? kiln_add_(region, slice) : api_status();
+    kiln_release(slice), kiln_release(region);
+    if (st != KILN_OK) return st;
+  }
+  return KILN_OK;
+}
+
+kiln_tensor *api_view_add(kiln_dtype dtype, int64_t numel, const graph_view *v, kiln_tensor *c, const char *fn) {
+  api_untracked_begin();
+  kiln_tensor *out = NULL;
+  uint32_t mask = 0;
+  if (graph_view_injective(v) || (mask = window_dims(v)) != 0) { /* dense: strided writes into zeros */
+    kiln_tensor *z = kiln_zeros(dtype, 1, &numel), *shaped = kiln_reshape(c, v->ndim, v->sizes);
+    kiln_tensor *conv = shaped ? kiln_to_dtype(shaped, dtype) : NULL, *region = NULL;
+    int st = z && conv ? KILN_OK : api_status();
+    if (st == KILN_OK && !mask) {
+      region = kiln_as_strided(z, v->ndim, v->sizes, v->strides, v->offset);
+      st = region ? kiln_copy_(region, conv) : api_status();
+    } else if (st == KILN_OK) {
+      st = add_windows(z, v, mask, conv);
+    }
+    kiln_release(shaped), kiln_release(conv), kiln_release(region);
+    if (st == KILN_OK) out = z;
+    else kiln_release(z);
+  } else { /* any other overlap: a scatter-add at the positions v reads */
+    int64_t vn = graph_view_numel(v);
+    kiln_tensor *pos = kiln_reshape(positions(v), 1, &vn), *src = kiln_reshape(c, 1, &vn), *r = NULL;
+    graph_node *pv = pos && src ? api_version(pos) : NULL;
+    if (pv) r = api_scatter_sum(dtype, 1, &numel, 0, pv, &pos->view, src, &src->view, fn);
+    out = r ? kiln_to_dtype(r, dtype) : NULL;
+    kiln_release(pos), kiln_release(src), kiln_release(r);
+  }
+  api_untracked_end();
+  return api_track(out);
+}
+
 /* index_add_ and its kin, once checked: t += the sum over index elements
  * c (row-major over iv's sizes) of src[c] at t[c with c[dim] = index[c]].
  * A generated kernel adds chunks of the elements into partial sums in

@@ -117,6 +117,8 @@ int64_t graph_view_numel(const graph_view *v);
 /** Contiguous view of sizes [ndim] at offset 0. */
 graph_view graph_view_contiguous(int ndim, const int64_t *sizes);
 bool graph_view_is_contiguous(const graph_view *v);
+/** No two indices of v reach the same storage element (strides >= 0). */
+bool graph_view_injective(const graph_view *v);
 /** Largest element index + 1 the view touches (0 when empty). */
 int64_t graph_view_extent(const graph_view *v);
 /** Row-major contiguous strides for sizes [ndim] into strides. */

@@ -29,6 +29,27 @@ graph_view graph_view_contiguous(int ndim, const int64_t *sizes) {
   return v;
 }
 
+bool graph_view_injective(const graph_view *v) {
+  int order[KILN_MAX_DIMS], m = 0;
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->sizes[d] == 0) return true;
+    if (v->sizes[d] > 1) order[m++] = d;
+  }
+  for (int i = 1; i < m; i++) /* insertion sort by stride */
+    for (int j = i; j > 0 && v->strides[order[j]] < v->strides[order[j - 1]]; j--) {
+      int x = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = x;
+    }
+  int64_t extent = 1; /* elements spanned by the dims so far */
+  for (int i = 0; i < m; i++) {
+    const int d = order[i];
+    if (v->strides[d] < extent) return false;
+    extent = v->strides[d] * (v->sizes[d] - 1) + extent;
+  }
+  return true;
+}
+
 bool graph_view_is_contiguous(const graph_view *v) {
   int64_t expect = 1;
   for (int i = v->ndim - 1; i >= 0; i--) {

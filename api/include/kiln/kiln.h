@@ -725,6 +725,45 @@ KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *t, int dim);
 KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_tensor *weight, kiln_tensor *bias,
                                       double eps);
 
+/* ---------------------------------------------------------- convolution
+ * nd is the number of spatial dims (1, 2 or 3); stride, padding, dilation
+ * and output_padding have nd entries each, or are NULL for the defaults
+ * (1, 0, 1, 0). Inputs are [N, C, *spatial] or, unbatched, [C, *spatial]
+ * (the result then has no batch dim either). Input, weight and bias have
+ * one float dtype (F16/BF16 compute in F32). Lazy: the windows are a view
+ * of the (zero-padded) input, gathered into columns by one generated
+ * kernel (im2col), multiplied by the weight with OpenBLAS (one GEMM per
+ * group; F16/BF16 by a generated kernel), and the bias with any
+ * elementwise op applied to the result (an activation) is one epilogue
+ * kernel. Differentiable in input, weight and bias (kiln_grad). Errors:
+ * KILN_ERR_ARG for nd outside 1..3, groups < 1, a stride or dilation < 1,
+ * negative padding, an output_padding not smaller than stride or
+ * dilation; KILN_ERR_SHAPE for inputs of the wrong rank, channels that do
+ * not match the weight or are not divisible by groups, a bias that is
+ * not [out channels], a (dilated) kernel larger than the padded input;
+ * KILN_ERR_DTYPE for integer inputs or mixed dtypes. Result contiguous
+ * when bias is given (else a permuted view of the GEMM's output). */
+
+/** input [N, C, *S], weight [O, C/groups, *K], bias [O] or NULL ->
+ *  [N, O, *Out], Out = (S + 2 padding - dilation (K - 1) - 1) / stride + 1
+ *  (floor). Output channel o of group g = o / (O/groups) sees input
+ *  channels g·C/groups .. (g+1)·C/groups - 1 (groups = C = O: depthwise).
+ *  Torch: nn.functional.conv1d/conv2d/conv3d. */
+KILN_API kiln_tensor *kiln_conv(kiln_tensor *input, kiln_tensor *weight, kiln_tensor *bias, int nd,
+                                const int64_t *stride, const int64_t *padding, const int64_t *dilation,
+                                int64_t groups);
+/** The transpose (gradient w.r.t. its input) of kiln_conv: input
+ *  [N, Ci, *S], weight [Ci, Co/groups, *K], bias [Co] or NULL ->
+ *  [N, Co, *Out], Out = (S - 1) stride - 2 padding + dilation (K - 1) +
+ *  output_padding + 1. The columns W^T·x (one GEMM per group) are added
+ *  into the output through the windows of kiln_conv (a scatter-add
+ *  kernel), the padding cropped. Torch: nn.functional.conv_transpose1d/
+ *  2d/3d (note the parameter order, Torch's: output_padding, groups,
+ *  dilation). */
+KILN_API kiln_tensor *kiln_conv_transpose(kiln_tensor *input, kiln_tensor *weight, kiln_tensor *bias, int nd,
+                                          const int64_t *stride, const int64_t *padding,
+                                          const int64_t *output_padding, int64_t groups, const int64_t *dilation);
+
 /* ------------------------------------------------------------- indexing
  * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
  * KILN_ERR_DTYPE). The index tensor is forced when the op is called and

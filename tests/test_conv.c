@@ -1,0 +1,260 @@
+/*
+ * test_conv.c — kiln_conv and kiln_conv_transpose: values against a
+ * direct host loop (1-, 2- and 3-D; stride, padding, dilation, groups,
+ * depthwise; strided and transposed inputs; unbatched input), the
+ * transpose as the adjoint of the convolution (<conv(x), y> =
+ * <x, conv_transpose(y)>), gradients by central differences
+ * (grad_check.h, also with fusion switched), and the errors.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+#include "grad_check.h"
+
+static uint64_t seed = 12345;
+
+/* A conv problem: sizes and parameters (nd spatial dims). */
+typedef struct conv_case {
+  int nd;
+  int64_t n, c, o, s[3], k[3], stride[3], pad[3], dil[3], groups;
+} conv_case;
+
+static int64_t out_size(const conv_case *p, int i) {
+  return (p->s[i] + 2 * p->pad[i] - p->dil[i] * (p->k[i] - 1) - 1) / p->stride[i] + 1;
+}
+
+static int64_t spatial(const int64_t *v, int nd) {
+  int64_t r = 1;
+  for (int i = 0; i < nd; i++) r *= v[i];
+  return r;
+}
+
+/* Direct convolution in double: y [N, O, *Out] (row-major). */
+static void host_conv(const conv_case *p, const double *x, const double *w, const double *b, double *y) {
+  int nd = p->nd;
+  int64_t out[3] = {1, 1, 1}, s[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0}, dl[3] = {1, 1, 1};
+  for (int i = 0; i < nd; i++) out[i] = out_size(p, i), s[i] = p->s[i], k[i] = p->k[i], st[i] = p->stride[i], pd[i] = p->pad[i], dl[i] = p->dil[i];
+  int64_t cg = p->c / p->groups, og = p->o / p->groups, so = spatial(out, 3), ss = spatial(s, 3), sk = spatial(k, 3);
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t o = 0; o < p->o; o++)
+      for (int64_t q = 0; q < so; q++) {
+        int64_t oz = q % out[2], oy = q / out[2] % out[1], ox = q / out[2] / out[1];
+        double acc = b ? b[o] : 0;
+        for (int64_t c = 0; c < cg; c++)
+          for (int64_t r = 0; r < sk; r++) {
+            int64_t kz = r % k[2], ky = r / k[2] % k[1], kx = r / k[2] / k[1];
+            int64_t ix = ox * st[0] - pd[0] + kx * dl[0], iy = oy * st[1] - pd[1] + ky * dl[1], iz = oz * st[2] - pd[2] + kz * dl[2];
+            if (ix < 0 || ix >= s[0] || iy < 0 || iy >= s[1] || iz < 0 || iz >= s[2]) continue;
+            int64_t ci = o / og * cg + c;
+            acc += x[(n * p->c + ci) * ss + (ix * s[1] + iy) * s[2] + iz] * w[(o * cg + c) * sk + r];
+          }
+        y[(n * p->o + o) * so + q] = acc;
+      }
+}
+
+static double *randoms(int64_t n) {
+  double *v = malloc(sizeof *v * (size_t)n);
+  for (int64_t i = 0; i < n; i++) v[i] = gc_uniform(&seed, -1, 1);
+  return v;
+}
+
+static kiln_tensor *from(int ndim, const int64_t *sizes, const double *v) { return kiln_from_data(KILN_F64, ndim, sizes, v); }
+
+static void check_case(const conv_case *p, bool with_bias) {
+  int nd = p->nd;
+  int64_t xs[5] = {p->n, p->c}, ws[5] = {p->o, p->c / p->groups}, ys[5] = {p->n, p->o};
+  for (int i = 0; i < nd; i++) xs[2 + i] = p->s[i], ws[2 + i] = p->k[i], ys[2 + i] = out_size(p, i);
+  int64_t nx = p->n * p->c * spatial(p->s, nd), nw = p->o * p->c / p->groups * spatial(p->k, nd);
+  int64_t ny = p->n * p->o, out[3];
+  for (int i = 0; i < nd; i++) out[i] = out_size(p, i);
+  ny *= spatial(out, nd);
+  double *x = randoms(nx), *w = randoms(nw), *b = randoms(p->o), *want = malloc(sizeof *want * (size_t)ny);
+  double *got = malloc(sizeof *got * (size_t)ny);
+  host_conv(p, x, w, with_bias ? b : NULL, want);
+  kiln_scope_begin();
+  kiln_tensor *y = kiln_conv(from(nd + 2, xs, x), from(nd + 2, ws, w), with_bias ? from(1, &p->o, b) : NULL, nd,
+                             p->stride, p->pad, p->dil, p->groups);
+  assert_non_null(y);
+  assert_int_equal(kiln_dim(y), nd + 2);
+  for (int d = 0; d < nd + 2; d++) assert_int_equal(kiln_size(y, d), ys[d]);
+  assert_int_equal(kiln_read(y, got, sizeof *got * (size_t)ny), KILN_OK);
+  for (int64_t i = 0; i < ny; i++) assert_float_equal(got[i], want[i], 1e-12);
+  kiln_scope_end();
+  free(x), free(w), free(b), free(want), free(got);
+}
+
+static void values_against_host_loop(void **state) {
+  conv_case cases[] = {
+      {1, 2, 3, 4, {9}, {3}, {1}, {0}, {1}, 1},
+      {1, 3, 4, 6, {11}, {3}, {2}, {2}, {2}, 2},
+      {2, 2, 3, 5, {7, 6}, {3, 2}, {1, 1}, {1, 0}, {1, 1}, 1},
+      {2, 1, 4, 4, {8, 9}, {3, 3}, {2, 1}, {1, 2}, {1, 2}, 4}, /* depthwise */
+      {2, 2, 6, 4, {5, 5}, {1, 1}, {1, 1}, {0, 0}, {1, 1}, 2},
+      {3, 1, 2, 3, {5, 4, 6}, {2, 3, 2}, {1, 2, 1}, {1, 1, 0}, {1, 1, 2}, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    check_case(&cases[i], true);
+    check_case(&cases[i], false);
+  }
+}
+
+/* A transposed (non-contiguous) input and weight, and an unbatched input
+ * [C, *S] giving [O, *Out]. */
+static void strided_and_unbatched(void **state) {
+  kiln_scope_begin();
+  double xv[2 * 5 * 6], wv[3 * 2 * 3 * 3];
+  for (int i = 0; i < 60; i++) xv[i] = gc_uniform(&seed, -1, 1);
+  for (int i = 0; i < 54; i++) wv[i] = gc_uniform(&seed, -1, 1);
+  kiln_tensor *x = kiln_from_data(KILN_F64, 3, (int64_t[]){2, 5, 6}, xv); /* [C, H, W] */
+  kiln_tensor *w = kiln_from_data(KILN_F64, 4, (int64_t[]){3, 2, 3, 3}, wv);
+  int64_t pad[] = {1, 1};
+  kiln_tensor *y = kiln_conv(x, w, NULL, 2, NULL, pad, NULL, 1);
+  assert_non_null(y);
+  assert_int_equal(kiln_dim(y), 3);
+  /* the same input as a transposed view of a [C, W, H] tensor */
+  kiln_tensor *xt = kiln_contiguous(kiln_transpose(x, 1, 2));
+  kiln_tensor *wt = kiln_contiguous(kiln_transpose(w, 2, 3));
+  kiln_tensor *y2 = kiln_conv(kiln_transpose(xt, 1, 2), kiln_transpose(wt, 2, 3), NULL, 2, NULL, pad, NULL, 1);
+  assert_non_null(y2);
+  double a[3 * 5 * 6], b2[3 * 5 * 6];
+  assert_int_equal(kiln_read(y, a, sizeof a), KILN_OK);
+  assert_int_equal(kiln_read(y2, b2, sizeof b2), KILN_OK);
+  for (int i = 0; i < 90; i++) assert_float_equal(a[i], b2[i], 1e-12);
+  /* against the host loop with a batch of one */
+  conv_case p = {2, 1, 2, 3, {5, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  double want[90];
+  host_conv(&p, xv, wv, NULL, want);
+  for (int i = 0; i < 90; i++) assert_float_equal(a[i], want[i], 1e-12);
+  kiln_scope_end();
+}
+
+/* <conv(x, w), y> == <x, conv_transpose(y, w)>: the transpose is the
+ * adjoint, for strides, padding, dilation, groups and output padding
+ * that restores x's size. */
+static void transpose_is_adjoint(void **state) {
+  conv_case cases[] = {
+      {1, 2, 4, 6, {10}, {3}, {2}, {1}, {1}, 2},
+      {2, 2, 3, 4, {7, 8}, {3, 2}, {2, 1}, {1, 0}, {1, 2}, 1},
+      {3, 1, 2, 2, {5, 6, 4}, {2, 2, 3}, {1, 2, 1}, {0, 1, 1}, {2, 1, 1}, 2},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    const conv_case *p = &cases[t];
+    int nd = p->nd;
+    int64_t xs[5] = {p->n, p->c}, ws[5] = {p->o, p->c / p->groups}, ys[5] = {p->n, p->o}, op[3] = {0};
+    for (int i = 0; i < nd; i++) {
+      xs[2 + i] = p->s[i], ws[2 + i] = p->k[i], ys[2 + i] = out_size(p, i);
+      /* the size conv_transpose gives back, short of x's by op */
+      int64_t back = (ys[2 + i] - 1) * p->stride[i] - 2 * p->pad[i] + p->dil[i] * (p->k[i] - 1) + 1;
+      op[i] = p->s[i] - back;
+    }
+    int64_t nx = 1, ny = 1, nw = 1;
+    for (int d = 0; d < nd + 2; d++) nx *= xs[d], ny *= ys[d], nw *= ws[d];
+    double *x = randoms(nx), *w = randoms(nw), *y = randoms(ny);
+    kiln_scope_begin();
+    kiln_tensor *kw = from(nd + 2, ws, w);
+    kiln_tensor *cx = kiln_conv(from(nd + 2, xs, x), kw, NULL, nd, p->stride, p->pad, p->dil, p->groups);
+    kiln_tensor *ty = kiln_conv_transpose(from(nd + 2, ys, y), kw, NULL, nd, p->stride, p->pad, op, p->groups, p->dil);
+    assert_non_null(cx);
+    assert_non_null(ty);
+    for (int d = 0; d < nd + 2; d++) assert_int_equal(kiln_size(ty, d), xs[d]);
+    double lhs = kiln_item(kiln_sum(kiln_mul(cx, from(nd + 2, ys, y)), 0, NULL, false));
+    double rhs = kiln_item(kiln_sum(kiln_mul(ty, from(nd + 2, xs, x)), 0, NULL, false));
+    expect_no_error();
+    assert_float_equal(lhs, rhs, 1e-10 * (1 + fabs(lhs)));
+    kiln_scope_end();
+    free(x), free(w), free(y);
+  }
+}
+
+/* ------------------------------------------------------------ gradients */
+
+static kiln_tensor *conv_fn(kiln_tensor *const *x, void *ctx) {
+  const conv_case *p = ctx;
+  return kiln_relu(kiln_conv(x[0], x[1], x[2], p->nd, p->stride, p->pad, p->dil, p->groups));
+}
+
+static kiln_tensor *conv_t_fn(kiln_tensor *const *x, void *ctx) {
+  const conv_case *p = ctx;
+  int64_t op[3] = {0};
+  return kiln_conv_transpose(gc_mark(kiln_mul_scalar(x[0], 2)), x[1], x[2], p->nd, p->stride, p->pad, op, p->groups, p->dil);
+}
+
+static void gradients(void **state) {
+  conv_case cases[] = {
+      {1, 2, 2, 4, {7}, {3}, {2}, {1}, {1}, 2},
+      {2, 2, 2, 3, {5, 4}, {3, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {2, 1, 2, 2, {6, 5}, {2, 2}, {2, 1}, {0, 1}, {2, 1}, 2},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    const conv_case *p = &cases[t];
+    int nd = p->nd;
+    int64_t xs[5] = {p->n, p->c}, ws[5] = {p->o, p->c / p->groups};
+    for (int i = 0; i < nd; i++) xs[2 + i] = p->s[i], ws[2 + i] = p->k[i];
+    gc_input in[3] = {gc_in(&seed, nd + 2, xs, -1, 1), gc_in(&seed, nd + 2, ws, -1, 1), gc_in(&seed, 1, &p->o, -1, 1)};
+    gc_check("conv", conv_fn, (void *)p, in, 3, 7 + t);
+    /* the transpose: input [N, O, *Out] of the conv above, weight [O, C/G, *K] */
+    int64_t ys[5] = {p->n, p->o}, tw[5] = {p->o, p->c / p->groups}, cb = p->c;
+    for (int i = 0; i < nd; i++) ys[2 + i] = out_size(p, i), tw[2 + i] = p->k[i];
+    gc_input tin[3] = {gc_in(&seed, nd + 2, ys, -1, 1), gc_in(&seed, nd + 2, tw, -1, 1), gc_in(&seed, 1, &cb, -1, 1)};
+    gc_check("conv_transpose", conv_t_fn, (void *)p, tin, 3, 17 + t);
+  }
+  gc_report("test_conv");
+}
+
+/* --------------------------------------------------------------- errors */
+
+static void errors(void **state) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_zeros(KILN_F32, 4, (int64_t[]){1, 4, 5, 5});
+  kiln_tensor *w = kiln_zeros(KILN_F32, 4, (int64_t[]){6, 2, 3, 3});
+  int64_t one[] = {1, 1}, zero[] = {0, 0};
+  assert_null(kiln_conv(x, w, NULL, 4, NULL, NULL, NULL, 2));
+  expect_error(KILN_ERR_ARG, "kiln_conv", "nd must be 1, 2 or 3", NULL);
+  assert_null(kiln_conv(x, w, NULL, 2, NULL, NULL, NULL, 0));
+  expect_error(KILN_ERR_ARG, "groups must be positive", NULL);
+  assert_null(kiln_conv(x, w, NULL, 2, zero, NULL, NULL, 2));
+  expect_error(KILN_ERR_ARG, "stride must be positive", NULL);
+  assert_null(kiln_conv(x, w, NULL, 2, NULL, (int64_t[]){-1, 0}, NULL, 2));
+  expect_error(KILN_ERR_ARG, "padding must not be negative", NULL);
+  assert_null(kiln_conv(x, w, NULL, 2, NULL, NULL, NULL, 3));
+  expect_error(KILN_ERR_SHAPE, "does not fit 4 input channels in 3 groups", NULL);
+  assert_null(kiln_conv(x, w, NULL, 2, NULL, NULL, NULL, 1));
+  expect_error(KILN_ERR_SHAPE, "does not fit 4 input channels", NULL);
+  assert_null(kiln_conv(x, w, kiln_zeros(KILN_F32, 1, (int64_t[]){5}), 2, NULL, NULL, NULL, 2));
+  expect_error(KILN_ERR_SHAPE, "bias must be [6]", NULL);
+  assert_null(kiln_conv(x, w, NULL, 2, NULL, NULL, (int64_t[]){3, 3}, 2));
+  expect_error(KILN_ERR_SHAPE, "exceeds the padded input size 5", NULL);
+  assert_null(kiln_conv(kiln_zeros(KILN_F32, 2, (int64_t[]){4, 5}), w, NULL, 2, NULL, NULL, NULL, 2));
+  expect_error(KILN_ERR_SHAPE, "expected a 3-D (unbatched) or 4-D (batched) input", NULL);
+  assert_null(kiln_conv(x, kiln_zeros(KILN_F64, 4, (int64_t[]){6, 2, 3, 3}), NULL, 2, NULL, NULL, NULL, 2));
+  expect_error(KILN_ERR_DTYPE, "must have the same dtype", NULL);
+  assert_null(kiln_conv(kiln_zeros(KILN_I32, 4, (int64_t[]){1, 4, 5, 5}), w, NULL, 2, NULL, NULL, NULL, 2));
+  expect_error(KILN_ERR_DTYPE, "needs a float input", NULL);
+  assert_null(kiln_conv(NULL, w, NULL, 2, NULL, NULL, NULL, 2));
+  expect_error(KILN_ERR_ARG, "kiln_conv", NULL);
+  assert_null(kiln_conv_transpose(x, kiln_zeros(KILN_F32, 4, (int64_t[]){4, 3, 3, 3}), NULL, 2, one, NULL, one, 1, one));
+  expect_error(KILN_ERR_ARG, "output padding 1 must be smaller than either stride (1) or dilation (1)", NULL);
+  assert_null(kiln_conv_transpose(x, w, NULL, 2, NULL, NULL, NULL, 1, NULL));
+  expect_error(KILN_ERR_SHAPE, "kiln_conv_transpose", "does not fit 4 input channels", NULL);
+  /* the inputs stay usable */
+  kiln_tensor *y = kiln_conv(x, w, NULL, 2, NULL, one, NULL, 2);
+  assert_non_null(y);
+  assert_int_equal(kiln_size(y, 1), 6);
+  assert_int_equal(kiln_size(y, 2), 5);
+  kiln_scope_end();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(values_against_host_loop), cmocka_unit_test(strided_and_unbatched),
+      cmocka_unit_test(transpose_is_adjoint),     cmocka_unit_test(gradients),
+      cmocka_unit_test(errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
