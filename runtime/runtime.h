@@ -194,6 +194,11 @@ int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen)
  *  buffer, out a fresh buffer of n's numel; KILN_ERR_INDEX for an index
  *  out of range. */
 int rt_index_scatter(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** The ARGSORT and MODE extern ops (sort.c): in[0] the host data of the
+ *  input's buffer, out a fresh buffer of n's numel (I64). KILN_ERR_OOM
+ *  when a row's scratch cannot be allocated. */
+int rt_sort_argsort(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+int rt_sort_mode(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */
