@@ -35,7 +35,8 @@ static void expect_longs(kiln_tensor *t, const int64_t *want, int64_t n) {
   assert_true(n <= 64);
   assert_int_equal(kiln_read(t, got, sizeof got), KILN_OK);
   for (int64_t i = 0; i < n; i++)
-    if (got[i] != want[i]) fail_msg("element %lld: got %lld, want %lld", (long long)i, (long long)got[i], (long long)want[i]);
+    if (got[i] != want[i])
+      fail_msg("element %lld: got %lld, want %lld", (long long)i, (long long)got[i], (long long)want[i]);
 }
 
 static void expect_sizes(kiln_tensor *t, int ndim, const int64_t *sizes) {
