@@ -65,7 +65,7 @@ static void describe_sort(const graph_node *n, bool on_device, kiln_kernel_recor
                             .flops = in * lg,
                             .run_ns = r->run_ns,
                             .cache_hit = true,
-                            .threads = 1};
+                            .threads = rt_sort_last_threads()};
 }
 
 /* Name, flops and bytes of a GEMM (BLAS or cuBLAS). */

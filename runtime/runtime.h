@@ -199,6 +199,9 @@ int rt_index_scatter(const graph_node *n, const void *const *in, graph_buffer *o
  *  when a row's scratch cannot be allocated. */
 int rt_sort_argsort(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 int rt_sort_mode(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** Threads the calling thread's last ARGSORT/MODE loop ran on (for its
+ *  profiler record). */
+int rt_sort_last_threads(void);
 
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */

@@ -4,7 +4,7 @@
  * both directions), topk, kthvalue, median (NaN propagates), mode (ties,
  * last index), max/min with indices (first occurrence, NaN wins), unique
  * (values, inverse, counts); every dtype (BOOL, integers with I64 beyond
- * 2^53, F16, BF16); transposed and stepped views; empty dims and 0-d
+ * 2^53, F16, BF16); transposed, stepped and expanded views; empty dims and 0-d
  * inputs; laziness (recording forces nothing, the values' gather reads
  * the ARGSORT's result without forcing it first); gradients through the
  * values; and the errors (bad dim, k out of range, NULL outputs, a
@@ -98,6 +98,13 @@ static void sort_views(void **state) {
   expect_sizes(v, 1, (int64_t[]){4});
   expect_values_tol(v, (double[]){5, 9, 8, 7}, 4, 0);
   expect_longs(i, (int64_t[]){0, 1, 2, 1}, 4);
+  /* an expanded row (stride 0 along dim 0): each copy sorted alike */
+  kiln_tensor *e = kiln_expand(kiln_narrow(base, 0, 1, 1), 2, (int64_t[]){2, 4}); /* [0,9,2,7] twice */
+  assert_int_equal(kiln_sort(e, 1, true, true, &v, &i), KILN_OK);
+  expect_values_tol(v, (double[]){9, 7, 2, 0, 9, 7, 2, 0}, 8, 0);
+  expect_longs(i, (int64_t[]){1, 3, 2, 0, 1, 3, 2, 0}, 8);
+  /* along the expanded dim: all ties, input order kept */
+  expect_longs(kiln_argsort(e, 0, true, true), (int64_t[]){0, 0, 0, 0, 1, 1, 1, 1}, 8);
   expect_no_error();
   kiln_scope_end();
 }
@@ -403,6 +410,40 @@ static void lazy(void **state) {
   kiln_scope_end();
 }
 
+/* Rows are sorted in parallel (the pool splits them): the result is the
+ * same with 1 and 2 threads, each row a stable sort (checked directly),
+ * and the profiler record says how many threads ran. */
+static void rows_in_parallel(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  enum { R = 64, C = 600 };
+  static float x[R * C];
+  static int64_t a[R * C], b[R * C];
+  for (int i = 0; i < R * C; i++) x[i] = (float)((i * 7919) % 13) - 6; /* many ties */
+  kiln_tensor *t = kiln_from_data(KILN_F32, 2, (int64_t[]){R, C}, x);
+  assert_int_equal(kiln_set_num_threads(1), KILN_OK);
+  assert_int_equal(kiln_read(kiln_argsort(t, 1, true, true), a, sizeof a), KILN_OK);
+  assert_int_equal(kiln_set_num_threads(2), KILN_OK);
+  kiln_profile_begin();
+  assert_int_equal(kiln_read(kiln_argsort(t, 1, true, true), b, sizeof b), KILN_OK);
+  kiln_profile_end();
+  assert_int_equal(kiln_set_num_threads(1), KILN_OK);
+  assert_memory_equal(a, b, sizeof a);
+  for (int r = 0; r < R; r++)
+    for (int j = 1; j < C; j++) {
+      float p = x[r * C + a[r * C + j - 1]], q = x[r * C + a[r * C + j]];
+      assert_true(p > q || (p == q && a[r * C + j - 1] < a[r * C + j]));
+    }
+  kiln_kernel_record rec;
+  assert_int_equal(kiln_profile_count(), 1);
+  assert_int_equal(kiln_profile_get(0, &rec), KILN_OK);
+  assert_string_equal(rec.name, "loop_ARGSORT_38400");
+  assert_int_equal(rec.threads, 2);
+  assert_int_equal(rec.flops, (int64_t)R * C * 10); /* ceil(log2(600)) = 10 */
+  expect_no_error();
+  kiln_scope_end();
+}
+
 /* Gradients through the values go to the selected elements of t. */
 static void gradients(void **state) {
   (void)state;
@@ -441,7 +482,7 @@ int main(void) {
       cmocka_unit_test(sort_nan_zero_ties), cmocka_unit_test(sort_views),   cmocka_unit_test(sort_dtypes),
       cmocka_unit_test(topk_kthvalue),      cmocka_unit_test(median_mode_max_min), cmocka_unit_test(unique_values),
       cmocka_unit_test(empty_and_scalar),   cmocka_unit_test(errors),       cmocka_unit_test(lazy),
-      cmocka_unit_test(gradients),
+      cmocka_unit_test(rows_in_parallel),   cmocka_unit_test(gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
