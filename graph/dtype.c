@@ -112,6 +112,26 @@ double graph_load_scalar(kiln_dtype d, const void *p) {
   }
 }
 
+/* Floats: the IEEE bits of the value as a double, -0.0 made +0.0 and
+ * any NaN the one positive quiet NaN, then mapped so that unsigned order
+ * is numeric order (negative: all bits flipped; positive: sign bit set).
+ * Integers: the value with its sign bit flipped. */
+uint64_t graph_order_key(kiln_dtype d, const void *p) {
+  if (!graph_is_float(d)) {
+    int64_t v;
+    if (d == KILN_I64) memcpy(&v, p, 8);
+    else v = (int64_t)graph_load_scalar(d, p);
+    return (uint64_t)v ^ (1ULL << 63);
+  }
+  double x = graph_load_scalar(d, p);
+  if (x == 0) x = 0;
+  if (isnan(x)) x = NAN;
+  uint64_t b;
+  memcpy(&b, &x, 8);
+  if (isnan(x)) b &= ~(1ULL << 63);
+  return (b >> 63) ? ~b : b | (1ULL << 63);
+}
+
 /* Truncates toward zero; values outside int64 (and NaN) give INT64_MIN as
  * on x86, then narrower types wrap. */
 static int64_t to_int64(double v) {

@@ -97,6 +97,11 @@ double graph_load_scalar(kiln_dtype d, const void *p);
  *  (out of range: wraps modulo 2^bits via int64), →BOOL is v != 0, floats
  *  round to nearest even. */
 void graph_store_scalar(kiln_dtype d, void *p, double v);
+/** A key whose unsigned order is Torch's sort order of the element at p:
+ *  integers and BOOL by value (I64 exact), floats by value with -0.0 equal
+ *  to 0.0 and every NaN equal to each other and above +inf. Equal keys are
+ *  exactly the elements sort, mode and unique treat as ties. */
+uint64_t graph_order_key(kiln_dtype d, const void *p);
 uint16_t graph_f32_to_f16(float f);
 float graph_f16_to_f32(uint16_t h);
 uint16_t graph_f32_to_bf16(float f);

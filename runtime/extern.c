@@ -1,6 +1,7 @@
 /*
  * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
- * (OpenBLAS for MATMUL) instead of a generated kernel. The fusion pass
+ * (OpenBLAS for MATMUL) or a plain C loop (ARGSORT, MODE: runtime/sort.c)
+ * instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
@@ -31,6 +32,25 @@ static void match_blas_threads(void) {
     openblas_set_num_threads(want);
     blas_threads = want;
   }
+}
+
+/* Name, flops and bytes of a sort loop (ARGSORT, MODE): rows of len
+ * elements along dim, about len * log2(len) comparisons each. */
+static void describe_sort(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
+  const graph_view *v = &n->inputs[0].view;
+  int64_t in = graph_view_numel(v), row = v->sizes[(int)graph_attr_scalar(n)], lg = 1;
+  while (lg < 62 && (1LL << lg) < row) lg++;
+  snprintf(name, len, "loop_%s_%lld", graph_ops[n->op].name, (long long)in);
+  *r = (kiln_kernel_record){.name = name,
+                            .backend = "loop",
+                            .n_ops = 1,
+                            .numel = in,
+                            .bytes_read = in * graph_dtypes[n->inputs[0].node->dtype].size,
+                            .bytes_written = n->numel * 8,
+                            .flops = in * lg,
+                            .run_ns = r->run_ns,
+                            .cache_hit = true,
+                            .threads = rt_sort_last_threads()};
 }
 
 /* Name, flops and bytes of a GEMM (BLAS or cuBLAS). */
@@ -65,6 +85,8 @@ typedef struct extern_impl {
 
 static const extern_impl externs[] = {
     {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true},
+    {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false},
+    {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false},
 };
 
 static const extern_impl *impl_of(graph_op op) {

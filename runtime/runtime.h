@@ -190,6 +190,14 @@ bool rt_cublas_can_run(const graph_node *n);
 /** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
  *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */
 int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+/** The ARGSORT and MODE extern ops (sort.c): in[0] the host data of the
+ *  input's buffer, out a fresh buffer of n's numel (I64). KILN_ERR_OOM
+ *  when a row's scratch cannot be allocated. */
+int rt_sort_argsort(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+int rt_sort_mode(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** Threads the calling thread's last ARGSORT/MODE loop ran on (for its
+ *  profiler record). */
+int rt_sort_last_threads(void);
 
 /* ---- caching allocator (alloc.c) ---- */
 /** Makes the caching allocator the graph layer's (once; thread-safe). */

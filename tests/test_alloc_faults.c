@@ -251,6 +251,36 @@ done:
   kiln_scope_end();
 }
 
+/* The sorting ops: sort and topk (ARGSORT loops, values gathered), a
+ * median over a NaN row (a where over a NaN count), mode (the MODE loop)
+ * and unique (forces, host runs). */
+static void prog_sort(run_state *rs) {
+  const char *P = "sort";
+  const float x[8] = {3, 7, 1, 3, 2, 0, 2, 5}, nan_row[4] = {3, NAN, 1, 3};
+  kiln_scope_begin();
+  kiln_tensor *xt, *nt, *sv = NULL, *si = NULL, *tv = NULL, *ti = NULL, *mv = NULL, *mi = NULL;
+  kiln_tensor *dv = NULL, *di = NULL, *uv = NULL, *uc = NULL;
+  TRY(rs, xt = kiln_from_data(KILN_F32, 2, V(2, 4), x));
+  TRY(rs, nt = kiln_from_data(KILN_F32, 1, V(4), nan_row));
+  TRY_OK(rs, kiln_sort(xt, 1, true, true, &sv, &si));
+  TRY_OK(rs, kiln_topk(xt, 2, 1, false, true, &tv, &ti));
+  TRY_OK(rs, kiln_median(nt, 0, false, &mv, &mi));
+  TRY_OK(rs, kiln_mode(xt, 1, false, &dv, &di));
+  TRY_OK(rs, kiln_unique(xt, true, false, true, &uv, NULL, &uc));
+  TRY_OK(rs, kiln_realize(sv));
+done:
+  settle(rs, P);
+  check_values(P, "sort values", sv, (double[]){7, 3, 3, 1, 5, 2, 2, 0}, 8, 0);
+  check_values(P, "sort indices", si, (double[]){1, 0, 3, 2, 3, 0, 2, 1}, 8, 0);
+  check_values(P, "topk values", tv, (double[]){1, 3, 0, 2}, 4, 0);
+  check_values(P, "median index", mi, (double[]){1}, 1, 0);
+  check_values(P, "mode values", dv, (double[]){3, 2}, 2, 0);
+  check_values(P, "mode indices", di, (double[]){3, 2}, 2, 0);
+  check_values(P, "unique values", uv, (double[]){0, 1, 2, 3, 5, 7}, 6, 0);
+  check_values(P, "unique counts", uc, (double[]){1, 1, 2, 2, 1, 1}, 6, 0);
+  kiln_scope_end();
+}
+
 static char tmp_dir[64];
 
 static const char *tmp_path(const char *name) {
@@ -472,7 +502,7 @@ static void walk(const program *p, int threads, bool cold) {
 static const program programs[] = {
     {"views", prog_views}, {"matmul", prog_matmul}, {"index", prog_index},
     {"io", prog_io},       {"profile", prog_profile}, {"grad", prog_grad},
-    {"callbacks", prog_callbacks},
+    {"callbacks", prog_callbacks}, {"sort", prog_sort},
 };
 
 static void walk_views(void **state) { walk(&programs[0], 1, true); }
@@ -482,6 +512,7 @@ static void walk_io(void **state) { walk(&programs[3], 1, true); }
 static void walk_profile(void **state) { walk(&programs[4], 1, true); }
 static void walk_grad(void **state) { walk(&programs[5], 1, true); }
 static void walk_callbacks(void **state) { walk(&programs[6], 1, true); }
+static void walk_sort(void **state) { walk(&programs[7], 1, true); }
 /* Two threads: a new schedule's kernels compile in parallel (realize.c's
  * prefetch), whose failures fall back to compiling on the forcing thread. */
 static void walk_views_threads(void **state) { walk(&programs[0], 2, true); }
@@ -543,7 +574,8 @@ int main(void) {
       cmocka_unit_test(scope_that_cannot_open_is_merged),
       cmocka_unit_test(walk_views),   cmocka_unit_test(walk_matmul),  cmocka_unit_test(walk_index),
       cmocka_unit_test(walk_io),      cmocka_unit_test(walk_profile), cmocka_unit_test(walk_grad),
-      cmocka_unit_test(walk_callbacks),     cmocka_unit_test(walk_views_threads), cmocka_unit_test(walk_warm),
+      cmocka_unit_test(walk_callbacks), cmocka_unit_test(walk_sort), cmocka_unit_test(walk_views_threads),
+      cmocka_unit_test(walk_warm),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

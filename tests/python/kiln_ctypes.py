@@ -21,6 +21,7 @@ BF16 has no NumPy dtype: it travels as uint16 bit patterns (see
 `bf16_bits_to_f32` / `f32_to_bf16_bits`, round to nearest even).
 """
 
+import builtins
 import ctypes
 import os
 from ctypes import (POINTER, c_bool, c_char_p, c_double, c_int, c_int64,
@@ -360,6 +361,15 @@ SIGNATURES = {
     "optimizer_free": ("v", "p"),
     "grad": ("i", "AAiAiA"),
     "detach": ("T", "T"),
+    "sort": ("i", "TibbAA"),
+    "argsort": ("T", "Tibb"),
+    "topk": ("i", "TlibbAA"),
+    "max": ("i", "TibAA"),
+    "min": ("i", "TibAA"),
+    "median": ("i", "TibAA"),
+    "kthvalue": ("i", "TlibAA"),
+    "mode": ("i", "TibAA"),
+    "unique": ("i", "TbbbAAA"),
 }
 
 # Functions whose int result is a count or a value, not a kiln_status: a
@@ -546,7 +556,7 @@ class Tensor:
 
 def _arr(ctype, seq):
     seq = [int(x) for x in seq]
-    return (ctype * max(len(seq), 1))(*seq), len(seq)
+    return (ctype * builtins.max(len(seq), 1))(*seq), len(seq)
 
 
 def _convert(code, value, keep):
@@ -565,7 +575,7 @@ def _convert(code, value, keep):
         keep.append(a)
         return a
     if code == "A":
-        a = (c_void_p * max(len(value), 1))(
+        a = (c_void_p * builtins.max(len(value), 1))(
             *[None if v is None else v._h for v in value])
         keep.append(a)
         return a
@@ -574,7 +584,7 @@ def _convert(code, value, keep):
     if code == "Z":
         if value is None:
             return None
-        a = (c_char_p * max(len(value), 1))(
+        a = (c_char_p * builtins.max(len(value), 1))(
             *[None if v is None else
               (v if isinstance(v, bytes) else v.encode()) for v in value])
         keep.append(a)
@@ -709,18 +719,18 @@ def strides(t):
 
 def split(t, size, d):
     n = _raw_split(t, size, d, [])
-    out = (c_void_p * max(n, 1))()
+    out = (c_void_p * builtins.max(n, 1))()
     n2 = lib.kiln_split(t._h, size, d, out, n)
     _raise_if_error("split", "i", n2)
-    return [Tensor(out[i]) for i in range(min(n, n2))]
+    return [Tensor(out[i]) for i in range(builtins.min(n, n2))]
 
 
 def chunk(t, n, d):
     count = _raw_chunk(t, n, d, [])
-    out = (c_void_p * max(count, 1))()
+    out = (c_void_p * builtins.max(count, 1))()
     n2 = lib.kiln_chunk(t._h, n, d, out, count)
     _raise_if_error("chunk", "i", n2)
-    return [Tensor(out[i]) for i in range(min(count, n2))]
+    return [Tensor(out[i]) for i in range(builtins.min(count, n2))]
 
 
 def print_to_string(t):
@@ -798,7 +808,7 @@ def grad(outputs, wrt, cotangents=None):
     cots = None
     if cotangents is not None:
         cotangents = list(cotangents)
-        cots = (c_void_p * max(len(cotangents), 1))(
+        cots = (c_void_p * builtins.max(len(cotangents), 1))(
             *[None if c is None else c._h for c in cotangents])
     ws = (c_void_p * len(wrt))(*[t._h for t in wrt])
     gs = (c_void_p * len(wrt))()
@@ -807,6 +817,61 @@ def grad(outputs, wrt, cotangents=None):
     out = [Tensor(gs[j]) if gs[j] else None for j in range(len(wrt))]
     _raise_if_error("grad", "i", st)
     return out
+
+
+def _with_outputs(name, n_out):
+    """The Python form of a C function ending in n_out kiln_tensor **
+    outputs: it takes the other arguments and returns the outputs (a
+    tuple of Tensors; None for an output left NULL)."""
+    cfunc = getattr(lib, "kiln_" + name, None)
+    ret, args = SIGNATURES[name]
+    n_in = len(args) - n_out
+
+    def call(*pyargs):
+        if len(pyargs) != n_in:
+            raise TypeError(f"{name}() takes {n_in} arguments "
+                            f"({len(pyargs)} given)")
+        keep = []
+        cargs = [_convert(c, v, keep) for c, v in zip(args, pyargs)]
+        outs = [(c_void_p * 1)() for _ in range(n_out)]
+        st = cfunc(*cargs, *outs)
+        # wrap first: every returned handle is owned even if an error follows
+        res = tuple(Tensor(o[0]) if o[0] else None for o in outs)
+        _raise_if_error(name, "i", st)
+        return res
+
+    call.__name__ = name
+    return call
+
+
+def _sorting_with_none(name, n_out):
+    """As _with_outputs; `name_raw(..., out0, out1, ...)` passes the output
+    pointers given (None for NULL) and returns (status, handles)."""
+    cfunc = getattr(lib, "kiln_" + name, None)
+
+    def call(*pyargs_and_outs):
+        pyargs, present = pyargs_and_outs[:-n_out], pyargs_and_outs[-n_out:]
+        ret, args = SIGNATURES[name]
+        keep = []
+        cargs = [_convert(c, v, keep) for c, v in zip(args, pyargs)]
+        outs = [(c_void_p * 1)(1) if p else None for p in present]
+        st = cfunc(*cargs, *outs)
+        return st, [Tensor(o[0]) if o is not None and o[0] else
+                    (None if o is None else o[0]) for o in outs]
+
+    return call
+
+
+sort = _with_outputs("sort", 2)
+topk = _with_outputs("topk", 2)
+max = _with_outputs("max", 2)  # noqa: A001 (kiln_max; the module uses builtins.max)
+min = _with_outputs("min", 2)  # noqa: A001 (kiln_min; builtins.min)
+median = _with_outputs("median", 2)
+kthvalue = _with_outputs("kthvalue", 2)
+mode = _with_outputs("mode", 2)
+unique = _with_outputs("unique", 3)
+unique_raw = _sorting_with_none("unique", 3)
+sort_raw = _sorting_with_none("sort", 2)
 
 
 # C types of kiln_fn1/2/3. The wrappers below accept either such an object
@@ -850,7 +915,7 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0):
     """kiln_clip_grad_norm_: scales the grads in place (lazily) and
     returns the total norm before clipping as a 0-d Tensor."""
     grads = list(grads)
-    arr = (c_void_p * max(len(grads), 1))(
+    arr = (c_void_p * builtins.max(len(grads), 1))(
         *[None if g is None else g._h for g in grads])
     out = c_void_p()
     st = lib.kiln_clip_grad_norm_(arr, len(grads), max_norm, norm_type,

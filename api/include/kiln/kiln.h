@@ -756,13 +756,87 @@ KILN_API kiln_tensor *kiln_conv(kiln_tensor *input, kiln_tensor *weight, kiln_te
  *  [N, Ci, *S], weight [Ci, Co/groups, *K], bias [Co] or NULL ->
  *  [N, Co, *Out], Out = (S - 1) stride - 2 padding + dilation (K - 1) +
  *  output_padding + 1. The columns W^T·x (one GEMM per group) are added
- *  into the output through the windows of kiln_conv (a scatter-add
- *  kernel), the padding cropped. Torch: nn.functional.conv_transpose1d/
+ *  into the output through the windows of kiln_conv (one dense strided
+ *  add per kernel offset: col2im), the padding cropped. Torch: nn.functional.conv_transpose1d/
  *  2d/3d (note the parameter order, Torch's: output_padding, groups,
  *  dilation). */
 KILN_API kiln_tensor *kiln_conv_transpose(kiln_tensor *input, kiln_tensor *weight, kiln_tensor *bias, int nd,
                                           const int64_t *stride, const int64_t *padding,
                                           const int64_t *output_padding, int64_t groups, const int64_t *dilation);
+
+/* ------------------------------------------------------------- sorting
+ * Torch 1.13's sorting ops (api/sort.c). Order: by value; for floats NaN
+ * is above +inf (first in descending order) and -0.0 equals 0.0; equal
+ * elements keep their input order (every sort here is stable, also when
+ * `stable` or `sorted` is false, which Torch allows to order differently).
+ * Every dtype is accepted (BOOL, integers, F16, BF16, F32, F64; Torch 1.13
+ * lacks some: topk, kthvalue and median on BOOL and F16, unique on F16).
+ * dim may be negative; a 0-d t accepts dim 0 or -1 and gives 0-d results.
+ * Indices are I64 positions along dim. Outputs are new references, lazy
+ * (nothing is forced, except by kiln_unique): values are gathers of t, so
+ * they fuse into their readers and kiln_grad passes their gradient back
+ * to the selected elements of t (ties: to the element whose index is
+ * returned). On error the function returns a negative kiln_status, sets
+ * the thread's error and writes NULL to every output: KILN_ERR_ARG for a
+ * NULL t (or the first error kept) or output pointer, an out-of-range dim
+ * or k; KILN_ERR_SHAPE for a reduction over a dim of size 0 (Torch's
+ * "Expected reduction dim to have non-zero size"). A reduction (max, min,
+ * median, kthvalue, mode) gives t's sizes with dim of size 1 when keepdim,
+ * else without dim. */
+
+/** t sorted along dim: values (t's dtype) and indices (I64), both
+ *  contiguous with t's sizes; values = gather(t, dim, indices). Ascending,
+ *  or descending when `descending`. An empty t gives empty outputs. Torch:
+ *  sort(dim, descending, stable). */
+KILN_API int kiln_sort(kiln_tensor *t, int dim, bool descending, bool stable, kiln_tensor **values,
+                       kiln_tensor **indices);
+/** The indices of kiln_sort (I64, t's sizes); NULL on error. Torch:
+ *  argsort(dim, descending, stable). */
+KILN_API kiln_tensor *kiln_argsort(kiln_tensor *t, int dim, bool descending, bool stable);
+/** The k largest (or, when !largest, smallest) elements along dim, in
+ *  sorted order (largest first / smallest first; NaN counts as largest),
+ *  with their indices: t's sizes with dim of size k. k in [0, size of dim]
+ *  (KILN_ERR_ARG otherwise; a 0-d t gives its element for k 0 or 1, as
+ *  Torch). Torch: topk(k, dim, largest, sorted). */
+KILN_API int kiln_topk(kiln_tensor *t, int64_t k, int dim, bool largest, bool sorted, kiln_tensor **values,
+                       kiln_tensor **indices);
+/** The maximum along dim and the index of its first occurrence; NaN is
+ *  the maximum when a row holds one (its first NaN). Torch: max(dim,
+ *  keepdim). */
+KILN_API int kiln_max(kiln_tensor *t, int dim, bool keepdim, kiln_tensor **values, kiln_tensor **indices);
+/** The minimum along dim and the index of its first occurrence; NaN wins
+ *  here too, as Torch's min(dim, keepdim). */
+KILN_API int kiln_min(kiln_tensor *t, int dim, bool keepdim, kiln_tensor **values, kiln_tensor **indices);
+/** The lower median along dim (element (n-1)/2 of the row in ascending
+ *  order) and its index; a float row holding NaN gives NaN and the index
+ *  of its first NaN, as Torch's median(dim, keepdim) (not nanmedian).
+ *  Among equal elements the index is the stable sort's; Torch's may be
+ *  another position of the same value. */
+KILN_API int kiln_median(kiln_tensor *t, int dim, bool keepdim, kiln_tensor **values, kiln_tensor **indices);
+/** The k-th smallest element along dim (k from 1; NaN sorts as largest)
+ *  and its index in the stable ascending order. k in [1, size of dim]
+ *  (KILN_ERR_ARG otherwise). Torch: kthvalue(k, dim, keepdim). */
+KILN_API int kiln_kthvalue(kiln_tensor *t, int64_t k, int dim, bool keepdim, kiln_tensor **values,
+                           kiln_tensor **indices);
+/** The most frequent value along dim (ties: the smallest value; all NaNs
+ *  count as one value, above every number) and the index of its last
+ *  occurrence — Torch 1.13 CPU's mode(dim, keepdim) for rows of up to 16
+ *  elements without NaN (beyond, Torch's index depends on its unstable
+ *  std::sort; with NaN, so does its value). */
+KILN_API int kiln_mode(kiln_tensor *t, int dim, bool keepdim, kiln_tensor **values, kiln_tensor **indices);
+/** The distinct elements of t (flattened), ascending (also when !sorted,
+ *  which Torch allows to leave unordered), as values [u] of t's dtype;
+ *  elements equal as in kiln_sort are one value (-0.0 and 0.0 are one;
+ *  all NaNs are one, last — Torch 1.13's CPU result for NaN is
+ *  unspecified). When return_inverse, *inverse (I64, t's sizes) holds for
+ *  each element its position in values; when return_counts, *counts (I64
+ *  [u]) how often each value occurs. inverse/counts may be NULL when not
+ *  requested (and are set to NULL then). Forces t (u depends on the
+ *  data); values stay a lazy gather of t. KILN_ERR_ARG for a NULL values,
+ *  or a NULL inverse/counts that was requested. Torch: unique(sorted,
+ *  return_inverse, return_counts) without dim. */
+KILN_API int kiln_unique(kiln_tensor *t, bool sorted, bool return_inverse, bool return_counts, kiln_tensor **values,
+                         kiln_tensor **inverse, kiln_tensor **counts);
 
 /* ------------------------------------------------------------- indexing
  * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
