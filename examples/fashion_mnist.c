@@ -16,7 +16,8 @@
  * also writes that epoch as a Chrome trace (open it in Perfetto).
  *
  * Data: the IDX files of Debian's dataset-fashion-mnist package
- * (/usr/share/datasets/fashion-mnist/, gzip-compressed), read with zlib.
+ * (/usr/share/datasets/fashion-mnist/, gzip-compressed), read with zlib
+ * (examples/common/fashion_data.c).
  *
  * Every step builds the same graph on new data: the matmuls read
  * transposed views (no copies), the bias is a broadcast read, the ReLU
@@ -27,26 +28,18 @@
  * for a given seed and thread count (KILN_NUM_THREADS).
  */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <zlib.h>
 
+#include "common/fashion_data.h"
 #include "kiln/kiln.h"
 
-#define IMG 784
+#define IMG FASHION_IMG
 #define HID 256
-#define CLS 10
-
-typedef struct dataset {
-  int64_t n;
-  float *images;   /* [n, 784], scaled to [0, 1] */
-  int64_t *labels; /* [n] */
-} dataset;
+#define CLS FASHION_CLASSES
 
 typedef struct options {
   int epochs, batch;
@@ -56,103 +49,6 @@ typedef struct options {
   const char *trace; /* Chrome trace of the last epoch, or NULL */
   bool manual;       /* hand-written backward and update */
 } options;
-
-/* ------------------------------------------------------------ IDX files */
-
-static uint32_t be32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Reads a whole gzip file into a malloc'ed buffer; NULL with a message. */
-static unsigned char *read_gz(const char *path, size_t *len) {
-  gzFile f = gzopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "fashion_mnist: cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)\n",
-            path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 1 << 20, n = 0;
-  unsigned char *buf = malloc(cap);
-  int got = 0;
-  while (buf && (got = gzread(f, buf + n, (unsigned)(cap - n))) > 0) {
-    n += (size_t)got;
-    if (n == cap) {
-      unsigned char *bigger = realloc(buf, cap *= 2);
-      if (!bigger) free(buf);
-      buf = bigger;
-    }
-  }
-  int err = 0;
-  const char *msg = gzerror(f, &err); /* owned by f: print before gzclose */
-  bool bad = !buf || got < 0 || (err != Z_OK && err != Z_STREAM_END);
-  if (bad && buf) fprintf(stderr, "fashion_mnist: corrupt or truncated file: %s\n", msg); /* msg names the file */
-  if (!buf) fprintf(stderr, "fashion_mnist: out of memory reading %s\n", path);
-  gzclose(f);
-  if (bad) {
-    free(buf);
-    return NULL;
-  }
-  *len = n;
-  return buf;
-}
-
-/* Checks an IDX header: magic (type 0x08 = u8, ndim), sizes, and that the
- * payload is exactly what the sizes say. Returns the item count or -1. */
-static int64_t idx_check(const char *path, const unsigned char *p, size_t len, int ndim, const uint32_t *dims) {
-  size_t header = 4 + 4 * (size_t)ndim;
-  if (len < header || be32(p) != (uint32_t)(0x0800 | ndim)) {
-    fprintf(stderr, "fashion_mnist: %s is not an IDX file of %d-D u8 data\n", path, ndim);
-    return -1;
-  }
-  size_t items = be32(p + 4), per = 1;
-  for (int d = 1; d < ndim; d++) {
-    if (be32(p + 4 + 4 * d) != dims[d]) {
-      fprintf(stderr, "fashion_mnist: %s: dim %d is %u, expected %u\n", path, d, be32(p + 4 + 4 * d), dims[d]);
-      return -1;
-    }
-    per *= dims[d];
-  }
-  if (len - header != items * per) {
-    fprintf(stderr, "fashion_mnist: %s: %zu data bytes, header says %zu (truncated?)\n", path, len - header,
-            items * per);
-    return -1;
-  }
-  return (int64_t)items;
-}
-
-static bool load_split(const char *dir, const char *prefix, dataset *ds) {
-  char ipath[1024], lpath[1024];
-  snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, prefix);
-  snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, prefix);
-  size_t ilen = 0, llen = 0;
-  unsigned char *img = read_gz(ipath, &ilen), *lab = img ? read_gz(lpath, &llen) : NULL;
-  int64_t ni = img && lab ? idx_check(ipath, img, ilen, 3, (uint32_t[]){0, 28, 28}) : -1;
-  int64_t nl = ni >= 0 ? idx_check(lpath, lab, llen, 1, (uint32_t[]){0}) : -1;
-  bool ok = ni >= 0 && nl >= 0;
-  if (ok && ni != nl) {
-    fprintf(stderr, "fashion_mnist: %s has %lld images but %s has %lld labels\n", ipath, (long long)ni, lpath,
-            (long long)nl);
-    ok = false;
-  }
-  if (ok) {
-    ds->n = ni;
-    ds->images = malloc(sizeof(float) * (size_t)(ni * IMG));
-    ds->labels = malloc(sizeof(int64_t) * (size_t)ni);
-    ok = ds->images && ds->labels;
-    for (int64_t i = 0; ok && i < ni * IMG; i++) ds->images[i] = img[16 + i] / 255.0f;
-    for (int64_t i = 0; ok && i < ni; i++) {
-      ds->labels[i] = lab[8 + i];
-      if (ds->labels[i] >= CLS) {
-        fprintf(stderr, "fashion_mnist: %s: label %lld of item %lld is not a class\n", lpath,
-                (long long)ds->labels[i], (long long)i);
-        ok = false;
-      }
-    }
-  }
-  free(img);
-  free(lab);
-  return ok;
-}
 
 /* ---------------------------------------------------------------- model */
 
@@ -267,40 +163,10 @@ static int64_t evaluate(const model *m, const dataset *ds) {
 
 /* ------------------------------------------------------------- training */
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static void shuffle(int64_t *perm, int64_t n, uint64_t *rng) {
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)(rng_next(rng) % (uint64_t)(i + 1)), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-}
-
-static double seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Compiles (cache misses) among the profile records. */
-static int count_compiles(void) {
-  int n = 0;
-  kiln_kernel_record r;
-  for (int i = 0; i < kiln_profile_count(); i++)
-    if (kiln_profile_get(i, &r) == KILN_OK && !r.cache_hit) n++;
-  return n;
-}
-
 /* One epoch over the shuffled training set. */
 static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *perm, uint64_t *rng,
                        float *xb, int64_t *yb, double *loss, int64_t *correct) {
-  shuffle(perm, tr->n, rng);
+  fashion_shuffle(perm, tr->n, rng);
   *loss = 0;
   *correct = 0;
   int64_t steps = 0;
@@ -323,17 +189,6 @@ static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *p
   return KILN_OK;
 }
 
-/* The last epoch's profile: the table on stdout, the trace if asked. */
-static int report_profile(const options *o) {
-  printf("\nprofile of the last epoch (training steps; evaluation not included):\n");
-  kiln_profile_print(stdout);
-  if (!o->trace) return KILN_OK;
-  int st = kiln_profile_write_trace(o->trace);
-  if (st != KILN_OK) fprintf(stderr, "fashion_mnist: %s\n", kiln_last_error());
-  else printf("trace of the last epoch: %s\n", o->trace);
-  return st;
-}
-
 static int train(const options *o, const dataset *tr, const dataset *te) {
   kiln_manual_seed(o->seed);
   uint64_t rng = o->seed;
@@ -349,28 +204,28 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
     return 1;
   }
   for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
-  double t0 = seconds();
+  double t0 = fashion_seconds();
   int64_t seen = (tr->n / o->batch) * o->batch;
   double acc = 0;
   int st = KILN_OK;
   for (int e = 1; e <= o->epochs && st == KILN_OK; e++) {
     kiln_profile_begin(); /* the table printed at the end covers the last epoch */
-    double te0 = seconds(), loss;
+    double te0 = fashion_seconds(), loss;
     int64_t correct;
     st = train_epoch(&m, tr, o, perm, &rng, xb, yb, &loss, &correct);
-    double dt = seconds() - te0;
+    double dt = fashion_seconds() - te0;
     kiln_profile_end();
     if (st != KILN_OK) break;
-    int compiles = count_compiles();
+    int compiles = fashion_count_compiles();
     acc = (double)evaluate(&m, te) / (double)te->n;
     printf("epoch %d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.0f images/s  elapsed %.1f s  "
            "(%d kernels compiled this epoch)\n",
-           e, o->epochs, loss, 100.0 * correct / (double)seen, 100.0 * acc, seen / dt, seconds() - t0, compiles);
+           e, o->epochs, loss, 100.0 * correct / (double)seen, 100.0 * acc, seen / dt, fashion_seconds() - t0, compiles);
     fflush(stdout);
   }
   if (st != KILN_OK) fprintf(stderr, "fashion_mnist: training failed: %s\n", kiln_last_error());
   else printf("final test accuracy %.2f%%\n", 100.0 * acc);
-  if (st == KILN_OK) st = report_profile(o);
+  if (st == KILN_OK) st = fashion_report_profile("fashion_mnist", o->trace);
   model_free(&m);
   free(perm), free(yb), free(xb);
   return st == KILN_OK ? 0 : 1;
@@ -407,16 +262,17 @@ static int parse(int argc, char **argv, options *o) {
 
 int main(int argc, char **argv) {
   options o = {.epochs = 5, .batch = 128, .seed = 1, .lr = 0.05, .momentum = 0.9,
-               .data_dir = "/usr/share/datasets/fashion-mnist"};
+               .data_dir = FASHION_DIR};
   int bad = parse(argc, argv, &o);
   if (bad) return bad;
   dataset tr = {0}, te = {0};
-  if (!load_split(o.data_dir, "train", &tr) || !load_split(o.data_dir, "t10k", &te)) return 1;
+  if (!fashion_load("fashion_mnist", o.data_dir, "train", &tr) || !fashion_load("fashion_mnist", o.data_dir, "t10k", &te))
+    return 1;
   printf("Fashion-MNIST: %lld training and %lld test images; MLP 784-256-10, batch %d, lr %g, momentum %g, "
          "seed %llu, %s\n",
          (long long)tr.n, (long long)te.n, o.batch, o.lr, o.momentum, (unsigned long long)o.seed,
          o.manual ? "hand-written backward" : "kiln_grad + kiln_sgd");
   int rc = train(&o, &tr, &te);
-  free(tr.images), free(tr.labels), free(te.images), free(te.labels);
+  fashion_free(&tr), fashion_free(&te);
   return rc;
 }
