@@ -180,5 +180,15 @@ bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, 
  *  tensor, contiguous [iv sizes]. */
 kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tensor *index, const graph_view *iv,
                         const char *fn);
+/** Records t = SCATTER(t read through its view, index read through iv,
+ *  src read through sv) written back into t's view by an ASSIGN: for each
+ *  element c of iv (row-major) t[c with c[dim] = index[c]] += src[c].
+ *  iv and sv have the same sizes, with t's number of dims. The index
+ *  values are NOT checked here: the caller checked them (api_index_check)
+ *  or built them in range (histc's clamped bins); the runtime checks again
+ *  before it writes. src of another dtype is converted to t's. Returns
+ *  KILN_OK or the error. */
+int api_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
+                    const graph_view *sv, const char *fn);
 
 #endif /* KILN_API_INTERNAL_H */

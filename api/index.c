@@ -146,8 +146,9 @@ KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index) {
 }
 
 /* Records t[view] = SCATTER(t, index over iv, src over sv): the index_add_
- * loop (runtime/index.c). src is converted to t's dtype first when needed. */
-static int scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
+ * loop (runtime/index.c). src is converted to t's dtype first when needed.
+ * Also the core of api/scatter.c's ops (api_internal.h). */
+int api_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,
                        const graph_view *sv, const char *fn) {
   kiln_tensor *conv = NULL;
   graph_view cv = *sv;
@@ -277,7 +278,7 @@ static int index_put(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *s
   if (!api_index_check(index, fn, d, t->view.sizes[d], false)) return api_status();
   if (!add) return copy_slices(t, d, index, src, fn);
   graph_view iv = spread_index(index, want.ndim, want.sizes, d);
-  return scatter_add(t, d, index, &iv, src, &src->view, fn);
+  return api_scatter_add(t, d, index, &iv, src, &src->view, fn);
 }
 
 KILN_API int kiln_index_copy_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src) {

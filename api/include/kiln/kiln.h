@@ -773,6 +773,64 @@ KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_ten
 /** kiln_scatter_ with every src element equal to value (converted to t's
  *  dtype). Torch: scatter_(dim, index, value). */
 KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, double value);
+/** t[index[i][j]][j] += src[i][j] for dim 0 (likewise for other dims),
+ *  for every element of index in row-major order: duplicate indices
+ *  accumulate, in that order (integers wrap, BOOL ors). index is I64
+ *  (KILN_ERR_DTYPE otherwise, as in Torch: no I32) and src has t's dtype
+ *  (KILN_ERR_DTYPE: Torch does not convert here); index, t and src have
+ *  the same number of dims (a 0-d tensor counts as 1-d of size 1), and
+ *  index.size(d) <= src.size(d) for every d and <= t.size(d) for d != dim
+ *  (KILN_ERR_SHAPE). An empty index writes nothing and skips the size
+ *  checks, as in Torch. Indices are forced and checked at the call:
+ *  negative or >= t.size(dim) is KILN_ERR_INDEX and nothing is written. t
+ *  may be any view (transposed, sliced with a step): the write goes through
+ *  it like kiln_copy_. Lazy: a scatter node reading t's current version;
+ *  gradients flow to t (unchanged) and to src (a gather of the gradient).
+ *  Torch: Tensor.scatter_add_(dim, index, src). */
+KILN_API int kiln_scatter_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+/** t[indices[0][b], ..., indices[n-1][b], ...] = values[b, ...] (or += when
+ *  accumulate) for each element b of the index tensors broadcast together
+ *  (sizes B), indexing t's first n = n_indices dims; values broadcasts to
+ *  the indexed sizes B + t.sizes[n:] and has t's dtype (KILN_ERR_DTYPE).
+ *  Indices are I64 (other integer dtypes: KILN_ERR_DTYPE); negative values
+ *  count from the end; outside [-size, size) is KILN_ERR_INDEX and nothing
+ *  is written. accumulate false: with duplicate positions the last (row-
+ *  major over B) wins, as kiln_scatter_; true: duplicates accumulate in
+ *  order (integers wrap, BOOL ors). Errors: n_indices < 1 or NULL list
+ *  (KILN_ERR_ARG), more indices than t has dims or sizes that do not
+ *  broadcast (KILN_ERR_SHAPE). The indices are forced; t and values stay
+ *  lazy (accumulate: a scatter node; otherwise one fused where). t's view
+ *  is written through like kiln_copy_ (a t whose first n dims cannot be
+ *  merged into one is written through a lazy copy and copied back).
+ *  Differences from Torch: BOOL/U8 mask indices are not supported
+ *  (KILN_ERR_UNSUPPORTED; pass the columns of kiln_nonzero(mask)); an
+ *  expanded t is KILN_ERR_ARG (Torch 1.13 only warns).
+ *  Torch: Tensor.index_put_(indices, values, accumulate). */
+KILN_API int kiln_index_put_(kiln_tensor *t, int n_indices, kiln_tensor *const *indices, kiln_tensor *values,
+                             bool accumulate);
+/** Counts of each value of t: t is a 1-D integer tensor (U8, I8, I16,
+ *  I32, I64; else KILN_ERR_DTYPE; not 1-D: KILN_ERR_SHAPE) of non-negative
+ *  values (a negative one: KILN_ERR_ARG); the result [max(max(t) + 1,
+ *  minlength)] has out[v] = number of elements equal to v, I64, or with
+ *  weights (1-D, t's length, any dtype) the sum of their weights: F32 for
+ *  F32 weights, else F64 (as Torch 1.13). An empty t gives I64 zeros
+ *  [minlength], weights or not (as Torch). minlength < 0 is KILN_ERR_ARG.
+ *  Forces t (the size depends on its values); the counts are a lazy
+ *  scatter node. New reference. Torch: torch.bincount(t, weights,
+ *  minlength). */
+KILN_API kiln_tensor *kiln_bincount(kiln_tensor *t, kiln_tensor *weights, int64_t minlength);
+/** Histogram of t's elements (any sizes, read row-major) in `bins` equal
+ *  bins over [min, max]: result [bins] of t's dtype. Float dtypes only
+ *  (KILN_ERR_DTYPE; Torch 1.13 on the CPU also rejects F16, which Kiln
+ *  accepts). When min == max, t's min and max are used (this forces t);
+ *  if they are equal too, [min - 1, max + 1]. The range must be finite and
+ *  min < max, bins > 0 (KILN_ERR_ARG). The bin of x is
+ *  trunc((x - min) * bins / (max - min)) computed in t's dtype, as Torch's
+ *  CPU kernel does; x == max counts in the last bin; elements outside
+ *  [min, max] and NaN are not counted. Otherwise lazy: the bins are
+ *  computed elementwise and accumulated by a scatter node, one graph.
+ *  New reference. Torch: torch.histc(t, bins, min, max). */
+KILN_API kiln_tensor *kiln_histc(kiln_tensor *t, int64_t bins, double min, double max);
 /** The elements of t where mask is nonzero, in row-major order, as a 1-D
  *  tensor [k] of t's dtype. mask is BOOL or U8 (else KILN_ERR_DTYPE); t
  *  and mask broadcast together as in PyTorch, or (Torch7) have different
