@@ -20,7 +20,10 @@
  * histc's bin of x is computed elementwise, in t's dtype as Torch's CPU
  * kernel (aten/src/ATen/native/cpu/HistogramKernel.cpp, linear
  * interpolation): pos = (x - lo) * bins / (hi - lo), truncated, x == hi in
- * the last bin, x outside [lo, hi] (and NaN) not counted. The bins are in
+ * the last bin, x outside [lo, hi] not counted, NaN counted in bin 0 (what
+ * Torch 1.13's CPU kernel does: its range test lets NaN through and its
+ * bin for NaN comes out 0; checked in tests/python/test_scatter_torch.py).
+ * The bins are in
  * range by construction (clamped), so the histogram is one lazy graph: no
  * index is forced (the runtime still checks them before writing).
  */
@@ -395,10 +398,12 @@ KILN_API kiln_tensor *kiln_histc(kiln_tensor *t, int64_t bins, double min, doubl
     double lo_d = round_to(dt, lo), hi_d = round_to(dt, hi), width = round_to(dt, hi_d - lo_d);
     kiln_tensor *x = kiln_reshape(t, 1, &all);
     kiln_tensor *ge = x ? kiln_ge_scalar(x, lo_d) : NULL, *le = x ? kiln_le_scalar(x, hi_d) : NULL;
-    kiln_tensor *in = ge && le ? kiln_logical_and(ge, le) : NULL; /* false for NaN */
+    kiln_tensor *inside = ge && le ? kiln_logical_and(ge, le) : NULL; /* false for NaN */
+    kiln_tensor *nan = x ? kiln_ne(x, x) : NULL;
+    kiln_tensor *in = inside && nan ? kiln_logical_or(inside, nan) : NULL; /* Torch 1.13 counts NaN */
     kiln_tensor *d0 = x ? kiln_sub_scalar(x, lo_d) : NULL, *d1 = d0 ? kiln_mul_scalar(d0, (double)bins) : NULL;
     kiln_tensor *pos = d1 ? kiln_div_scalar(d1, width) : NULL;
-    kiln_tensor *num = pos ? kiln_eq(pos, pos) : NULL; /* NaN when hi - lo overflows: bin 0 */
+    kiln_tensor *num = pos ? kiln_eq(pos, pos) : NULL; /* NaN x (or hi - lo overflowing): bin 0 */
     kiln_tensor *keep = in && num ? kiln_logical_and(in, num) : NULL;
     kiln_tensor *zero = kiln_scalar(dt, 0);
     kiln_tensor *p0 = keep && zero ? kiln_where(keep, pos, zero) : NULL;
@@ -407,7 +412,7 @@ KILN_API kiln_tensor *kiln_histc(kiln_tensor *t, int64_t bins, double min, doubl
     kiln_tensor *idx = pi ? kiln_clamp(pi, 0, (double)(bins - 1)) : NULL; /* x == hi: last bin */
     kiln_tensor *w = in ? kiln_to_dtype(in, dt) : NULL;
     ok = idx && w && api_scatter_add(out, 0, idx, &idx->view, w, &w->view, fn) == KILN_OK;
-    kiln_release(x), kiln_release(ge), kiln_release(le), kiln_release(in), kiln_release(d0), kiln_release(d1);
+    kiln_release(x), kiln_release(ge), kiln_release(le), kiln_release(inside), kiln_release(nan), kiln_release(in), kiln_release(d0), kiln_release(d1);
     kiln_release(pos), kiln_release(num), kiln_release(keep), kiln_release(zero), kiln_release(p0);
     kiln_release(p1), kiln_release(pi), kiln_release(idx), kiln_release(w);
   }

@@ -827,7 +827,9 @@ KILN_API kiln_tensor *kiln_bincount(kiln_tensor *t, kiln_tensor *weights, int64_
  *  min < max, bins > 0 (KILN_ERR_ARG). The bin of x is
  *  trunc((x - min) * bins / (max - min)) computed in t's dtype, as Torch's
  *  CPU kernel does; x == max counts in the last bin; elements outside
- *  [min, max] and NaN are not counted. Otherwise lazy: the bins are
+ *  [min, max] are not counted; NaN elements count in bin 0, as in Torch
+ *  1.13 (and, with min == max, make the data range NaN: KILN_ERR_ARG).
+ *  Otherwise lazy: the bins are
  *  computed elementwise and accumulated by a scatter node, one graph.
  *  New reference. Torch: torch.histc(t, bins, min, max). */
 KILN_API kiln_tensor *kiln_histc(kiln_tensor *t, int64_t bins, double min, double max);
