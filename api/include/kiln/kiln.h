@@ -727,12 +727,13 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_
 
 /* ------------------------------------------------------------- indexing
  * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
- * KILN_ERR_DTYPE). The index tensor is forced when the op is called and
+ * KILN_ERR_DTYPE; kiln_scatter_add_ and kiln_index_put_: I64 only, as
+ * Torch). The index tensor is forced when the op is called and
  * every value is checked: an index outside [0, size) gives KILN_ERR_INDEX
  * with a message such as "kiln_gather: index 7 is out of range for dim 1 of
  * size 5", nothing is recorded and the target is unchanged. Negative
- * indices follow PyTorch per op: kiln_index_fill_ wraps them (-1 is the
- * last), every other op rejects them. The values of t and src stay lazy.
+ * indices follow PyTorch per op: kiln_index_fill_ and kiln_index_put_
+ * wrap them (-1 is the last), every other op rejects them. The values of t and src stay lazy.
  * In-place ops (ending in `_`) write through t's view like kiln_copy_:
  * every tensor over t's storage sees the write, ops recorded earlier do
  * not; a t whose view repeats a storage element (a dim of size > 1 with
@@ -740,7 +741,9 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_
  * tensor return a new reference (contiguous) or NULL. A NULL argument gives
  * KILN_ERR_ARG (or keeps the first error); a bad dim KILN_ERR_ARG; sizes
  * that do not fit KILN_ERR_SHAPE. A 0-d t has no dim to index
- * (KILN_ERR_SHAPE). src of another dtype is converted to t's dtype. */
+ * (KILN_ERR_SHAPE), except for kiln_scatter_add_ (Torch's rule). src of
+ * another dtype is converted to t's dtype, except by kiln_scatter_add_
+ * and kiln_index_put_ (KILN_ERR_DTYPE, as in Torch). */
 
 /** t [..., s_dim, ...] and a 1-D index [n] -> [..., n, ...]: result slice i
  *  along dim is t's slice index[i]; t's dtype. Torch: index_select
