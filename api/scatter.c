@@ -11,7 +11,8 @@
  *
  * What each forces, as Torch's checks do before any write:
  *   scatter_add_  the index (every value checked against the dim's size);
- *   index_put_    the index tensors (negative values wrap; the linear
+ *   index_put_    the index tensors and masks (a mask stands for the
+ *                 columns of its nonzero(); negative values wrap; the linear
  *                 position of each indexed slice is computed on the host);
  *   bincount      t (the result's size is max(t) + 1);
  *   histc         nothing, unless min == max (then t's min and max).
@@ -233,38 +234,24 @@ static int put_rows(kiln_tensor *t, int n, const int64_t *lin, int64_t nb, kiln_
   return st;
 }
 
-KILN_API int kiln_index_put_(kiln_tensor *t, int n_indices, kiln_tensor *const *indices, kiln_tensor *values,
-                             bool accumulate) {
-  const char *fn = "kiln_index_put_";
-  if (!api_check(t, fn, "t") || !api_check(values, fn, "values")) return api_status();
-  int st = api_check_list(indices, n_indices, "tensor", fn);
-  if (st != KILN_OK) return st;
-  if (n_indices == 0) return api_error(KILN_ERR_ARG, fn, "needs at least one index tensor (n_indices = 0)");
-  for (int j = 0; j < n_indices; j++) {
-    if (!api_check(indices[j], fn, "indices[j]")) return api_status();
-    kiln_dtype d = indices[j]->storage->dtype;
-    if (d == KILN_BOOL || d == KILN_U8)
-      return api_error(KILN_ERR_UNSUPPORTED, fn,
-                       "indices[%d] is a %s mask; masks are not supported (pass the columns of kiln_nonzero(mask))",
-                       j, graph_dtypes[d].name);
-    if (d != KILN_I64)
-      return api_error(KILN_ERR_DTYPE, fn, "indices[%d] dtype %s is not i64", j, graph_dtypes[d].name);
-  }
-  if (n_indices > t->view.ndim)
-    return api_error(KILN_ERR_SHAPE, fn, "too many indices (%d) for a %d-d tensor", n_indices, t->view.ndim);
+/* index_put_ once the indices are I64 tensors ix [n]. */
+static int index_put_long(kiln_tensor *t, int n, kiln_tensor *const *ix, kiln_tensor *values, bool accumulate,
+                          const char *fn) {
+  if (n > t->view.ndim)
+    return api_error(KILN_ERR_SHAPE, fn, "too many indices (%d) for a %d-d tensor", n, t->view.ndim);
   if (values->storage->dtype != t->storage->dtype)
     return api_error(KILN_ERR_DTYPE, fn, "values dtype %s differs from t dtype %s",
                      graph_dtypes[values->storage->dtype].name, graph_dtypes[t->storage->dtype].name);
   if (!api_check_writable(t, fn)) return KILN_ERR_ARG;
   int bnd;
   int64_t bsizes[KILN_MAX_DIMS], rs[KILN_MAX_DIMS], nb = 1;
-  if (!broadcast_indices(n_indices, indices, &bnd, bsizes, fn)) return api_status();
-  int r = t->view.ndim - n_indices;
+  if (!broadcast_indices(n, ix, &bnd, bsizes, fn)) return api_status();
+  int r = t->view.ndim - n;
   if (bnd + r > KILN_MAX_DIMS)
     return api_error(KILN_ERR_SHAPE, fn, "the indexed result would have %d dims (more than %d)", bnd + r,
                      KILN_MAX_DIMS);
   for (int k = 0; k < bnd; k++) nb *= rs[k] = bsizes[k];
-  for (int k = 0; k < r; k++) rs[bnd + k] = t->view.sizes[n_indices + k];
+  for (int k = 0; k < r; k++) rs[bnd + k] = t->view.sizes[n + k];
   graph_view vv;
   if (!graph_view_broadcast(&values->view, bnd + r, rs, &vv)) {
     char a[256], b[256];
@@ -272,11 +259,79 @@ KILN_API int kiln_index_put_(kiln_tensor *t, int n_indices, kiln_tensor *const *
                      api_fmt_sizes(a, sizeof a, values->view.ndim, values->view.sizes),
                      api_fmt_sizes(b, sizeof b, bnd + r, rs));
   }
-  int64_t *lin = linear_positions(t, n_indices, indices, bnd, bsizes, nb, fn);
+  int64_t *lin = linear_positions(t, n, ix, bnd, bsizes, nb, fn);
   if (!lin) return api_status();
-  st = nb == 0 || graph_view_numel(&t->view) == 0 ? KILN_OK
-                                                  : put_rows(t, n_indices, lin, nb, values, &vv, accumulate, fn);
+  int st = nb == 0 || graph_view_numel(&t->view) == 0 ? KILN_OK
+                                                      : put_rows(t, n, lin, nb, values, &vv, accumulate, fn);
   free(lin);
+  return st;
+}
+
+/* The index list with each BOOL/U8 mask (k dims, which must equal the
+ * sizes of the k dims of t it indexes) replaced by the k columns of its
+ * nonzero() — Torch's rule. Forces the masks. *out [*n_out] holds new
+ * references (the caller releases them); false with the error set. */
+static bool expand_masks(kiln_tensor *t, int n, kiln_tensor *const *ix, kiln_tensor **out, int *n_out,
+                         const char *fn) {
+  int m = 0, pos = 0, j;
+  for (j = 0; j < n; j++) {
+    kiln_tensor *x = ix[j];
+    kiln_dtype d = x->storage->dtype;
+    if (d != KILN_BOOL && d != KILN_U8) {
+      if (d != KILN_I64) {
+        api_error(KILN_ERR_DTYPE, fn, "indices[%d] dtype %s is not i64, bool or u8", j, graph_dtypes[d].name);
+        break;
+      }
+      if (m == KILN_MAX_DIMS) {
+        api_error(KILN_ERR_SHAPE, fn, "too many indices for a %d-d tensor", t->view.ndim);
+        break;
+      }
+      out[m++] = kiln_retain(x), pos++;
+      continue;
+    }
+    int k = x->view.ndim;
+    if (k == 0) {
+      api_error(KILN_ERR_UNSUPPORTED, fn, "indices[%d] is a 0-d mask", j);
+      break;
+    }
+    bool fits = pos + k <= t->view.ndim && m + k <= KILN_MAX_DIMS;
+    for (int q = 0; fits && q < k; q++) fits = x->view.sizes[q] == t->view.sizes[pos + q];
+    if (!fits) {
+      char a[256], b[256];
+      api_error(KILN_ERR_SHAPE, fn, "mask indices[%d] sizes %s do not match t sizes %s from dim %d", j,
+                api_fmt_sizes(a, sizeof a, k, x->view.sizes), api_fmt_sizes(b, sizeof b, t->view.ndim, t->view.sizes),
+                pos);
+      break;
+    }
+    api_untracked_begin();
+    kiln_tensor *nz = kiln_nonzero(x); /* [count, k] */
+    bool made = nz != NULL;
+    for (int q = 0; nz && q < k; q++) made = (out[m++] = kiln_select(nz, 1, q)) != NULL && made;
+    kiln_release(nz);
+    api_untracked_end();
+    if (!made) break;
+    pos += k;
+  }
+  *n_out = m;
+  return j == n;
+}
+
+KILN_API int kiln_index_put_(kiln_tensor *t, int n_indices, kiln_tensor *const *indices, kiln_tensor *values,
+                             bool accumulate) {
+  const char *fn = "kiln_index_put_";
+  if (!api_check(t, fn, "t") || !api_check(values, fn, "values")) return api_status();
+  int st = api_check_list(indices, n_indices, "tensor", fn);
+  if (st != KILN_OK) return st;
+  if (n_indices == 0) return api_error(KILN_ERR_ARG, fn, "needs at least one index tensor (n_indices = 0)");
+  if (n_indices > KILN_MAX_DIMS)
+    return api_error(KILN_ERR_SHAPE, fn, "too many indices (%d) for a %d-d tensor", n_indices, t->view.ndim);
+  for (int j = 0; j < n_indices; j++)
+    if (!api_check(indices[j], fn, "indices[j]")) return api_status();
+  kiln_tensor *ix[KILN_MAX_DIMS] = {0};
+  int n = 0;
+  bool ok = expand_masks(t, n_indices, indices, ix, &n, fn);
+  st = ok ? index_put_long(t, n, ix, values, accumulate, fn) : api_status();
+  for (int q = 0; q < n; q++) kiln_release(ix[q]);
   return st;
 }
 

@@ -2,8 +2,8 @@
  * test_scatter_ops.c — the accumulating scatters of api/scatter.c on known
  * values: scatter_add_ (duplicates, dims, index smaller than src, 0-d,
  * transposed and stepped targets, integer/BOOL/F16 dtypes), index_put_
- * (accumulate or last write, negative and broadcast indices, broadcast
- * values, non-contiguous targets), bincount (minlength, weights and their
+ * (accumulate or last write, negative and broadcast indices, BOOL/U8
+ * masks, broadcast values, non-contiguous targets), bincount (minlength, weights and their
  * result dtypes, empty input) and histc (the data range when min == max,
  * NaN (bin 0, as Torch 1.13) and out-of-range values, x == max, F64/BF16, laziness); the error
  * paths with the target unchanged; and gradients through scatter_add_ and
@@ -195,6 +195,17 @@ static void index_put_values(void **state) {
   assert_int_equal(kiln_index_put_(bo, 1, i1, kiln_from_data(KILN_BOOL, 1, (int64_t[]){3}, (uint8_t[]){1, 0, 0}), true),
                    KILN_OK);
   expect_values_tol(bo, (double[]){1, 0, 0}, 3, 0);
+  /* BOOL and U8 masks: the columns of their nonzero(), mixed with I64 */
+  kiln_tensor *mk = kiln_zeros(KILN_F32, 2, (int64_t[]){2, 3});
+  kiln_tensor *m2[1] = {kiln_from_data(KILN_BOOL, 2, (int64_t[]){2, 3}, (uint8_t[]){1, 0, 1, 0, 0, 1})};
+  assert_int_equal(kiln_index_put_(mk, 1, m2, floats(3, (float[]){1, 2, 3}), true), KILN_OK);
+  expect_values_tol(mk, (double[]){1, 0, 2, 0, 0, 3}, 6, 0);
+  kiln_tensor *mix[2] = {longs(2, (int64_t[]){1, 1}), kiln_from_data(KILN_U8, 1, (int64_t[]){3}, (uint8_t[]){0, 2, 1})};
+  assert_int_equal(kiln_index_put_(mk, 2, mix, floats(2, (float[]){10, 20}), true), KILN_OK);
+  expect_values_tol(mk, (double[]){1, 0, 2, 0, 10, 23}, 6, 0);
+  kiln_tensor *none[1] = {kiln_zeros(KILN_BOOL, 1, (int64_t[]){2})};
+  assert_int_equal(kiln_index_put_(mk, 1, none, floats(3, (float[]){7, 7, 7}), false), KILN_OK);
+  expect_values_tol(mk, (double[]){1, 0, 2, 0, 10, 23}, 6, 0);
   /* an empty index list element count writes nothing */
   kiln_tensor *e = kiln_ones(KILN_F32, 1, (int64_t[]){2});
   kiln_tensor *ie[1] = {kiln_empty(KILN_I64, 1, (int64_t[]){0})};
@@ -248,9 +259,12 @@ static void index_put_errors(void **state) {
   kiln_tensor *i32[1] = {kiln_to_dtype(ok[0], KILN_I32)};
   assert_int_equal(kiln_index_put_(t, 1, i32, v, false), KILN_ERR_DTYPE);
   expect_error(KILN_ERR_DTYPE, "indices[0] dtype i32 is not i64", NULL);
-  kiln_tensor *mask[1] = {kiln_from_data(KILN_BOOL, 1, (int64_t[]){2}, (uint8_t[]){1, 0})};
-  assert_int_equal(kiln_index_put_(t, 1, mask, v, false), KILN_ERR_UNSUPPORTED);
-  expect_error(KILN_ERR_UNSUPPORTED, "mask", NULL);
+  kiln_tensor *mask[1] = {kiln_from_data(KILN_BOOL, 1, (int64_t[]){3}, (uint8_t[]){1, 0, 1})};
+  assert_int_equal(kiln_index_put_(t, 1, mask, v, false), KILN_ERR_SHAPE);
+  expect_error(KILN_ERR_SHAPE, "mask indices[0] sizes [3] do not match t sizes [2, 3] from dim 0", NULL);
+  kiln_tensor *m0[1] = {kiln_from_data(KILN_BOOL, 0, NULL, (uint8_t[]){1})};
+  assert_int_equal(kiln_index_put_(t, 1, m0, v, false), KILN_ERR_UNSUPPORTED);
+  expect_error(KILN_ERR_UNSUPPORTED, "indices[0] is a 0-d mask", NULL);
   kiln_tensor *three[3] = {ok[0], ok[0], ok[0]};
   assert_int_equal(kiln_index_put_(t, 3, three, v, false), KILN_ERR_SHAPE);
   expect_error(KILN_ERR_SHAPE, "too many indices (3) for a 2-d tensor", NULL);

@@ -1,5 +1,6 @@
 """The accumulating scatters against PyTorch 1.13: kiln_scatter_add_,
-kiln_index_put_ (accumulate or not), kiln_bincount and kiln_histc on
+kiln_index_put_ (accumulate or not, I64 indices and BOOL/U8 masks),
+kiln_bincount and kiln_histc on
 seeded random inputs — every dtype Torch accepts for each, targets read
 through transposed and stepped views, duplicate indices — and the errors
 Torch raises (with the target left unchanged). Float sums with duplicates
@@ -268,6 +269,53 @@ def test_index_put_random():
         dups[accumulate] += index_put_case(rng_case, d, shape, n_idx,
                                            accumulate, layout, negative)
     assert dups[True] >= 1 and dups[False] >= 1
+
+
+def test_index_put_masks():
+    """BOOL and U8 masks (alone, or after an I64 index), accumulate or not,
+    through transposed and stepped targets."""
+    import warnings
+    rng = np.random.default_rng(5)
+    selected = 0
+    for n in range(cases(40)):
+        d = [K.F32, K.I32, K.BF16, K.F64][n % 4]
+        shape = [int(s) for s in rng.integers(1, 5, size=rng.integers(2, 4))]
+        lead = n % 3 == 2  # an I64 index before the mask
+        k_dims = int(rng.integers(1, len(shape) - lead + 1))
+        mdt = [np.bool_, np.uint8][n % 2]
+        pos = 1 if lead else 0
+        mask = rng.random(shape[pos:pos + k_dims]) < 0.5
+        if n == 0:
+            mask[...] = True
+        count = int(mask.sum())
+        selected += count
+        idx = [np.array(int(rng.integers(0, shape[0])))] if lead else []
+        accumulate = bool(n % 2)
+        vshape = [count] + shape[pos + k_dims:]
+        v = values(rng, d, vshape)
+        k, t, _, _ = target(rng, d, shape, LAYOUTS[n % 3])
+        kis = [K.from_numpy(np.asarray(i, np.int64)) for i in idx] + \
+            [K.from_numpy(mask.astype(mdt))]
+        tis = tuple(torch.from_numpy(np.asarray(i, np.int64)) for i in idx) + \
+            (torch.from_numpy(mask.astype(mdt)),)
+        K.index_put_(k, len(kis), kis, K.from_numpy(v, d), accumulate)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # U8 masks are deprecated
+            t.index_put_(tis, to_torch(v, d), accumulate=accumulate)
+        O.assert_same(k.to_numpy(), from_torch(t, d), d,
+                      rtol=2 * EPS.get(d, 0),
+                      what=f"mask {mask.shape} in {shape}, lead {lead}")
+    assert selected > 0
+    # a mask whose sizes are not t's
+    x = np.zeros((2, 3), np.float32)
+    e = raises_both(
+        lambda: K.index_put_(K.from_numpy(x), 1,
+                             [K.from_numpy(np.array([True, False, True]))],
+                             K.from_numpy(np.float32(1)), False),
+        lambda: torch.from_numpy(x).index_put_(
+            (torch.tensor([True, False, True]),), torch.tensor(1.0)))
+    assert e.status == K.ERR_SHAPE
+    K.clear_error()
 
 
 def test_index_put_errors():

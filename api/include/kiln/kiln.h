@@ -795,19 +795,21 @@ KILN_API int kiln_scatter_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln
  *  accumulate) for each element b of the index tensors broadcast together
  *  (sizes B), indexing t's first n = n_indices dims; values broadcasts to
  *  the indexed sizes B + t.sizes[n:] and has t's dtype (KILN_ERR_DTYPE).
- *  Indices are I64 (other integer dtypes: KILN_ERR_DTYPE); negative values
+ *  Indices are I64 (other integer dtypes: KILN_ERR_DTYPE), or BOOL/U8
+ *  masks as in Torch: a k-d mask stands for the k index tensors of its
+ *  nonzero() and must have the sizes of the k dims of t it indexes
+ *  (KILN_ERR_SHAPE; a 0-d mask is KILN_ERR_UNSUPPORTED); negative values
  *  count from the end; outside [-size, size) is KILN_ERR_INDEX and nothing
  *  is written. accumulate false: with duplicate positions the last (row-
  *  major over B) wins, as kiln_scatter_; true: duplicates accumulate in
  *  order (integers wrap, BOOL ors). Errors: n_indices < 1 or NULL list
  *  (KILN_ERR_ARG), more indices than t has dims or sizes that do not
- *  broadcast (KILN_ERR_SHAPE). The indices are forced; t and values stay
+ *  broadcast (KILN_ERR_SHAPE). The indices (and masks) are forced; t and values stay
  *  lazy (accumulate: a scatter node; otherwise one fused where). t's view
  *  is written through like kiln_copy_ (a t whose first n dims cannot be
  *  merged into one is written through a lazy copy and copied back).
- *  Differences from Torch: BOOL/U8 mask indices are not supported
- *  (KILN_ERR_UNSUPPORTED; pass the columns of kiln_nonzero(mask)); an
- *  expanded t is KILN_ERR_ARG (Torch 1.13 only warns).
+ *  Differences from Torch: an expanded t is KILN_ERR_ARG (Torch 1.13
+ *  only warns); a 0-d mask is not supported.
  *  Torch: Tensor.index_put_(indices, values, accumulate). */
 KILN_API int kiln_index_put_(kiln_tensor *t, int n_indices, kiln_tensor *const *indices, kiln_tensor *values,
                              bool accumulate);
