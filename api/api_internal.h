@@ -197,8 +197,10 @@ kiln_tensor *api_scatter_sum(kiln_dtype dtype, int ndim, const int64_t *sizes, i
  *  scatter-add kernel. New tracked tensor or NULL. */
 kiln_tensor *api_view_add(kiln_dtype dtype, int64_t numel, const graph_view *v, kiln_tensor *c, const char *fn);
 /** t[c with c[dim] = index[c]] += src[c] for every c of iv's sizes (index
- *  read through iv, src through sv: both views of those sizes; values
- *  already checked), duplicates accumulating: SCATTER partial sums added
+ *  read through iv, src through sv: both views of those sizes, with t's
+ *  number of dims). The index values are NOT checked here: the caller
+ *  checked them (api_index_check) or built them in range (histc's clamped
+ *  bins); the kernel clamps them all the same. Duplicates accumulate: SCATTER partial sums added
  *  to t's current contents and written back through t's view (index.c).
  *  Returns KILN_OK or the error. */
 int api_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, const graph_view *iv, kiln_tensor *src,

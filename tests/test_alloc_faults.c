@@ -281,6 +281,38 @@ done:
   kiln_scope_end();
 }
 
+/* The accumulating scatters (api/scatter.c): scatter_add_ and index_put_
+ * (accumulate, and last write through a transposed target, which goes
+ * through a copy written back), bincount with weights, histc. */
+static void prog_scatter(run_state *rs) {
+  const char *P = "scatter";
+  double base[6] = {0, 1, 2, 3, 4, 5}, cnt[4] = {0, 2.5, 0, 4}, hist[3] = {2, 0, 1};
+  kiln_scope_begin();
+  kiln_tensor *bt = NULL, *ct = NULL, *ht = NULL, *i2, *two[2], *w;
+  TRY(rs, bt = kiln_reshape(kiln_arange(KILN_F32, 0, 6, 1), 2, V(2, 3))); /* [[0,1,2],[3,4,5]] */
+  TRY(rs, i2 = kiln_from_data(KILN_I64, 2, V(1, 3), (int64_t[]){1, 0, 1}));
+  TRY_OK(rs, kiln_scatter_add_(bt, 0, i2, kiln_ones(KILN_F32, 2, V(1, 3))));
+  base[3] += 1, base[1] += 1, base[5] += 1;
+  TRY(rs, two[0] = kiln_from_data(KILN_I64, 1, V(2), (int64_t[]){-1, 0}));
+  TRY(rs, two[1] = kiln_from_data(KILN_I64, 1, V(2), (int64_t[]){2, 2}));
+  TRY_OK(rs, kiln_index_put_(bt, 2, two, kiln_full(KILN_F32, 1, V(2), 10), true));
+  base[5] += 10, base[2] += 10;
+  TRY(rs, two[0] = kiln_from_data(KILN_I64, 1, V(2), (int64_t[]){2, 2}));
+  TRY(rs, two[1] = kiln_from_data(KILN_I64, 1, V(2), (int64_t[]){1, 0}));
+  TRY_OK(rs, kiln_index_put_(kiln_t(bt), 2, two, kiln_from_data(KILN_F32, 1, V(2), (float[]){-7, -8}), false));
+  base[5] = -7, base[2] = -8; /* t(bt)[2][1] = bt[1][2], t(bt)[2][0] = bt[0][2] */
+  TRY(rs, w = kiln_from_data(KILN_F32, 1, V(3), (float[]){1.5f, 1, 4}));
+  TRY(rs, ct = kiln_bincount(kiln_from_data(KILN_I64, 1, V(3), (int64_t[]){1, 1, 3}), w, 0));
+  TRY(rs, ht = kiln_histc(kiln_from_data(KILN_F32, 1, V(3), (float[]){1, 2, 5}), 3, 0, 0));
+  TRY_OK(rs, kiln_realize(ht));
+done:
+  settle(rs, P);
+  check_values(P, "base", bt, base, 6, 0);
+  check_values(P, "bincount", ct, cnt, 4, 0);
+  check_values(P, "histc", ht, hist, 3, 0);
+  kiln_scope_end();
+}
+
 static char tmp_dir[64];
 
 static const char *tmp_path(const char *name) {
@@ -502,7 +534,7 @@ static void walk(const program *p, int threads, bool cold) {
 static const program programs[] = {
     {"views", prog_views}, {"matmul", prog_matmul}, {"index", prog_index},
     {"io", prog_io},       {"profile", prog_profile}, {"grad", prog_grad},
-    {"callbacks", prog_callbacks}, {"sort", prog_sort},
+    {"callbacks", prog_callbacks}, {"sort", prog_sort}, {"scatter", prog_scatter},
 };
 
 static void walk_views(void **state) { walk(&programs[0], 1, true); }
@@ -513,6 +545,7 @@ static void walk_profile(void **state) { walk(&programs[4], 1, true); }
 static void walk_grad(void **state) { walk(&programs[5], 1, true); }
 static void walk_callbacks(void **state) { walk(&programs[6], 1, true); }
 static void walk_sort(void **state) { walk(&programs[7], 1, true); }
+static void walk_scatter(void **state) { walk(&programs[8], 1, true); }
 /* Two threads: a new schedule's kernels compile in parallel (realize.c's
  * prefetch), whose failures fall back to compiling on the forcing thread. */
 static void walk_views_threads(void **state) { walk(&programs[0], 2, true); }
@@ -574,8 +607,8 @@ int main(void) {
       cmocka_unit_test(scope_that_cannot_open_is_merged),
       cmocka_unit_test(walk_views),   cmocka_unit_test(walk_matmul),  cmocka_unit_test(walk_index),
       cmocka_unit_test(walk_io),      cmocka_unit_test(walk_profile), cmocka_unit_test(walk_grad),
-      cmocka_unit_test(walk_callbacks), cmocka_unit_test(walk_sort), cmocka_unit_test(walk_views_threads),
-      cmocka_unit_test(walk_warm),
+      cmocka_unit_test(walk_callbacks), cmocka_unit_test(walk_sort), cmocka_unit_test(walk_scatter),
+      cmocka_unit_test(walk_views_threads), cmocka_unit_test(walk_warm),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -101,7 +101,7 @@ def f32_to_bf16_bits(x):
 #   d double    b bool       n size_t   z const char*   m malloc'ed char*
 #   p void*/FILE*/function pointer/other out-pointers   L int64_t*   I int*
 #   A kiln_tensor**   Z const char *const* (array of strings)   v void
-# tests/python/test_binding.py checks this table against kiln.h.
+# tests/python/test_api.py checks this table against kiln.h.
 SIGNATURES = {
     "retain": ("T", "T"),
     "release": ("v", "T"),
@@ -307,6 +307,8 @@ SIGNATURES = {
     "softmax": ("T", "Ti"),
     "log_softmax": ("T", "Ti"),
     "layer_norm": ("T", "TiTTd"),
+    "conv": ("T", "TTTiLLLl"),
+    "conv_transpose": ("T", "TTTiLLLlL"),
     "realize": ("i", "T"),
     "realize_many": ("i", "Ai"),
     "read": ("i", "Tpn"),
@@ -343,6 +345,10 @@ SIGNATURES = {
     "gather": ("T", "TiT"),
     "scatter_": ("i", "TiTT"),
     "scatter_value_": ("i", "TiTd"),
+    "scatter_add_": ("i", "TiTT"),
+    "index_put_": ("i", "TiATb"),
+    "bincount": ("T", "TTl"),
+    "histc": ("T", "Tldd"),
     "masked_select": ("T", "TT"),
     "masked_copy_": ("i", "TTT"),
     "masked_fill_": ("i", "TTd"),

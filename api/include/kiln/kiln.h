@@ -840,12 +840,13 @@ KILN_API int kiln_unique(kiln_tensor *t, bool sorted, bool return_inverse, bool 
 
 /* ------------------------------------------------------------- indexing
  * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
- * KILN_ERR_DTYPE). The index tensor is forced when the op is called and
+ * KILN_ERR_DTYPE; kiln_scatter_add_ and kiln_index_put_: I64 only, as
+ * Torch). The index tensor is forced when the op is called and
  * every value is checked: an index outside [0, size) gives KILN_ERR_INDEX
  * with a message such as "kiln_gather: index 7 is out of range for dim 1 of
  * size 5", nothing is recorded and the target is unchanged. Negative
- * indices follow PyTorch per op: kiln_index_fill_ wraps them (-1 is the
- * last), every other op rejects them. The values of t and src stay lazy.
+ * indices follow PyTorch per op: kiln_index_fill_ and kiln_index_put_
+ * wrap them (-1 is the last), every other op rejects them. The values of t and src stay lazy.
  * In-place ops (ending in `_`) write through t's view like kiln_copy_:
  * every tensor over t's storage sees the write, ops recorded earlier do
  * not; a t whose view repeats a storage element (a dim of size > 1 with
@@ -853,7 +854,9 @@ KILN_API int kiln_unique(kiln_tensor *t, bool sorted, bool return_inverse, bool 
  * tensor return a new reference (contiguous) or NULL. A NULL argument gives
  * KILN_ERR_ARG (or keeps the first error); a bad dim KILN_ERR_ARG; sizes
  * that do not fit KILN_ERR_SHAPE. A 0-d t has no dim to index
- * (KILN_ERR_SHAPE). src of another dtype is converted to t's dtype. */
+ * (KILN_ERR_SHAPE), except for kiln_scatter_add_ (Torch's rule). src of
+ * another dtype is converted to t's dtype, except by kiln_scatter_add_
+ * and kiln_index_put_ (KILN_ERR_DTYPE, as in Torch). */
 
 /** t [..., s_dim, ...] and a 1-D index [n] -> [..., n, ...]: result slice i
  *  along dim is t's slice index[i]; t's dtype. Torch: index_select
@@ -886,6 +889,68 @@ KILN_API int kiln_scatter_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_ten
 /** kiln_scatter_ with every src element equal to value (converted to t's
  *  dtype). Torch: scatter_(dim, index, value). */
 KILN_API int kiln_scatter_value_(kiln_tensor *t, int dim, kiln_tensor *index, double value);
+/** t[index[i][j]][j] += src[i][j] for dim 0 (likewise for other dims),
+ *  for every element of index in row-major order: duplicate indices
+ *  accumulate, in that order (integers wrap, BOOL ors). index is I64
+ *  (KILN_ERR_DTYPE otherwise, as in Torch: no I32) and src has t's dtype
+ *  (KILN_ERR_DTYPE: Torch does not convert here); index, t and src have
+ *  the same number of dims (a 0-d tensor counts as 1-d of size 1), and
+ *  index.size(d) <= src.size(d) for every d and <= t.size(d) for d != dim
+ *  (KILN_ERR_SHAPE). An empty index writes nothing and skips the size
+ *  checks, as in Torch. Indices are forced and checked at the call:
+ *  negative or >= t.size(dim) is KILN_ERR_INDEX and nothing is written. t
+ *  may be any view (transposed, sliced with a step): the write goes through
+ *  it like kiln_copy_. Lazy: a scatter node reading t's current version;
+ *  gradients flow to t (unchanged) and to src (a gather of the gradient).
+ *  Torch: Tensor.scatter_add_(dim, index, src). */
+KILN_API int kiln_scatter_add_(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+/** t[indices[0][b], ..., indices[n-1][b], ...] = values[b, ...] (or += when
+ *  accumulate) for each element b of the index tensors broadcast together
+ *  (sizes B), indexing t's first n = n_indices dims; values broadcasts to
+ *  the indexed sizes B + t.sizes[n:] and has t's dtype (KILN_ERR_DTYPE).
+ *  Indices are I64 (other integer dtypes: KILN_ERR_DTYPE), or BOOL/U8
+ *  masks as in Torch: a k-d mask stands for the k index tensors of its
+ *  nonzero() and must have the sizes of the k dims of t it indexes
+ *  (KILN_ERR_SHAPE; a 0-d mask is KILN_ERR_UNSUPPORTED); negative values
+ *  count from the end; outside [-size, size) is KILN_ERR_INDEX and nothing
+ *  is written. accumulate false: with duplicate positions the last (row-
+ *  major over B) wins, as kiln_scatter_; true: duplicates accumulate in
+ *  order (integers wrap, BOOL ors). Errors: n_indices < 1 or NULL list
+ *  (KILN_ERR_ARG), more indices than t has dims or sizes that do not
+ *  broadcast (KILN_ERR_SHAPE). The indices (and masks) are forced; t and values stay
+ *  lazy (accumulate: a scatter node; otherwise one fused where). t's view
+ *  is written through like kiln_copy_ (a t whose first n dims cannot be
+ *  merged into one is written through a lazy copy and copied back).
+ *  Differences from Torch: an expanded t is KILN_ERR_ARG (Torch 1.13
+ *  only warns); a 0-d mask is not supported.
+ *  Torch: Tensor.index_put_(indices, values, accumulate). */
+KILN_API int kiln_index_put_(kiln_tensor *t, int n_indices, kiln_tensor *const *indices, kiln_tensor *values,
+                             bool accumulate);
+/** Counts of each value of t: t is a 1-D integer tensor (U8, I8, I16,
+ *  I32, I64; else KILN_ERR_DTYPE; not 1-D: KILN_ERR_SHAPE) of non-negative
+ *  values (a negative one: KILN_ERR_ARG); the result [max(max(t) + 1,
+ *  minlength)] has out[v] = number of elements equal to v, I64, or with
+ *  weights (1-D, t's length, any dtype) the sum of their weights: F32 for
+ *  F32 weights, else F64 (as Torch 1.13). An empty t gives I64 zeros
+ *  [minlength], weights or not (as Torch). minlength < 0 is KILN_ERR_ARG.
+ *  Forces t (the size depends on its values); the counts are a lazy
+ *  scatter node. New reference. Torch: torch.bincount(t, weights,
+ *  minlength). */
+KILN_API kiln_tensor *kiln_bincount(kiln_tensor *t, kiln_tensor *weights, int64_t minlength);
+/** Histogram of t's elements (any sizes, read row-major) in `bins` equal
+ *  bins over [min, max]: result [bins] of t's dtype. Float dtypes only
+ *  (KILN_ERR_DTYPE; Torch 1.13 on the CPU also rejects F16, which Kiln
+ *  accepts). When min == max, t's min and max are used (this forces t);
+ *  if they are equal too, [min - 1, max + 1]. The range must be finite and
+ *  min < max, bins > 0 (KILN_ERR_ARG). The bin of x is
+ *  trunc((x - min) * bins / (max - min)) computed in t's dtype, as Torch's
+ *  CPU kernel does; x == max counts in the last bin; elements outside
+ *  [min, max] are not counted; NaN elements count in bin 0, as in Torch
+ *  1.13 (and, with min == max, make the data range NaN: KILN_ERR_ARG).
+ *  Otherwise lazy: the bins are
+ *  computed elementwise and accumulated by a scatter node, one graph.
+ *  New reference. Torch: torch.histc(t, bins, min, max). */
+KILN_API kiln_tensor *kiln_histc(kiln_tensor *t, int64_t bins, double min, double max);
 /** The elements of t where mask is nonzero, in row-major order, as a 1-D
  *  tensor [k] of t's dtype. mask is BOOL or U8 (else KILN_ERR_DTYPE); t
  *  and mask broadcast together as in PyTorch, or (Torch7) have different
