@@ -195,7 +195,9 @@ def test_cross_entropy(d, kind, n, c, spatial, reduction, smoothing,
     src = np.ascontiguousarray(np.swapaxes(x, 0, -1)) if transposed else x
     k, t = K.from_numpy(src), torch.from_numpy(src.copy()).requires_grad_(True)
     kv, tv = (K.transpose(k, 0, -1), t.transpose(0, -1)) if transposed else (k, t)
-    kt, tt = K.from_numpy(tgt), torch.from_numpy(tgt)
+    # a strided target: every other element of a [..., 2] array
+    kt = K.select(K.from_numpy(np.stack([tgt, np.zeros_like(tgt)], -1)), -1, 0)
+    tt = torch.from_numpy(tgt)
     check(K.cross_entropy(kv, kt, RED[reduction], smoothing),
           F.cross_entropy(tv, tt, reduction=reduction, label_smoothing=smoothing),
           [k], [t], d, f"cross_entropy({x.shape}, {reduction}, {smoothing})")
@@ -215,6 +217,43 @@ def test_mse_loss(d, shape, reduction, transposed, seed):
     k2, t2, kv2, tv2 = pair(rng.standard_normal(shape).astype(NP[d]), transposed)
     check(K.mse_loss(kv, kv2, RED[reduction]), F.mse_loss(tv, tv2, reduction=reduction),
           [k, k2], [t, t2], d, f"mse_loss({shape}, {reduction})")
+
+
+def half_values(k):
+    """A F16/BF16 Kiln tensor's values as float32."""
+    v = k.to_numpy()
+    return K.bf16_bits_to_f32(v) if k.dtype == K.BF16 else v.astype(np.float32)
+
+
+HALF_OPS = {
+    "leaky_relu": (lambda k: K.leaky_relu(k, 0.1), lambda t: F.leaky_relu(t, 0.1)),
+    "elu": (lambda k: K.elu(k, 1.0), lambda t: F.elu(t, 1.0)),
+    "selu": (K.selu, F.selu),
+    "softplus": (lambda k: K.softplus(k, 1.0, 20.0), lambda t: F.softplus(t, 1.0, 20.0)),
+    "softsign": (K.softsign, F.softsign),
+    "glu": (lambda k: K.glu(k, -1), lambda t: F.glu(t, -1)),
+    "cross_entropy": (
+        lambda k: K.cross_entropy(k, K.from_numpy(np.arange(k.shape[0]) % k.shape[1]),
+                                  K.REDUCTION_NONE, 0.1),
+        lambda t: F.cross_entropy(t, torch.arange(t.shape[0]) % t.shape[1],
+                                  reduction="none", label_smoothing=0.1)),
+}
+
+
+@pytest.mark.parametrize("d", [K.F16, K.BF16])
+@pytest.mark.parametrize("op", sorted(HALF_OPS))
+def test_half_dtypes_compute_in_f32(d, op):
+    """F16/BF16 inputs: Torch's F32 result on the same (rounded) values,
+    rounded once to the dtype (within one rounding)."""
+    x = (np.random.default_rng(3).standard_normal((6, 8)) * 3).astype(np.float32)
+    k = K.to_dtype(K.from_numpy(x), d)
+    xr = half_values(k)
+    kf, tf = HALF_OPS[op]
+    got = kf(k)
+    assert got.dtype == d
+    want = tf(torch.from_numpy(xr)).numpy()
+    ulp = 2.0 ** -10 if d == K.F16 else 2.0 ** -7
+    np.testing.assert_allclose(half_values(got), want, rtol=ulp, atol=1e-4, err_msg=op)
 
 
 # ------------------------------------------------------------- errors
