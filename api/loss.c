@@ -16,8 +16,9 @@
  *   (1 - e) * nll(lp, target) + e / C * (-sum_c lp_c),   lp = log_softmax
  * each term reduced as asked (the reductions are linear, so this is the
  * reduction of the per-target sum), computed from the row maximum and
- * sums without writing lp out (cross_entropy_terms). Floats only; F16/BF16 compute in F32
- * and the loss rounds once to the input's dtype.
+ * row sums without writing lp out (cross_entropy_terms): one row kernel
+ * per block of targets. Floats only; F16/BF16 compute in F32 and the
+ * loss rounds once to the input's dtype.
  */
 #include <math.h>
 

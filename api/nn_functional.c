@@ -282,8 +282,8 @@ KILN_API kiln_tensor *kiln_linear(kiln_tensor *input, kiln_tensor *weight, kiln_
     return NULL;
   }
   int nd = iv->ndim;
-  int64_t out[KILN_MAX_DIMS], rows[2] = {-1, wv->sizes[1]};
-  for (int d = 0; d < nd - 1; d++) out[d] = iv->sizes[d];
+  int64_t out[KILN_MAX_DIMS], rows[2] = {1, wv->sizes[1]}; /* [N, in]: no -1, in may be 0 */
+  for (int d = 0; d < nd - 1; d++) out[d] = iv->sizes[d], rows[0] *= iv->sizes[d];
   out[nd - 1] = nout;
   kiln_scope_begin();
   /* [*, in] as one matrix [N, in] (a view when the layout allows): one GEMM

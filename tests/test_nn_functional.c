@@ -209,6 +209,10 @@ static void linear_values(void **state) {
   expect_values_tol(y3, (double[]){8, 23, 8, 27.5, 12, 17, 12, 12.5}, 8, 1e-14);
   kiln_tensor *x3t = kiln_transpose(kiln_contiguous(kiln_transpose(x3, 0, 1)), 0, 1);
   expect_values_tol(kiln_linear(x3t, w, b), (double[]){8, 23, 8, 27.5, 12, 17, 12, 12.5}, 8, 1e-14);
+  /* in_features 0: zeros plus the bias (Torch too) */
+  kiln_tensor *e = kiln_linear(kiln_zeros(KILN_F64, 3, (int64_t[]){2, 1, 0}), kiln_zeros(KILN_F64, 2, (int64_t[]){2, 0}), b);
+  assert_int_equal(kiln_dim(e), 3);
+  expect_values_tol(e, (double[]){10, 20, 10, 20}, 4, 0);
   /* F32: the GEMM and one epilogue kernel adding the bias */
   kiln_tensor *xf = kiln_randn(KILN_F32, 2, (int64_t[]){64, 32}), *wf = kiln_randn(KILN_F32, 2, (int64_t[]){16, 32});
   kiln_tensor *bf = kiln_randn(KILN_F32, 1, (int64_t[]){16});

@@ -797,7 +797,9 @@ typedef enum kiln_reduction { KILN_REDUCTION_NONE = 0, KILN_REDUCTION_MEAN = 1, 
  *  [N, C, d1, ...] (class dim 1) or [C] (unbatched); target I64 [N],
  *  [N, d1, ...] or 0-d. Class probabilities as target, class weights and
  *  ignore_index are not supported. Mean divides by the number of targets
- *  (an empty batch gives NaN, as Torch). Result: 0-d, or target's sizes
+ *  (an empty batch gives NaN, as Torch). The per-target losses are one
+ *  row kernel (row max, row sums, the target's score): log_softmax is
+ *  never written out. Result: 0-d, or target's sizes
  *  for KILN_REDUCTION_NONE; logits' dtype. The target is forced and
  *  checked now: a class outside [0, C) is KILN_ERR_INDEX, nothing is
  *  recorded. Errors: 0-d logits or target sizes that do not match
