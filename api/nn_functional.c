@@ -285,12 +285,15 @@ KILN_API kiln_tensor *kiln_linear(kiln_tensor *input, kiln_tensor *weight, kiln_
   int64_t out[KILN_MAX_DIMS], rows[2] = {1, wv->sizes[1]}; /* [N, in]: no -1, in may be 0 */
   for (int d = 0; d < nd - 1; d++) out[d] = iv->sizes[d], rows[0] *= iv->sizes[d];
   out[nd - 1] = nout;
+  kiln_dtype dtype = input->storage->dtype;
   kiln_scope_begin();
   /* [*, in] as one matrix [N, in] (a view when the layout allows): one GEMM
-   * with weight's transpose as a view, the bias added in its epilogue */
+   * with weight's transpose as a view, the bias added in its epilogue.
+   * F16/BF16: an F32 GEMM and bias, rounded once (as Torch's addmm). */
   kiln_tensor *x = nd > 2 ? kiln_reshape(input, 2, rows) : input;
-  kiln_tensor *y = kiln_matmul(x, kiln_t(weight));
-  if (bias) y = kiln_add(y, bias);
+  kiln_tensor *y = kiln_matmul(widen(x), kiln_t(widen(weight)));
+  if (bias) y = kiln_add(y, widen(bias));
+  y = kiln_to_dtype(y, dtype);
   if (nd > 2) y = kiln_view(y, nd, out);
   kiln_keep(y);
   kiln_scope_end();

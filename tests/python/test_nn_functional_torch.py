@@ -256,6 +256,21 @@ def test_half_dtypes_compute_in_f32(d, op):
     np.testing.assert_allclose(half_values(got), want, rtol=ulp, atol=1e-4, err_msg=op)
 
 
+@pytest.mark.parametrize("d", [K.F16, K.BF16])
+def test_half_linear(d):
+    """F16/BF16 linear: an F32 GEMM and bias, rounded once to the dtype
+    (within one ulp of the exact product of the rounded inputs)."""
+    rng = np.random.default_rng(4)
+    ks = [K.to_dtype(K.from_numpy(rng.standard_normal(s).astype(np.float32)), d)
+          for s in ((3, 5, 16), (7, 16), (7,))]
+    got = K.linear(*ks)
+    assert got.dtype == d and got.shape == (3, 5, 7)
+    x, w, b = (torch.from_numpy(half_values(k)) for k in ks)
+    want = F.linear(x.double(), w.double(), b.double()).float().numpy()
+    ulp = 2.0 ** -10 if d == K.F16 else 2.0 ** -7
+    np.testing.assert_allclose(half_values(got), want, rtol=ulp, atol=1e-3)
+
+
 # ------------------------------------------------------------- errors
 
 

@@ -782,7 +782,7 @@ KILN_API kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *indices);
  *  so); bias [out] (or [1], 0-d; may be NULL) is added in the GEMM's
  *  epilogue kernel. Result [*, out] (input 1-D [in]: [out]), input's
  *  dtype. input, weight and bias have one float dtype (else
- *  KILN_ERR_DTYPE). Errors: weight not 2-D, input's last size not in,
+ *  KILN_ERR_DTYPE); F16/BF16 are an F32 GEMM and bias, rounded once. Errors: weight not 2-D, input's last size not in,
  *  bias of other sizes (KILN_ERR_SHAPE). Torch: nn.functional.linear. */
 KILN_API kiln_tensor *kiln_linear(kiln_tensor *input, kiln_tensor *weight, kiln_tensor *bias);
 
