@@ -97,6 +97,14 @@ def test_prelu(d, shape, per_channel, transposed, seed):
     check(K.prelu(kv, kw), F.prelu(tv, tw), [k, kw], [t, tw], d, f"prelu({shape})")
 
 
+def test_prelu_scalars():
+    for x, w in (([-1.0, 2.0], 0.25), (-2.0, [0.25]), (-3.0, 0.5)):
+        xn, wn = np.array(x, np.float64), np.array(w, np.float64)
+        k, t, _, _ = pair(xn)
+        kw, tw, _, _ = pair(wn)
+        check(K.prelu(k, kw), F.prelu(t, tw), [k, kw], [t, tw], K.F64, f"prelu({x}, {w})")
+
+
 @examples(40)
 @given(d=FLOATS, shape=SHAPES, transposed=st.booleans(), data=st.data(),
        seed=st.integers(0, 2**32 - 1))
@@ -318,6 +326,8 @@ def test_errors_match_torch():
                lambda: F.pixel_shuffle(torch.from_numpy(img), 2), K.ERR_SHAPE)
     both_raise(lambda: K.prelu(k, K.from_numpy(np.zeros(3, np.float32))),
                lambda: F.prelu(t, torch.zeros(3)), K.ERR_SHAPE)
+    both_raise(lambda: K.prelu(k, K.from_numpy(np.zeros(4))),
+               lambda: F.prelu(t, torch.zeros(4, dtype=torch.float64)), K.ERR_DTYPE)
     both_raise(lambda: K.leaky_relu(K.from_numpy(np.zeros(3, np.int64)), 0.1),
                lambda: F.leaky_relu(torch.zeros(3, dtype=torch.long), 0.1), K.ERR_DTYPE)
     for p in (1.5, -0.1):
