@@ -52,6 +52,9 @@ FROM_NP = {np.dtype(np.bool_): BOOL, np.dtype(np.uint8): U8,
 
 CPU, CUDA = 0, 1
 
+# kiln_reduction (the losses)
+REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
+
 # kiln_status
 OK = 0
 ERR_ARG, ERR_SHAPE, ERR_DTYPE, ERR_OOM, ERR_DEVICE = -1, -2, -3, -4, -5
@@ -309,6 +312,20 @@ SIGNATURES = {
     "layer_norm": ("T", "TiTTd"),
     "conv": ("T", "TTTiLLLl"),
     "conv_transpose": ("T", "TTTiLLLlL"),
+    "leaky_relu": ("T", "Td"),
+    "elu": ("T", "Td"),
+    "selu": ("T", "T"),
+    "softplus": ("T", "Tdd"),
+    "softsign": ("T", "T"),
+    "prelu": ("T", "TT"),
+    "glu": ("T", "Ti"),
+    "pixel_shuffle": ("T", "Tl"),
+    "embedding": ("T", "TT"),
+    "linear": ("T", "TTT"),
+    "cross_entropy": ("T", "TTid"),
+    "nll_loss": ("T", "TTi"),
+    "mse_loss": ("T", "TTi"),
+    "dropout": ("T", "Tdb"),
     "realize": ("i", "T"),
     "realize_many": ("i", "Ai"),
     "read": ("i", "Tpn"),

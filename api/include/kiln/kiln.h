@@ -838,6 +838,110 @@ KILN_API int kiln_mode(kiln_tensor *t, int dim, bool keepdim, kiln_tensor **valu
 KILN_API int kiln_unique(kiln_tensor *t, bool sorted, bool return_inverse, bool return_counts, kiln_tensor **values,
                          kiln_tensor **inverse, kiln_tensor **counts);
 
+/* -------------------------------- torch.nn.functional: layers and losses
+ * api/nn_functional.c and api/loss.c. Composed lazily from the ops above,
+ * so they fuse with their neighbours and kiln_grad differentiates them
+ * (w.r.t. every float tensor argument). Inputs may have any strides.
+ * Float dtypes (F32, F64; F16/BF16 compute in F32 and round once) unless
+ * a function says otherwise: BOOL and integer inputs are KILN_ERR_DTYPE.
+ * Each returns a new reference (contiguous unless said) or NULL with the
+ * error set (messages name the function); a NULL argument returns NULL
+ * and keeps the first error. Tensor arguments are borrowed. */
+
+/** x > 0 ? x : x * negative_slope, elementwise. t's sizes and dtype.
+ *  Torch: nn.functional.leaky_relu(t, negative_slope). */
+KILN_API kiln_tensor *kiln_leaky_relu(kiln_tensor *t, double negative_slope);
+/** x > 0 ? x : alpha * (exp(x) - 1), elementwise (expm1; the gradient at
+ *  x == 0 is alpha, as Torch). Torch: nn.functional.elu(t, alpha). */
+KILN_API kiln_tensor *kiln_elu(kiln_tensor *t, double alpha);
+/** scale * elu(x, alpha) with Torch's constants alpha = 1.6732632423543772,
+ *  scale = 1.0507009873554805. Torch: nn.functional.selu. */
+KILN_API kiln_tensor *kiln_selu(kiln_tensor *t);
+/** x * beta > threshold ? x : log1p(exp(x * beta)) / beta, elementwise.
+ *  Torch: nn.functional.softplus(t, beta, threshold) (defaults 1, 20). */
+KILN_API kiln_tensor *kiln_softplus(kiln_tensor *t, double beta, double threshold);
+/** x / (1 + |x|), elementwise. Torch: nn.functional.softsign (which also
+ *  takes integers; Kiln: KILN_ERR_DTYPE). */
+KILN_API kiln_tensor *kiln_softsign(kiln_tensor *t);
+/** x > 0 ? x : w * x with one weight per channel: t [N, C, ...] (channel
+ *  dim 1; a 0-d or 1-D t is one channel) and weight [C], or one weight
+ *  for all (weight [1] or 0-d). weight has t's dtype. Result t's sizes
+ *  and dtype. Errors: weight of more than 1 dim or of another element count
+ *  (KILN_ERR_SHAPE); dtypes differ (KILN_ERR_DTYPE). Torch:
+ *  nn.functional.prelu(t, weight). */
+KILN_API kiln_tensor *kiln_prelu(kiln_tensor *t, kiln_tensor *weight);
+/** Gated linear unit: t split in halves a, b along dim, a * sigmoid(b):
+ *  t's sizes with dim halved. Errors: bad dim (KILN_ERR_ARG), 0-d t or an
+ *  odd size along dim (KILN_ERR_SHAPE). Torch: nn.functional.glu(t, dim). */
+KILN_API kiln_tensor *kiln_glu(kiln_tensor *t, int dim);
+/** [*, C*r^2, H, W] -> [*, C, H*r, W*r], r = upscale_factor: out[.., c, h*r
+ *  + i, w*r + j] = t[.., c*r^2 + i*r + j, h, w]. Views and one lazy copy
+ *  (none when r == 1: then a view of t). Any dtype. Errors: fewer than 3
+ *  dims or channels not divisible by r^2 (KILN_ERR_SHAPE), r <= 0
+ *  (KILN_ERR_ARG). Torch: nn.functional.pixel_shuffle(t, r). */
+KILN_API kiln_tensor *kiln_pixel_shuffle(kiln_tensor *t, int64_t upscale_factor);
+/** Rows of weight [V, D] (any dtype) at indices (I64 or I32, any sizes):
+ *  [*indices sizes, D], weight's dtype: one gather that fuses into its
+ *  readers; its gradient w.r.t. weight is a scatter-add (duplicates
+ *  accumulate). The indices are forced now and checked: a value outside
+ *  [0, V) is KILN_ERR_INDEX ("index 7 is out of range for dim 0 of size
+ *  5") and nothing is recorded. Errors: weight not 2-D (KILN_ERR_SHAPE),
+ *  other index dtypes (KILN_ERR_DTYPE). Torch: nn.functional.embedding(
+ *  indices, weight) — note the argument order is weight first. */
+KILN_API kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *indices);
+/** input [*, in] @ weight^T + bias: weight [out, in] is read transposed as
+ *  a view (a BLAS transpose flag, no copy); the leading dims of input are
+ *  one GEMM of [N, in] (a copy only when input's layout cannot be viewed
+ *  so); bias [out] (or [1], 0-d; may be NULL) is added in the GEMM's
+ *  epilogue kernel. Result [*, out] (input 1-D [in]: [out]), input's
+ *  dtype. input, weight and bias have one float dtype (else
+ *  KILN_ERR_DTYPE); F16/BF16 are an F32 GEMM and bias, rounded once. Errors: weight not 2-D, input's last size not in,
+ *  bias of other sizes (KILN_ERR_SHAPE). Torch: nn.functional.linear. */
+KILN_API kiln_tensor *kiln_linear(kiln_tensor *input, kiln_tensor *weight, kiln_tensor *bias);
+
+/** How a loss reduces its per-element values: none (the values, the
+ *  target's sizes), their mean, or their sum (0-d). Torch's reduction=
+ *  'none' / 'mean' / 'sum'. */
+typedef enum kiln_reduction { KILN_REDUCTION_NONE = 0, KILN_REDUCTION_MEAN = 1, KILN_REDUCTION_SUM = 2 } kiln_reduction;
+
+/** Cross entropy of raw scores against class indices: log_softmax over
+ *  the class dim then nll, with label smoothing e in [0, 1] (Torch's
+ *  formula: (1 - e) * nll + e / C * -sum_c log_softmax_c). logits [N, C],
+ *  [N, C, d1, ...] (class dim 1) or [C] (unbatched); target I64 [N],
+ *  [N, d1, ...] or 0-d. Class probabilities as target, class weights and
+ *  ignore_index are not supported. Mean divides by the number of targets
+ *  (an empty batch gives NaN, as Torch). The per-target losses are one
+ *  row kernel (row max, row sums, the target's score): log_softmax is
+ *  never written out. Result: 0-d, or target's sizes
+ *  for KILN_REDUCTION_NONE; logits' dtype. The target is forced and
+ *  checked now: a class outside [0, C) is KILN_ERR_INDEX, nothing is
+ *  recorded. Errors: 0-d logits or target sizes that do not match
+ *  (KILN_ERR_SHAPE), target not I64 or logits not float (KILN_ERR_DTYPE),
+ *  label_smoothing outside [0, 1] or an unknown reduction (KILN_ERR_ARG).
+ *  Torch: nn.functional.cross_entropy(logits, target, reduction=...,
+ *  label_smoothing=...). */
+KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *target, kiln_reduction reduction,
+                                         double label_smoothing);
+/** Negative log likelihood: -log_probs[target] along the class dim (a
+ *  gather), reduced. Shapes, dtypes, checks and errors as
+ *  kiln_cross_entropy (without label smoothing). Torch:
+ *  nn.functional.nll_loss(log_probs, target, reduction=...). */
+KILN_API kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *target, kiln_reduction reduction);
+/** (input - target)^2, reduced. input and target have the same sizes and
+ *  float dtype (Torch broadcasts other sizes with a warning; Kiln:
+ *  KILN_ERR_SHAPE; other dtypes: KILN_ERR_DTYPE). Torch:
+ *  nn.functional.mse_loss(input, target, reduction=...). */
+KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *input, kiln_tensor *target, kiln_reduction reduction);
+/** In training with 0 < p < 1: each element kept with probability 1 - p
+ *  and scaled by 1 / (1 - p) (Torch's input * bernoulli(1 - p) / (1 - p)),
+ *  else 0. The mask is drawn now from Kiln's generator (kiln_manual_seed
+ *  makes it reproducible; the values differ from Torch's); input stays
+ *  lazy. p == 1 gives input * 0 (zeros; NaN/inf give NaN), as Torch. With
+ *  !training or p == 0: the identity, a new reference to input itself.
+ *  Errors: p outside [0, 1] or NaN (KILN_ERR_ARG), non-float input
+ *  (KILN_ERR_DTYPE). Torch: nn.functional.dropout(input, p, training). */
+KILN_API kiln_tensor *kiln_dropout(kiln_tensor *input, double p, bool training);
+
 /* ------------------------------------------------------------- indexing
  * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
  * KILN_ERR_DTYPE; kiln_scatter_add_ and kiln_index_put_: I64 only, as
