@@ -12,6 +12,8 @@ SECONDS is the median of RUNS timed runs after one warm-up; RUNS fills
 4096, like kiln_bench). Each run allocates its result as user code would.
 NumPy runs as is; PyTorch with torch.set_num_threads(2), using its native
 softmax and layer_norm (the fused kernels a Kiln user would compare with).
+CNN (PyTorch only, run by bench/cnn_job.sh) is one training step of
+examples/fashion_cnn.c's network: forward, cross-entropy, backward, Adam.
 Keep the computations in step with bench/workloads.c.
 """
 import argparse
@@ -20,6 +22,7 @@ import sys
 import time
 
 K1_POINTS, K1_K = 20000, 8  # bench/workloads.c K1
+CNN_BATCH = 128  # examples/fashion_cnn.c's batch (bench/cnn_job.sh)
 
 
 def timeit(fn, budget, max_runs, min_runs=3):
@@ -208,13 +211,35 @@ def torch_workloads(torch, a):
             return sums / counts.clamp(min=1)[:, None]
         return f
 
-    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, K1=k1, W8=w8)
+    def cnn():  # one training step of examples/fashion_cnn.c's network
+        nn = torch.nn
+        torch.manual_seed(1)
+        model = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25),
+            nn.Linear(128, 10))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = rand(CNN_BATCH, 1, 28, 28)
+        y = torch.randint(0, 10, (CNN_BATCH,))
+
+        def f():
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+        return f
+
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, K1=k1, W8=w8, CNN=cnn)
     return w
 
 
 def run(peer, workloads, args):
     for wid in args.only.split(","):
         make = workloads.get(wid)
+        if make is None and wid == "CNN":
+            continue  # PyTorch only
         if make is None:
             print(f"note {peer}: unknown workload {wid}", flush=True)
             continue
