@@ -53,6 +53,7 @@ CPU, CUDA = 0, 1
 
 # kiln_status
 OK = 0
+PAD_CONSTANT, PAD_REFLECT, PAD_REPLICATE, PAD_CIRCULAR = 0, 1, 2, 3  # kiln_pad_mode
 ERR_ARG, ERR_SHAPE, ERR_DTYPE, ERR_OOM, ERR_DEVICE = -1, -2, -3, -4, -5
 ERR_COMPILE, ERR_IO, ERR_UNSUPPORTED, ERR_INDEX = -6, -7, -8, -9
 STATUS_NAMES = {0: "KILN_OK", -1: "KILN_ERR_ARG", -2: "KILN_ERR_SHAPE",
@@ -306,6 +307,10 @@ SIGNATURES = {
     "softmax": ("T", "Ti"),
     "log_softmax": ("T", "Ti"),
     "layer_norm": ("T", "TiTTd"),
+    "pad": ("T", "TiLid"),
+    "max_pool": ("T", "TiLLLLb"),
+    "avg_pool": ("T", "TiLLLbb"),
+    "batch_norm": ("T", "TTTTTbdd"),
     "realize": ("i", "T"),
     "realize_many": ("i", "Ai"),
     "read": ("i", "Tpn"),
