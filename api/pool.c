@@ -208,7 +208,9 @@ KILN_API kiln_tensor *kiln_max_pool(kiln_tensor *input, int nd, const int64_t *k
    * returns -inf there too, and its backward writes out of bounds) */
   kiln_tensor *key = kiln_where(kiln_ne(win, win), kiln_neg(pos), kiln_where(hit, pos, kiln_add_scalar(pos, KEY_MAX)));
   kiln_tensor *at = kiln_abs(kiln_amin(key, nd, kdims, true)); /* [N, C, *out, 1...] */
-  if (padded) at = kiln_where(kiln_ge_scalar(at, KEY_MAX), kiln_sub_scalar(at, KEY_MAX), at);
+  bool dilated = false; /* else every window holds an input element (padding <= kernel / 2) */
+  for (int i = 0; i < nd; i++) dilated = dilated || g.dil[i] > 1;
+  if (padded && dilated) at = kiln_where(kiln_ge_scalar(at, KEY_MAX), kiln_sub_scalar(at, KEY_MAX), at);
   int64_t q = 1, out_sizes[5];
   for (int i = 0; i < nd; i++) q *= g.out[i];
   kiln_tensor *plane = kiln_flatten(xp, 2, -1);
