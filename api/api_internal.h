@@ -180,6 +180,13 @@ bool api_index_check(kiln_tensor *index, const char *fn, int dim, int64_t size, 
  *  tensor, contiguous [iv sizes]. */
 kiln_tensor *api_gather(kiln_tensor *t, const graph_view *tv, int dim, kiln_tensor *index, const graph_view *iv,
                         const char *fn);
+
+/* ---- pad.c ---- */
+
+/** A 1-D tensor of n values of dtype dt copied from host data, on like's
+ *  device: a new tracked reference (the index lists and masks the NN
+ *  layers compute on the host), or NULL with the error set. */
+kiln_tensor *api_host_const(kiln_dtype dt, int64_t n, const void *data, const kiln_tensor *like, const char *fn);
 /** The scatter-add of src (read through sv) at index (through iv; both
  *  views of the same sizes, index values checked) along dim into zeros of
  *  sizes [ndim], in F64 when dtype is a float dtype, else I64: the sum

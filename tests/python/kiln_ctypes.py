@@ -57,6 +57,7 @@ REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
 
 # kiln_status
 OK = 0
+PAD_CONSTANT, PAD_REFLECT, PAD_REPLICATE, PAD_CIRCULAR = 0, 1, 2, 3  # kiln_pad_mode
 ERR_ARG, ERR_SHAPE, ERR_DTYPE, ERR_OOM, ERR_DEVICE = -1, -2, -3, -4, -5
 ERR_COMPILE, ERR_IO, ERR_UNSUPPORTED, ERR_INDEX = -6, -7, -8, -9
 STATUS_NAMES = {0: "KILN_OK", -1: "KILN_ERR_ARG", -2: "KILN_ERR_SHAPE",
@@ -326,6 +327,10 @@ SIGNATURES = {
     "nll_loss": ("T", "TTi"),
     "mse_loss": ("T", "TTi"),
     "dropout": ("T", "Tdb"),
+    "pad": ("T", "TiLid"),
+    "max_pool": ("T", "TiLLLLb"),
+    "avg_pool": ("T", "TiLLLbb"),
+    "batch_norm": ("T", "TTTTTbdd"),
     "realize": ("i", "T"),
     "realize_many": ("i", "Ai"),
     "read": ("i", "Tpn"),

@@ -942,6 +942,104 @@ KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *input, kiln_tensor *target, kil
  *  (KILN_ERR_DTYPE). Torch: nn.functional.dropout(input, p, training). */
 KILN_API kiln_tensor *kiln_dropout(kiln_tensor *input, double p, bool training);
 
+/* ---------------------------------------------- convolutional layers
+ * Torch 1.13's nn.functional.pad, max_pool{1,2,3}d, avg_pool{1,2,3}d and
+ * batch_norm, composed from lazy graph ops (window views of the input's
+ * storage, gathers with host-computed indices, reductions, where), so they
+ * fuse like any other op and kiln_grad differentiates them through the
+ * ops' own rules. Pools take nd = 1, 2 or 3 spatial dims and per-dim
+ * arrays of nd entries (dim order: outermost spatial dim first, as
+ * Torch's kernel_size tuples); the input is [N, C, *spatial] or, without
+ * the batch dim, [C, *spatial] (the result then has no batch dim either).
+ * Float dtypes only for the pools and batch_norm (integer and bool
+ * inputs: KILN_ERR_DTYPE); F16/BF16 pools and norms compute in F32 and
+ * round once. Lazy: new reference, contiguous, or NULL with the first
+ * error kept (messages name the function and the values). */
+
+/** Padding modes of kiln_pad (Torch: mode="constant", "reflect",
+ *  "replicate", "circular"). */
+typedef enum kiln_pad_mode {
+  KILN_PAD_CONSTANT = 0,
+  KILN_PAD_REFLECT = 1,
+  KILN_PAD_REPLICATE = 2,
+  KILN_PAD_CIRCULAR = 3,
+} kiln_pad_mode;
+
+/** input padded in its last n_pad / 2 dims: pad [n_pad] in Torch's order,
+ *  last dim first: (left, right) of the last dim, then (top, bottom) of
+ *  the one before, ... Output size of a padded dim: size + left + right.
+ *  KILN_PAD_CONSTANT fills with value (converted to input's dtype, any
+ *  dtype); a negative pad crops (to any size >= 0 when no pad is
+ *  positive, else every padded dim must stay non-empty, as Torch). KILN_PAD_REFLECT mirrors without repeating the edge (each
+ *  pad < the dim's size), KILN_PAD_REPLICATE repeats the edge element,
+ *  KILN_PAD_CIRCULAR wraps around (each pad <= the size; negative pads
+ *  crop first, the rest wraps within what is left). The three non-constant
+ *  modes take 2, 4 or 6 pads of an input with one or two more dims
+ *  (circular: exactly two more, [N, C, *padded]) and value 0; reflect
+ *  and replicate need non-empty dims after the first and, as Torch 1.13,
+ *  a non-empty output (1 padded dim) or one non-empty padded dim (2, 3). Any dtype, any strides. One gather kernel (its
+ *  gradient a scatter-add). Errors: KILN_ERR_ARG for an odd n_pad, more
+ *  pads than dims, a NULL pad, a value in a non-constant mode, a reflect
+ *  pad >= size or circular pad > size, an unknown mode;
+ *  KILN_ERR_UNSUPPORTED for a rank the non-constant modes do not take;
+ *  KILN_ERR_SHAPE for a negative output size or an empty one (above).
+ *  Borrows input. Torch: nn.functional.pad(input, pad, mode, value). */
+KILN_API kiln_tensor *kiln_pad(kiln_tensor *input, int n_pad, const int64_t *pad, kiln_pad_mode mode, double value);
+
+/** Max pooling over nd spatial dims: out[n, c, o] = max over the window
+ *  o * stride - padding + k * dilation (k < kernel, per dim), the padding
+ *  implicit -inf. Output size per dim: floor (ceil with ceil_mode) of
+ *  (size + 2 padding - dilation (kernel - 1) - 1) / stride, plus 1; in
+ *  ceil_mode a last window that would start in the right padding is
+ *  dropped (Torch's rule). stride NULL means kernel; padding NULL means 0;
+ *  dilation NULL means 1. A NaN in a window gives NaN. The gradient goes
+ *  to one element per window, the one Torch picks: the first maximum in
+ *  window scan order (row-major over the kernel dims), or the last NaN —
+ *  the value is a gather at that position. Result [N, C, *out] (or
+ *  [C, *out]), input's dtype. Errors: KILN_ERR_ARG for nd outside [1, 3],
+ *  a NULL kernel, kernel, stride or dilation < 1, padding < 0 or >
+ *  kernel / 2; KILN_ERR_SHAPE for a rank other than nd + 1 or nd + 2, an
+ *  empty channel or spatial dim, or an output size < 1 (the kernel larger
+ *  than the padded input); KILN_ERR_DTYPE for non-float input. Borrows
+ *  input. Torch: nn.functional.max_pool{nd}d(input, kernel, stride,
+ *  padding, dilation, ceil_mode). */
+KILN_API kiln_tensor *kiln_max_pool(kiln_tensor *input, int nd, const int64_t *kernel, const int64_t *stride,
+                                    const int64_t *padding, const int64_t *dilation, bool ceil_mode);
+
+/** Average pooling over nd spatial dims: the sum of the window (zero
+ *  padding) divided by, with count_include_pad, the number of window
+ *  positions inside the padded input (in ceil_mode a window hanging past
+ *  the right padding counts only the part inside it, as Torch), else the
+ *  number inside the input. Output sizes as kiln_max_pool (dilation 1).
+ *  stride NULL means kernel; padding NULL means 0. Result [N, C, *out] (or
+ *  [C, *out]), input's dtype. Errors as kiln_max_pool. Borrows input.
+ *  Torch: nn.functional.avg_pool{nd}d(input, kernel, stride, padding,
+ *  ceil_mode, count_include_pad) (divisor_override None). */
+KILN_API kiln_tensor *kiln_avg_pool(kiln_tensor *input, int nd, const int64_t *kernel, const int64_t *stride,
+                                    const int64_t *padding, bool ceil_mode, bool count_include_pad);
+
+/** Batch normalization of input [N, C, *] per channel c:
+ *  (x - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c]. training: mean
+ *  and the biased variance over every dim but 1, and running_mean /
+ *  running_var (when given) are updated in place, lazily, through their
+ *  views: r = (1 - momentum) r + momentum s, s the batch mean and the
+ *  unbiased variance; the update is detached (no gradient reaches the
+ *  running stats, and gradients never flow from them). Not training: the
+ *  running stats normalize (both required). weight, bias, running_mean,
+ *  running_var may be NULL (training), else hold C elements (any shape
+ *  with C elements, as Torch). Result: input's sizes and dtype,
+ *  contiguous. Gradients w.r.t. input, weight and bias. Errors:
+ *  KILN_ERR_SHAPE for input with fewer than 2 dims, a parameter without C
+ *  elements, or training with one value per channel; KILN_ERR_ARG for
+ *  missing running stats when not training, a non-finite eps or
+ *  momentum, or running stats that repeat an element; KILN_ERR_DTYPE for
+ *  non-float tensors. Borrows every argument. Torch:
+ *  nn.functional.batch_norm(input, running_mean, running_var, weight,
+ *  bias, training, momentum, eps). */
+KILN_API kiln_tensor *kiln_batch_norm(kiln_tensor *input, kiln_tensor *running_mean, kiln_tensor *running_var,
+                                      kiln_tensor *weight, kiln_tensor *bias, bool training, double momentum,
+                                      double eps);
+
 /* ------------------------------------------------------------- indexing
  * Index tensors hold 0-based indices, I64 or I32 (other dtypes:
  * KILN_ERR_DTYPE; kiln_scatter_add_ and kiln_index_put_: I64 only, as
