@@ -3,7 +3,8 @@
  * (in elements) of each element of the view in turn, the last dim fastest;
  * and the value of an index element. Used where C loops walk realized
  * buffers: the file writers and element callbacks (api/), the index checks
- * (api/index.c) and the index_add_ loop (runtime/index.c). Internal.
+ * (api/index.c) and the sort loops (runtime/sort.c).
+ * Internal.
  *
  * The walk keeps the multi-index and the running offset, so each step costs
  * one add in the common case (Torch7's THTensorApply does the same).
