@@ -93,6 +93,12 @@ bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view);
  *  region's sizes) into `dst`'s view: the storage gets a new ASSIGN version.
  *  Returns KILN_OK or an error. */
 int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn);
+/** t converted to its compute dtype (F32 for F16/BF16), or t itself
+ *  (nn.c; shared by the layers and losses). New reference. */
+kiln_tensor *api_widen(kiln_tensor *t);
+/** t has a float dtype; else KILN_ERR_DTYPE "<arg> needs a float dtype,
+ *  got ..." and false (nn.c). */
+bool api_check_float(const kiln_tensor *t, const char *fn, const char *arg);
 /** Records elementwise op over n inputs (elementwise.c): ts[i], or the
  *  double scalars[i] where ts[i] is NULL; broadcasting, Torch's promotion
  *  and the bool checks of the public ops; attrs as for CLAMP (lo, hi).

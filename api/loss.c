@@ -24,16 +24,6 @@
 
 #include "api_internal.h"
 
-static kiln_tensor *widen(kiln_tensor *t) { return kiln_to_dtype(t, graph_compute_dtype(t->storage->dtype)); }
-
-static bool check_float(const kiln_tensor *t, const char *fn, const char *arg) {
-  kiln_dtype d = t->storage->dtype;
-  if (graph_is_float(d)) return true;
-  api_error(KILN_ERR_DTYPE, fn, "%s needs a float dtype, got %s (convert with kiln_to_dtype)", arg,
-            graph_dtypes[d].name);
-  return false;
-}
-
 static bool check_reduction(kiln_reduction r, const char *fn) {
   if (r == KILN_REDUCTION_NONE || r == KILN_REDUCTION_MEAN || r == KILN_REDUCTION_SUM) return true;
   api_error(KILN_ERR_ARG, fn, "reduction %d is not KILN_REDUCTION_NONE, _MEAN or _SUM", (int)r);
@@ -52,7 +42,7 @@ static kiln_tensor *reduce(kiln_tensor *loss, kiln_reduction r, kiln_dtype dtype
  * x's sizes without the class dim, then forces target and checks its
  * classes. -1 with the error set. Records nothing. */
 static int check_target(const kiln_tensor *x, kiln_tensor *target, const char *xname, const char *fn) {
-  if (!check_float(x, fn, xname)) return -1;
+  if (!api_check_float(x, fn, xname)) return -1;
   const graph_view *xv = &x->view, *tv = &target->view;
   char a[256], b[256], c[256];
   if (xv->ndim == 0) {
@@ -127,7 +117,7 @@ KILN_API kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *target,
   int cd = check_target(log_probs, target, "log_probs", fn);
   if (cd < 0) return NULL;
   kiln_scope_begin();
-  kiln_tensor *y = reduce(widen(kiln_neg(kiln_select(at_target(log_probs, target, cd, fn), cd, 0))), reduction, log_probs->storage->dtype);
+  kiln_tensor *y = reduce(api_widen(kiln_neg(kiln_select(at_target(log_probs, target, cd, fn), cd, 0))), reduction, log_probs->storage->dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;
@@ -147,7 +137,7 @@ KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targe
   if (cd < 0) return NULL;
   int64_t c = logits->view.sizes[cd];
   kiln_scope_begin();
-  kiln_tensor *loss = cross_entropy_terms(widen(logits), target, cd, c, e, fn);
+  kiln_tensor *loss = cross_entropy_terms(api_widen(logits), target, cd, c, e, fn);
   kiln_tensor *y = reduce(loss, reduction, logits->storage->dtype);
   kiln_keep(y);
   kiln_scope_end();
@@ -158,7 +148,7 @@ KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *input, kiln_tensor *target, kil
   const char *fn = "kiln_mse_loss";
   if (!api_check(input, fn, "input") || !api_check(target, fn, "target")) return NULL;
   if (!check_reduction(reduction, fn)) return NULL;
-  if (!check_float(input, fn, "input") || !check_float(target, fn, "target")) return NULL;
+  if (!api_check_float(input, fn, "input") || !api_check_float(target, fn, "target")) return NULL;
   kiln_dtype dtype = input->storage->dtype;
   if (target->storage->dtype != dtype) {
     api_error(KILN_ERR_DTYPE, fn, "input dtype %s and target dtype %s differ (convert one with kiln_to_dtype)",
@@ -175,7 +165,7 @@ KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *input, kiln_tensor *target, kil
     return NULL;
   }
   kiln_scope_begin();
-  kiln_tensor *d = kiln_sub(widen(input), widen(target));
+  kiln_tensor *d = kiln_sub(api_widen(input), api_widen(target));
   kiln_tensor *y = reduce(kiln_mul(d, d), reduction, dtype);
   kiln_keep(y);
   kiln_scope_end();

@@ -24,13 +24,13 @@
 
 #include "api_internal.h"
 
-/* t converted to its compute dtype (F32 for F16/BF16), or t itself. */
-static kiln_tensor *widen(kiln_tensor *t) { return kiln_to_dtype(t, graph_compute_dtype(t->storage->dtype)); }
+kiln_tensor *api_widen(kiln_tensor *t) { return kiln_to_dtype(t, graph_compute_dtype(t->storage->dtype)); }
 
-static bool check_float(const kiln_tensor *t, const char *fn) {
+bool api_check_float(const kiln_tensor *t, const char *fn, const char *arg) {
   kiln_dtype d = t->storage->dtype;
   if (graph_is_float(d)) return true;
-  api_error(KILN_ERR_DTYPE, fn, "needs a float dtype, got %s (convert with kiln_to_dtype)", graph_dtypes[d].name);
+  api_error(KILN_ERR_DTYPE, fn, "%s needs a float dtype, got %s (convert with kiln_to_dtype)", arg,
+            graph_dtypes[d].name);
   return false;
 }
 
@@ -52,11 +52,11 @@ static kiln_tensor *softmax_dim(kiln_tensor *x, int d, bool log, kiln_dtype dtyp
 static kiln_tensor *softmax_impl(kiln_tensor *t, int dim, bool log, const char *fn) {
   if (!api_check(t, fn, "t")) return NULL;
   int d = api_wrap_dim(dim, t->view.ndim, fn);
-  if (d < 0 || !check_float(t, fn)) return NULL;
+  if (d < 0 || !api_check_float(t, fn, "t")) return NULL;
   kiln_dtype dtype = t->storage->dtype;
   if (graph_view_numel(&t->view) == 0) return api_copy_contiguous(t, dtype, fn);
   kiln_scope_begin(); /* owns the intermediates */
-  kiln_tensor *y = softmax_dim(widen(t), d, log, dtype);
+  kiln_tensor *y = softmax_dim(api_widen(t), d, log, dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;
@@ -94,7 +94,7 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_
     api_error(KILN_ERR_ARG, fn, "normalized_ndim %d out of range for a %d-d tensor (expected [1, %d])", n, nd, nd);
     return NULL;
   }
-  if (!check_float(t, fn)) return NULL;
+  if (!api_check_float(t, fn, "t")) return NULL;
   if ((weight && !check_affine(weight, t, n, "weight", fn)) || (bias && !check_affine(bias, t, n, "bias", fn)))
     return NULL;
   if (!isfinite(eps) || eps < 0) {
@@ -108,7 +108,7 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_
   int dims[KILN_MAX_DIMS];
   for (int i = 0; i < n; i++) dims[i] = nd - n + i;
   kiln_scope_begin();
-  kiln_tensor *x = widen(t);
+  kiln_tensor *x = api_widen(t);
   kiln_tensor *xc = kiln_sub(x, kiln_mean(x, n, dims, true));
   kiln_tensor *var = kiln_mean(kiln_mul(xc, xc), n, dims, true);
   kiln_tensor *y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, eps)));

@@ -28,17 +28,6 @@
 
 #include "api_internal.h"
 
-/* t converted to its compute dtype (F32 for F16/BF16), or t itself. */
-static kiln_tensor *widen(kiln_tensor *t) { return kiln_to_dtype(t, graph_compute_dtype(t->storage->dtype)); }
-
-static bool check_float(const kiln_tensor *t, const char *fn, const char *arg) {
-  kiln_dtype d = t->storage->dtype;
-  if (graph_is_float(d)) return true;
-  api_error(KILN_ERR_DTYPE, fn, "%s needs a float dtype, got %s (convert with kiln_to_dtype)", arg,
-            graph_dtypes[d].name);
-  return false;
-}
-
 /* Arguments b (named arg) has a's dtype, as Torch requires. */
 static bool check_same_dtype(const kiln_tensor *a, const kiln_tensor *b, const char *an, const char *bn,
                              const char *fn) {
@@ -58,10 +47,10 @@ typedef kiln_tensor *(*act_body)(kiln_tensor *x, const double *p);
 
 /* body(widened t, p), rounded to t's dtype: checks, scope, F16/BF16. */
 static kiln_tensor *activation(kiln_tensor *t, act_body body, const double *p, const char *fn) {
-  if (!api_check(t, fn, "t") || !check_float(t, fn, "t")) return NULL;
+  if (!api_check(t, fn, "t") || !api_check_float(t, fn, "t")) return NULL;
   kiln_dtype dtype = t->storage->dtype;
   kiln_scope_begin(); /* owns the intermediates */
-  kiln_tensor *y = kiln_to_dtype(body(widen(t), p), dtype);
+  kiln_tensor *y = kiln_to_dtype(body(api_widen(t), p), dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;
@@ -123,7 +112,7 @@ KILN_API kiln_tensor *kiln_softsign(kiln_tensor *t) { return activation(t, softs
 KILN_API kiln_tensor *kiln_prelu(kiln_tensor *t, kiln_tensor *weight) {
   const char *fn = "kiln_prelu";
   if (!api_check(t, fn, "t") || !api_check(weight, fn, "weight")) return NULL;
-  if (!check_float(t, fn, "t") || !check_same_dtype(t, weight, "t", "weight", fn)) return NULL;
+  if (!api_check_float(t, fn, "t") || !check_same_dtype(t, weight, "t", "weight", fn)) return NULL;
   int nd = t->view.ndim;
   char s[256];
   if (weight->view.ndim > 1) {
@@ -144,7 +133,7 @@ KILN_API kiln_tensor *kiln_prelu(kiln_tensor *t, kiln_tensor *weight) {
   int64_t ws[KILN_MAX_DIMS];
   int wnd = nw == 1 ? 0 : nd - 1;
   for (int d = 0; d < wnd; d++) ws[d] = d == 0 ? nw : 1;
-  kiln_tensor *x = widen(t), *w = widen(kiln_reshape(weight, wnd, ws));
+  kiln_tensor *x = api_widen(t), *w = api_widen(kiln_reshape(weight, wnd, ws));
   kiln_tensor *y = kiln_where(kiln_gt_scalar(x, 0), x, kiln_mul(w, x));
   y = kiln_to_dtype(y, dtype);
   kiln_keep(y);
@@ -154,7 +143,7 @@ KILN_API kiln_tensor *kiln_prelu(kiln_tensor *t, kiln_tensor *weight) {
 
 KILN_API kiln_tensor *kiln_glu(kiln_tensor *t, int dim) {
   const char *fn = "kiln_glu";
-  if (!api_check(t, fn, "t") || !check_float(t, fn, "t")) return NULL;
+  if (!api_check(t, fn, "t") || !api_check_float(t, fn, "t")) return NULL;
   if (t->view.ndim == 0) {
     api_error(KILN_ERR_SHAPE, fn, "t is 0-d: there is no dim to halve");
     return NULL;
@@ -168,7 +157,7 @@ KILN_API kiln_tensor *kiln_glu(kiln_tensor *t, int dim) {
   }
   kiln_dtype dtype = t->storage->dtype;
   kiln_scope_begin();
-  kiln_tensor *x = widen(t);
+  kiln_tensor *x = api_widen(t);
   kiln_tensor *y = kiln_mul(kiln_narrow(x, d, 0, n / 2), kiln_sigmoid(kiln_narrow(x, d, n / 2, n / 2)));
   y = kiln_to_dtype(y, dtype);
   kiln_keep(y);
@@ -260,7 +249,7 @@ KILN_API kiln_tensor *kiln_linear(kiln_tensor *input, kiln_tensor *weight, kiln_
   if (!api_check(input, fn, "input") || !api_check(weight, fn, "weight")) return NULL;
   if (!bias && kiln_last_status() != KILN_OK) return NULL; /* a NULL bias, but not after an error */
   if (bias && !api_check(bias, fn, "bias")) return NULL;
-  if (!check_float(input, fn, "input") || !check_same_dtype(input, weight, "input", "weight", fn)) return NULL;
+  if (!api_check_float(input, fn, "input") || !check_same_dtype(input, weight, "input", "weight", fn)) return NULL;
   if (bias && !check_same_dtype(input, bias, "input", "bias", fn)) return NULL;
   char a[256], b[256];
   const graph_view *iv = &input->view, *wv = &weight->view;
@@ -291,8 +280,8 @@ KILN_API kiln_tensor *kiln_linear(kiln_tensor *input, kiln_tensor *weight, kiln_
    * with weight's transpose as a view, the bias added in its epilogue.
    * F16/BF16: an F32 GEMM and bias, rounded once (as Torch's addmm). */
   kiln_tensor *x = nd > 2 ? kiln_reshape(input, 2, rows) : input;
-  kiln_tensor *y = kiln_matmul(widen(x), kiln_t(widen(weight)));
-  if (bias) y = kiln_add(y, widen(bias));
+  kiln_tensor *y = kiln_matmul(api_widen(x), kiln_t(api_widen(weight)));
+  if (bias) y = kiln_add(y, api_widen(bias));
   y = kiln_to_dtype(y, dtype);
   if (nd > 2) y = kiln_view(y, nd, out);
   kiln_keep(y);
@@ -309,11 +298,11 @@ KILN_API kiln_tensor *kiln_dropout(kiln_tensor *input, double p, bool training) 
     api_error(KILN_ERR_ARG, fn, "dropout probability p = %g must be in [0, 1]", p);
     return NULL;
   }
-  if (!check_float(input, fn, "input")) return NULL;
+  if (!api_check_float(input, fn, "input")) return NULL;
   if (!training || p == 0) return api_track(kiln_retain(input)); /* the identity: the same values */
   kiln_dtype dtype = input->storage->dtype, cd = graph_compute_dtype(dtype);
   kiln_scope_begin();
-  kiln_tensor *x = widen(input), *noise;
+  kiln_tensor *x = api_widen(input), *noise;
   if (p == 1) { /* Torch: input * 0 (NaN and inf stay NaN) */
     noise = constant(x, 0);
   } else {
