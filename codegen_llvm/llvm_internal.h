@@ -44,4 +44,27 @@ bool llvm_assume_aligned(LLVMBuilderRef b, LLVMModuleRef mod, LLVMValueRef ptr, 
  *  alignment covers their size; returns how many. */
 int llvm_stream_mark(LLVMModuleRef mod);
 
+/** The LLVM type of a buffer element of dtype t (BOOL: i8; BF16: i16). */
+LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kiln_dtype t);
+
+/* Transposed reads of a tile (llvm_tile.c). */
+typedef struct llvm_tile_env {
+  const kir_kernel *k;
+  LLVMContextRef ctx;
+  LLVMBuilderRef b;  /* insertion point: before the tile's loops */
+  LLVMBuilderRef ab; /* allocas (the entry block) */
+  LLVMValueRef *vals; /* per uop lowered so far (PARAM: its buffer) */
+} llvm_tile_env;
+/** For the tile whose outer RANGE is uop `tile`: emits at e->b the staged
+ *  block of every transposed read in its body (see llvm_tile.c) and sets
+ *  staged[u] for each such LOAD uop u; returns how many. */
+int llvm_tile_stage(const llvm_tile_env *e, int tile, LLVMValueRef *staged);
+/** At e->b, inside the tile's outer loop (whose index is ti): tells LLVM
+ *  that each nontemporal store of the body starts a vector-aligned row
+ *  at tj = 0 (kir.h's promise), so they can stream. False when the
+ *  assume intrinsic is missing. */
+bool llvm_tile_align_rows(const llvm_tile_env *e, LLVMModuleRef mod, int tile, LLVMValueRef ti);
+/** Element index ti * KIR_TILE + tj of a staged block. */
+LLVMValueRef llvm_tile_index(LLVMBuilderRef b, LLVMContextRef ctx, LLVMValueRef ti, LLVMValueRef tj);
+
 #endif /* KILN_LLVM_INTERNAL_H */

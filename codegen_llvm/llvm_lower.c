@@ -45,6 +45,8 @@ typedef struct lower_ctx {
   bool streaming;     /* the kernel has nontemporal stores (llvm_stream.c) */
   bool stream_param[KIR_MAX_PARAMS]; /* PARAM index: a nontemporal store writes it */
   bool failed;        /* an intrinsic was missing (a bug in this file) */
+  LLVMValueRef *staged; /* per LOAD uop: its tile's staged block (llvm_tile.c), or NULL */
+  int tile;             /* outer RANGE of the tile being lowered */
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
 } lower_ctx;
 
@@ -66,8 +68,16 @@ static LLVMTypeRef reg_type(const lower_ctx *c, kiln_dtype t) {
   }
 }
 
+static void init_types(lower_ctx *c);
+
 static LLVMTypeRef mem_type(const lower_ctx *c, kiln_dtype t) {
   return t == KILN_BOOL ? c->i8 : reg_type(c, t);
+}
+
+LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kiln_dtype t) {
+  lower_ctx c = {.ctx = ctx};
+  init_types(&c);
+  return mem_type(&c, t);
 }
 
 static bool is_fp(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64; }
@@ -260,6 +270,13 @@ static void align_chunk(lower_ctx *c, LLVMValueRef *lo, LLVMValueRef *hi, int64_
 
 static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
   int i = (int)(u - c->k->uops);
+  llvm_tile_env e = {.k = c->k, .ctx = c->ctx, .b = c->b, .ab = c->ab, .vals = c->vals};
+  if (u->tile) {
+    llvm_tile_stage(&e, i, c->staged);
+    c->tile = i;
+  } else if (i > 0 && c->k->uops[i - 1].tile && !llvm_tile_align_rows(&e, c->mod, i - 1, c->vals[i - 1])) {
+    c->failed = true;
+  }
   LLVMValueRef lo = cint(c->i64, 0), hi = cint(c->i64, (unsigned long long)u->ival);
   if (u->parallel && !c->parallel_done) {
     c->parallel_done = true;
@@ -333,14 +350,19 @@ static LLVMMetadataRef loop_hint(lower_ctx *c, const char *key, unsigned n) {
 }
 
 /* Attaches !llvm.loop !{self, hints...} to the latch branch: an interleave
- * count and a vector width, each when nonzero. */
-static void set_loop_hints(lower_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width) {
-  if (!interleave && !width) return;
+ * count and a vector width, each when nonzero, and an unroll hint
+ * ("llvm.loop.unroll.disable", ".full") when not NULL. */
+static void set_loop_hints(lower_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width, const char *unroll) {
+  if (!interleave && !width && !unroll) return;
   LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
-  LLVMMetadataRef ops[3] = {self};
+  LLVMMetadataRef ops[4] = {self};
   unsigned n = 1;
   if (interleave) ops[n++] = loop_hint(c, "llvm.loop.interleave.count", interleave);
   if (width) ops[n++] = loop_hint(c, "llvm.loop.vectorize.width", width);
+  if (unroll) {
+    LLVMMetadataRef md = LLVMMDStringInContext2(c->ctx, unroll, strlen(unroll));
+    ops[n++] = LLVMMDNodeInContext2(c->ctx, &md, 1);
+  }
   LLVMMetadataRef loop = LLVMMDNodeInContext2(c->ctx, ops, n);
   LLVMMetadataReplaceAllUsesWith(self, loop);
   LLVMSetMetadata(br, LLVMGetMDKindIDInContext(c->ctx, "llvm.loop", 9), LLVMMetadataAsValue(c->ctx, loop));
@@ -352,7 +374,12 @@ static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
   LLVMValueRef br = LLVMBuildBr(c->b, l->header);
   int r = u->src[0], e = (int)(u - c->k->uops);
-  set_loop_hints(c, br, interleave_count(c->k, r, e), mixed_width(c->k, r, e));
+  if (r > 0 && c->k->uops[r - 1].tile) /* a tile's inner loop: vectorised whole, not unrolled first */
+    set_loop_hints(c, br, 1, KIR_TILE, "llvm.loop.unroll.disable");
+  else if (c->k->uops[r].tile) /* the outer one: unrolled, so the staged block's loads have fixed offsets */
+    set_loop_hints(c, br, 0, 0, "llvm.loop.unroll.full");
+  else
+    set_loop_hints(c, br, interleave_count(c->k, r, e), mixed_width(c->k, r, e), NULL);
   LLVMAddIncoming(l->phi, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(c->b, l->exit);
   return NULL;
@@ -378,7 +405,14 @@ static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt)
 
 static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
-  LLVMValueRef p = element_ptr(c, u, &mt);
+  LLVMValueRef p, block = c->staged[u - c->k->uops];
+  if (block) { /* a transposed read of a tile */
+    mt = mem_type(c, u->type);
+    LLVMValueRef idx = llvm_tile_index(c->b, c->ctx, c->vals[c->tile], c->vals[c->tile + 1]);
+    p = LLVMBuildInBoundsGEP2(c->b, mt, block, &idx, 1, "");
+  } else {
+    p = element_ptr(c, u, &mt);
+  }
   LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
   if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
   return v;
@@ -577,9 +611,11 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
   size_t n = (size_t)k->n_uops + 1;
   c.vals = calloc(n, sizeof *c.vals);
   c.loops = calloc(n, sizeof *c.loops);
-  if (!c.vals || !c.loops) {
+  c.staged = calloc(n, sizeof *c.staged);
+  if (!c.vals || !c.loops || !c.staged) {
     free(c.vals);
     free(c.loops);
+    free(c.staged);
     snprintf(err, errlen, "out of memory lowering %s", k->name);
     return NULL;
   }
@@ -601,6 +637,7 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
   LLVMDisposeBuilder(c.ab);
   free(c.vals);
   free(c.loops);
+  free(c.staged);
   if (c.failed) {
     snprintf(err, errlen, "lowering %s: an LLVM intrinsic is missing", k->name);
     return NULL;

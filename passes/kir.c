@@ -206,6 +206,13 @@ int kir_range(kir_kernel *k, int64_t extent, bool parallel) {
   return i;
 }
 
+int kir_range_tile(kir_kernel *k, int *inner) {
+  int outer = kir_range(k, KIR_TILE, false);
+  *inner = kir_range(k, KIR_TILE, false);
+  if (outer >= 0) k->uops[outer].tile = true;
+  return outer;
+}
+
 void kir_end(kir_kernel *k, int range) { push_src(k, KIR_END, KIR_VOID, range, -1, -1); }
 
 int kir_acc(kir_kernel *k, kiln_dtype type, int init) {
@@ -295,7 +302,8 @@ static void print_uop(kir_strbuf *sb, int i, const kir_uop *u) {
   switch (u->op) {
   case KIR_PARAM: kir_sb_printf(sb, " p%" PRId64 " %s", u->ival, kir_type_name(u->elem)); break;
   case KIR_CONST: print_const(sb, u); break;
-  case KIR_RANGE: kir_sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : ""); break;
+  case KIR_RANGE: kir_sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : u->tile ? " tile" : "");
+    break;
   default: break;
   }
   kir_sb_printf(sb, "%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "");
@@ -383,11 +391,32 @@ static const char *check_memory(const vstate *v, int i, const kir_uop *u) {
   return NULL;
 }
 
+/* A tile (kir_range_tile): RANGE i and i + 1 of KIR_TILE each, the inner
+ * one innermost, their ENDs adjacent. */
+static const char *check_tile(const vstate *v, int i, const kir_uop *u) {
+  const kir_kernel *k = v->k;
+  if (u->ival != KIR_TILE || u->parallel || i + 1 >= k->n_uops || k->uops[i + 1].op != KIR_RANGE ||
+      k->uops[i + 1].ival != KIR_TILE || k->uops[i + 1].parallel || k->uops[i + 1].tile)
+    return fail(i, u, "a tile is two ranges of KIR_TILE, not parallel");
+  for (int j = i + 2; j < k->n_uops; j++) {
+    if (k->uops[j].op == KIR_RANGE) break;
+    if (k->uops[j].op == KIR_END && k->uops[j].src[0] == i + 1) {
+      if (j + 1 < k->n_uops && k->uops[j + 1].op == KIR_END && k->uops[j + 1].src[0] == i) return NULL;
+      break;
+    }
+  }
+  return fail(i, u, "a tile's inner range must be innermost, its ENDs adjacent");
+}
+
 /* RANGE/END nesting. */
 static const char *check_loop(vstate *v, int i, const kir_uop *u) {
   if (u->op == KIR_RANGE) {
     if (u->type != KIR_INDEX) return fail(i, u, "type must be index");
     if (u->ival < 0) return fail(i, u, "negative extent");
+    if (u->tile) {
+      const char *e = check_tile(v, i, u);
+      if (e) return e;
+    }
     v->cur = i;
     return NULL;
   }

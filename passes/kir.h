@@ -75,6 +75,7 @@ typedef struct kir_uop {
   int64_t ival;     /* CONST (ints, KIR_INDEX), RANGE extent, PARAM index */
   double cval;      /* CONST (floats, BOOL) */
   bool parallel;    /* RANGE */
+  bool tile;        /* RANGE: opens a transpose tile (kir_range_tile) */
   bool reassoc;     /* float ALU: may be reassociated (reduction updates,
                        so the backend can vectorise them: the order of a
                        sum then depends on the vector width, never on
@@ -107,6 +108,18 @@ int kir_const_f(kir_kernel *k, kiln_dtype type, double v);
 int kir_const_i(kir_kernel *k, kiln_dtype type, int64_t v);
 int kir_range(kir_kernel *k, int64_t extent, bool parallel);
 void kir_end(kir_kernel *k, int range);
+/** Opens a tile: two nested ranges of KIR_TILE elements each, the first
+ *  flagged `tile`; returns the outer one (the inner is that index + 1).
+ *  Nothing but their body may sit between them and their ENDs. A read in
+ *  the body whose index is base + ti + tj*s (ti, tj the tile's ranges,
+ *  s a constant other than 0 and 1) walks its buffer transposed; the CPU
+ *  backend loads such a read's 16 × 16 block with vector loads along ti
+ *  and transposes it in registers before the loops (llvm_tile.c). Other
+ *  backends run the loops as written. A nontemporal STORE in the body
+ *  must have index base + ti*s + tj with base and s multiples of
+ *  KIR_TILE (whole rows of a tile are vector-aligned). */
+#define KIR_TILE 16
+int kir_range_tile(kir_kernel *k, int *inner);
 int kir_acc(kir_kernel *k, kiln_dtype type, int init);
 void kir_acc_set(kir_kernel *k, int acc, int value);
 int kir_load(kir_kernel *k, int param, int index);

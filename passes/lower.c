@@ -58,6 +58,8 @@ typedef struct lower_ctx {
   bool full; /* a limit was hit, or the group does not fit one kernel */
   const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
   bool spill_stored;       /* the epilogue loads spill from the output */
+  bool tiled;              /* lower_elementwise's tiled loops */
+  bool ragged_tiles;       /* tiled, the last dim not a multiple of KIR_TILE: no streaming stores (kir.h) */
   char name[96];
   int name_len;
 } lower_ctx;
@@ -523,9 +525,14 @@ static int64_t stream_bytes(void) {
   return graph_env_once(&bytes, read_stream_bytes);
 }
 
-/* n's buffer is large enough for streaming stores. */
-static bool streams(const graph_node *n) {
+/* n's buffer is large enough for streaming stores. A tiled kernel
+ * (lower_elementwise) writes each cache line of its output whole, but
+ * KIR_TILE rows apart: plain stores first read every line, and the reads
+ * fight the source's streams, so it streams from an eighth of the limit
+ * (bench/README.md, row W7). */
+static bool streams(const lower_ctx *c, const graph_node *n) {
   int64_t limit = stream_bytes();
+  if (c->tiled) limit /= 8;
   return limit > 0 && n->numel * graph_dtypes[n->dtype].size >= limit;
 }
 
@@ -538,7 +545,7 @@ static void store_node(lower_ctx *c, const graph_node *n, int param, const int *
   graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
   int idx = view_index(c->k, &flat, ranges, -1);
   value = pass_cast_to(c->k, n->dtype, value);
-  if (streams(n) && !c->spill_stored) kir_store_streaming(c->k, param, idx, value);
+  if (streams(c, n) && !c->spill_stored && !c->ragged_tiles) kir_store_streaming(c->k, param, idx, value);
   else kir_store(c->k, param, idx, value);
 }
 
@@ -568,17 +575,19 @@ static int store_outputs(lower_ctx *c, const int *ranges) {
   return KILN_OK;
 }
 
-/* Tile edge for transposed reads. */
-#define TILE 32
-
 /* True when an external read walks the root's last two dims transposed
  * (unit stride along the second-to-last), so a row-by-row loop would read
- * it with a large stride: the last two dims are then tiled. */
+ * it with a large stride: the last two dims are then tiled. Both must
+ * hold a tile. A size that is not a multiple of the tile shifts the last
+ * tile back over its neighbour (tile_base), which stores some elements
+ * twice, with the same value: so not when the kernel also writes in
+ * place, where the second pass could read what the first stored. */
 static bool wants_tiles(const lower_ctx *c) {
   const graph_node *r = c->root;
   int nd = r->ndim;
-  if (nd < 2 || r->sizes[nd - 1] % TILE || r->sizes[nd - 2] % TILE) return false;
-  if (r->sizes[nd - 1] < 2 * TILE || r->sizes[nd - 2] < 2 * TILE) return false;
+  if (nd < 2 || r->sizes[nd - 1] < 2 * KIR_TILE || r->sizes[nd - 2] < 2 * KIR_TILE) return false;
+  for (int j = 0; j < c->b->n_outputs; j++)
+    if (c->b->outputs[j]->op == GRAPH_OP_ASSIGN) return false;
   for (int e = 0; e < c->n_edges; e++) {
     const graph_view *v = &c->edges[e].consumer->inputs[c->edges[e].input].view;
     if (c->edges[e].param >= 0 && v->ndim == nd && v->strides[nd - 2] == 1 && v->strides[nd - 1] > 1) return true;
@@ -586,8 +595,20 @@ static bool wants_tiles(const lower_ctx *c) {
   return false;
 }
 
+/* First index of tile b along a dim of `size`: b * TILE, the last tile
+ * shifted back to end at size. */
+static int tile_base(kir_kernel *k, int b, int64_t size) {
+  int base = pass_alu2(k, KIR_MUL, b, kir_const_i(k, KIR_INDEX, KIR_TILE));
+  if (size % KIR_TILE == 0) return base;
+  return pass_alu2(k, KIR_MIN, base, kir_const_i(k, KIR_INDEX, size - KIR_TILE));
+}
+
 /* Loops over the root's sizes; with tiles, the last two dims run as
- * TILE x TILE blocks (block loops outside, element loops inside). */
+ * KIR_TILE x KIR_TILE blocks: the loop over column blocks (j) outside the
+ * one over row blocks (i), so the transposed source, contiguous along i,
+ * is read as KIR_TILE sequential streams (the hardware prefetcher follows
+ * them), and its reads become vector loads and an in-register transpose
+ * (kir_range_tile). */
 static int lower_elementwise(lower_ctx *c) {
   const graph_node *r = c->root;
   kir_kernel *k = c->k;
@@ -596,14 +617,17 @@ static int lower_elementwise(lower_ctx *c) {
     open_ranges(k, nd, r->sizes, ranges);
     for (int d = 0; d < nd; d++) loops[n_loops++] = ranges[d];
   } else {
+    int64_t rows = r->sizes[nd - 2], cols = r->sizes[nd - 1], t = KIR_TILE;
+    c->tiled = true;
+    c->ragged_tiles = cols % t != 0;
     for (int d = 0; d < nd - 2; d++) loops[n_loops++] = ranges[d] = kir_range(k, r->sizes[d], d == 0);
-    int bi = loops[n_loops++] = kir_range(k, r->sizes[nd - 2] / TILE, nd == 2);
-    int bj = loops[n_loops++] = kir_range(k, r->sizes[nd - 1] / TILE, false);
-    int ti = loops[n_loops++] = kir_range(k, TILE, false);
-    int tj = loops[n_loops++] = kir_range(k, TILE, false);
-    int t = kir_const_i(k, KIR_INDEX, TILE);
-    ranges[nd - 2] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bi, t), ti);
-    ranges[nd - 1] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bj, t), tj);
+    int bj = loops[n_loops++] = kir_range(k, (cols + t - 1) / t, nd == 2);
+    int bi = loops[n_loops++] = kir_range(k, (rows + t - 1) / t, false);
+    int i0 = tile_base(k, bi, rows), j0 = tile_base(k, bj, cols), tj;
+    int ti = loops[n_loops++] = kir_range_tile(k, &tj);
+    loops[n_loops++] = tj;
+    ranges[nd - 2] = pass_alu2(k, KIR_ADD, i0, ti);
+    ranges[nd - 1] = pass_alu2(k, KIR_ADD, j0, tj);
   }
   int res = value_at(c, r, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;

@@ -695,6 +695,57 @@ static void test_parallel_chunks(void **state) {
   kir_free(&k);
 }
 
+/* out[i, j] = a[j, i] + 1 over R x C in tiles (kir_range_tile): out is
+ * [R, C], a is [C, R] of dtype t; bj outer (parallel), bi inner. */
+enum { TR = 48, TC = 64 };
+static void build_tile_transpose(kir_kernel *k, kiln_dtype t) {
+  kir_init(k, "tile_t");
+  int out = kir_param(k, t, true), a = kir_param(k, t, false), tj;
+  int bj = kir_range(k, TC / KIR_TILE, true), bi = kir_range(k, TR / KIR_TILE, false);
+  int i0 = kir_alu(k, KIR_MUL, KIR_INDEX, bi, idx_const(k, KIR_TILE), -1);
+  int j0 = kir_alu(k, KIR_MUL, KIR_INDEX, bj, idx_const(k, KIR_TILE), -1);
+  int ti = kir_range_tile(k, &tj);
+  int i = kir_alu(k, KIR_ADD, KIR_INDEX, i0, ti, -1), j = kir_alu(k, KIR_ADD, KIR_INDEX, j0, tj, -1);
+  int src = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, j, idx_const(k, TR), -1), i, -1);
+  int dst = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, i, idx_const(k, TC), -1), j, -1);
+  kir_store(k, out, dst, kir_alu(k, KIR_ADD, t, kir_load(k, a, src), kir_const_i(k, t, 1), -1));
+  kir_end(k, tj);
+  kir_end(k, ti);
+  kir_end(k, bi);
+  kir_end(k, bj);
+}
+
+/* A tile's transposed read becomes vector loads and shuffles (no
+ * gathers); every element is right, run whole and split by chunks of
+ * its parallel range. */
+static void test_tile_transpose(void **state) {
+  (void)state;
+  kir_kernel k;
+  build_tile_transpose(&k, KILN_F32);
+  assert_null(kir_verify(&k));
+  char err[512] = "", *ir = NULL;
+  llvm_kernel_fn fn = NULL;
+  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  assert_true(count_lines(ir, "shufflevector") >= 16);
+  assert_int_equal(count_lines(ir, "gather"), 0);
+  free(ir);
+  static float a[TC * TR], out[TR * TC];
+  for (int x = 0; x < TC * TR; x++) a[x] = (float)x;
+  fn((void *[]){out, a}, 0, 1);
+  fn((void *[]){out, a}, 1, TC / KIR_TILE);
+  for (int i = 0; i < TR; i++)
+    for (int j = 0; j < TC; j++) assert_true(out[i * TC + j] == a[j * TR + i] + 1);
+  kir_free(&k);
+  build_tile_transpose(&k, KILN_U8); /* one-byte elements */
+  fn = compile_ok(&k);
+  static uint8_t a8[TC * TR], out8[TR * TC];
+  for (int x = 0; x < TC * TR; x++) a8[x] = (uint8_t)(x * 7);
+  fn((void *[]){out8, a8}, 0, TC / KIR_TILE);
+  for (int i = 0; i < TR; i++)
+    for (int j = 0; j < TC; j++) assert_int_equal(out8[i * TC + j], (uint8_t)(a8[j * TR + i] + 1));
+  kir_free(&k);
+}
+
 /* A valid base kernel the broken variants start from:
  *   0 param(f32 w) 1 param(f32 r) 2 range 3 load 4 neg 5 store 6 end */
 static void build_base(kir_kernel *k) {
@@ -755,6 +806,13 @@ static void test_verify_rejects(void **state) {
   build_base(&k);
   k.uops[4].src[2] = 3; /* unused slot not -1 */
   expect_broken(&k, "unused slot");
+  build_base(&k);
+  k.uops[2].tile = true; /* a tile of 4, with no inner range */
+  expect_broken(&k, "tile shape");
+  build_tile_transpose(&k, KILN_F32);
+  for (int u = 0; u < k.n_uops; u++)
+    if (k.uops[u].tile) k.uops[u + 1].ival = 8; /* inner range of 8 */
+  expect_broken(&k, "tile inner extent");
 }
 
 static char *build_and_print(double c, bool parallel, const char *name) {
@@ -931,7 +989,8 @@ int main(void) {
       cmocka_unit_test(test_bool),            cmocka_unit_test(test_sum_acc),
       cmocka_unit_test(test_mixed_width),
       cmocka_unit_test(test_argmax),          cmocka_unit_test(test_parallel_chunks),
-      cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_to_string),
+      cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_tile_transpose),
+      cmocka_unit_test(test_to_string),
       cmocka_unit_test(test_compile_errors),  cmocka_unit_test(test_threads),
       cmocka_unit_test(test_shutdown_restart), cmocka_unit_test(test_compile_counts), cmocka_unit_test(test_long_body_interleaved),
       cmocka_unit_test(test_streaming_stores),

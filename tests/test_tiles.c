@@ -1,16 +1,17 @@
 /*
  * test_tiles.c — elementwise kernels that read an input transposed.
  *
- * Such kernels run the last two dims in 32 x 32 tiles when both are
- * multiples of 32 and at least 64 (passes/lower.c wants_tiles), else row
- * by row. Every
- * case here compares every element with a reference computed on the
- * host: sizes that are multiples of 32 and sizes that are not (multiples
- * of 16 only, or of neither), 3-D batches, offset views, several dtypes,
- * and a transposed input mixed with other transposed, contiguous and
- * broadcast inputs. Values are small integers, so every dtype holds them
- * and results must be exact. (Written with a register-transpose lowering
- * of those tiles that was measured and reverted; it guards any later one.)
+ * Such kernels run the last two dims in 16 x 16 tiles when both are at
+ * least 32 (passes/lower.c wants_tiles; a size that is not a multiple of
+ * 16 shifts its last tile back), else row by row; the CPU backend loads
+ * each tile of a transposed read with vector loads and transposes it in
+ * registers (codegen_llvm/llvm_tile.c). Every case here compares every
+ * element with a reference computed on the host: sizes that are
+ * multiples of 16 and sizes that are not, sizes below a tile, 3-D
+ * batches, offset views, several dtypes, outputs large enough for
+ * streaming stores, and a transposed input mixed with other transposed,
+ * contiguous and broadcast inputs. Values are small integers, so every
+ * dtype holds them and results must be exact.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -59,17 +60,10 @@ static double *read_f64(kiln_tensor *t) {
   return got;
 }
 
-static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_I8, KILN_U8, KILN_F16};
+static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_I8, KILN_U8, KILN_F16, KILN_BF16};
 
-/* y = a.T + b[None, :] for a [cols, rows]: y [rows, cols]. Sizes that are
- * multiples of 32 (tiled), of 16 only, and of neither. */
-static void transpose_plus_row(void **state) {
-  (void)state;
-  static const int64_t shapes[][2] = {{64, 96}, {48, 80}, {128, 32}, {40, 72}, {33, 50}};
-  for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-      kiln_dtype dt = dtypes[di];
-      int64_t rows = shapes[si][0], cols = shapes[si][1];
+/* Checks y = a.T + b[None, :] for a [cols, rows] of dtype dt. */
+static void check_transpose_plus_row(kiln_dtype dt, int64_t rows, int64_t cols) {
       kiln_scope_begin();
       kiln_tensor *a = pattern(dt, 2, (int64_t[]){cols, rows}, 7, 3);
       kiln_tensor *b = pattern(dt, 1, (int64_t[]){cols}, 5, 11);
@@ -84,7 +78,26 @@ static void transpose_plus_row(void **state) {
         }
       free(got);
       kiln_scope_end();
-    }
+}
+
+/* y = a.T + b[None, :] for a [cols, rows]: y [rows, cols]. Sizes that are
+ * multiples of 16 (and of 32), of neither, and below a tile. */
+static void transpose_plus_row(void **state) {
+  (void)state;
+  static const int64_t shapes[][2] = {{64, 96}, {48, 80}, {128, 32}, {40, 72}, {33, 50}, {47, 33}, {20, 100}, {100, 20}};
+  for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+      check_transpose_plus_row(dtypes[di], shapes[si][0], shapes[si][1]);
+}
+
+/* Outputs of at least 8 MiB: a tiled kernel streams its stores when the
+ * last dim is a multiple of 16 (passes/lower.c streams), and stores
+ * plainly when it is not. */
+static void large_outputs(void **state) {
+  (void)state;
+  check_transpose_plus_row(KILN_F32, 1536, 1536);
+  check_transpose_plus_row(KILN_F32, 1499, 1501);
+  check_transpose_plus_row(KILN_F64, 1024, 1040);
 }
 
 /* A 3-D batch read with its last two dims swapped, from an offset view
@@ -95,7 +108,7 @@ static void batched_mixed_inputs(void **state) {
   enum { B = 3, R = 64, C = 96 }; /* y [B, R, C]: tiled */
   for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++) {
     kiln_dtype dt = dtypes[di];
-    if (dt == KILN_I8 || dt == KILN_U8 || dt == KILN_F16) continue; /* products overflow them */
+    if (dt == KILN_I8 || dt == KILN_U8 || dt == KILN_F16 || dt == KILN_BF16) continue; /* products overflow them */
     kiln_scope_begin();
     kiln_tensor *big = pattern(dt, 3, (int64_t[]){B + 1, C, R + 5}, 3, 1); /* a = big[1:, :, 2:2+R] */
     kiln_tensor *a = kiln_narrow(kiln_narrow(big, 0, 1, B), 2, 2, R);
@@ -143,6 +156,7 @@ static void bool_transpose(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(transpose_plus_row),
+      cmocka_unit_test(large_outputs),
       cmocka_unit_test(batched_mixed_inputs),
       cmocka_unit_test(bool_transpose),
   };
