@@ -4,13 +4,14 @@
  * triad measured here), NumPy and PyTorch (bench/peers.py, run through
  * /usr/bin/python3). Figures are printed, never asserted.
  *
- *   kiln_bench [--quick] [--only W1,W4,...] [--threads N] [--no-peers]
+ *   kiln_bench [--quick] [--only W1,W4,...] [--threads N] [--no-peers] [--json FILE]
  *
  * Method, per workload: inputs are created and realized first; one warm-up
  * run (records + forces, compiles); one profiled run (kernel count, bytes
  * the kernels report); then more runs up to a time budget (at least 3); the
  * figure is the median wall time of record + kiln_realize. Ratios:
- *   x triad = Kiln GB/s / triad GB/s  (fraction of the bandwidth limit)
+ *   x limit = Kiln GB/s / limit GB/s  (fraction of the bandwidth limit:
+ *             the triad, or for rows that only read, the read roofline)
  *   x NumPy = NumPy s / Kiln s        (> 1: Kiln is faster), same for Torch
  * C1 runs this program again as a child (--c1-child) so its first forces
  * happen in a fresh process with an empty kernel cache.
@@ -109,7 +110,8 @@ typedef struct row {
   double ms;      /* Kiln median wall time */
   double rate;    /* GB/s; W8: µs; C1: compile ms */
   int kernels;    /* -1: n/a */
-  double x_triad; /* Kiln GB/s / triad GB/s */
+  double x_triad; /* Kiln GB/s / limit GB/s (read roofline for read_only rows) */
+  bool read_only;
   double kiln_s;  /* Kiln seconds compared with the peers */
   double numpy_s, torch_s;
   /* targets */
@@ -135,6 +137,17 @@ static row *new_row(const char *id, const char *target) {
   r->check_ok = true;
   r->wrong = 0;
   return r;
+}
+
+/* The faster peer of a row and Kiln's speedup over it (peer time / Kiln
+ * time); NULL and NAN when neither peer ran. */
+static const char *best_peer(const row *r, double *ratio) {
+  bool np = !isnan(r->numpy_s), to = !isnan(r->torch_s);
+  *ratio = NAN;
+  if (!np && !to) return NULL;
+  bool torch = to && (!np || r->torch_s < r->numpy_s);
+  *ratio = (torch ? r->torch_s : r->numpy_s) / r->kiln_s;
+  return torch ? "Torch" : "NumPy";
 }
 
 /* "yes", "no", "n/a" when a figure a target needs is missing, or "WRONG"
@@ -165,6 +178,7 @@ typedef struct options {
   bool quick, no_peers, c1_child;
   int threads;      /* 0: engine default */
   const char *only; /* NULL: all */
+  const char *json; /* NULL: no JSON output */
 } options;
 
 static bench_sizes sizes_for(bool quick) {
@@ -189,11 +203,13 @@ static bool selected(const options *o, const char *group, const char *id) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,K1,W8,C1] [--threads N] [--no-peers]\n"
+  fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,K1,W8,C1] [--threads N] [--no-peers] "
+             "[--json FILE]\n"
              "  --quick     small sizes: a smoke run of a few seconds\n"
-             "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c)\n"
+             "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c; W7 = W7,W7r,W7b)\n"
              "  --threads N kiln_set_num_threads(N) (default: the engine's own)\n"
-             "  --no-peers  skip NumPy/PyTorch (bench/peers.py)\n");
+             "  --no-peers  skip NumPy/PyTorch (bench/peers.py)\n"
+             "  --json FILE also write every figure to FILE (bench/compare.py compares two)\n");
 }
 
 static options parse(int argc, char **argv) {
@@ -204,6 +220,7 @@ static options parse(int argc, char **argv) {
     else if (strcmp(a, "--no-peers") == 0) o.no_peers = true;
     else if (strcmp(a, "--c1-child") == 0) o.c1_child = true;
     else if (strcmp(a, "--only") == 0 && i + 1 < argc) o.only = argv[++i];
+    else if (strcmp(a, "--json") == 0 && i + 1 < argc) o.json = argv[++i];
     else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
       char *end;
       long v = strtol(argv[++i], &end, 10);
@@ -239,7 +256,7 @@ static int64_t one_run(const bench_workload *w, const bench_sizes *s, kiln_tenso
   return dt;
 }
 
-static void measure(const bench_workload *w, const bench_sizes *s, double triad_gbs, int64_t budget_ns,
+static void measure(const bench_workload *w, const bench_sizes *s, double limit_gbs, int64_t budget_ns,
                     int max_runs) {
   fprintf(stderr, "kiln_bench: %s ...\n", w->id);
   static int64_t t[MAX_RUNS];
@@ -274,7 +291,8 @@ static void measure(const bench_workload *w, const bench_sizes *s, double triad_
   rw->kiln_s = (double)med / 1e9;
   rw->rate = bytes / (double)med;
   rw->kernels = p.kernels;
-  rw->x_triad = triad_gbs > 0 ? rw->rate / triad_gbs : NAN;
+  rw->x_triad = limit_gbs > 0 ? rw->rate / limit_gbs : NAN;
+  rw->read_only = w->read_only;
   rw->want_kernels = w->want_kernels;
   rw->min_triad = w->min_triad;
   rw->min_numpy = w->min_numpy;
@@ -538,6 +556,7 @@ static double busy0, own0;
 static int64_t wall0;
 static double others_cores = -1; /* mean cores other processes used */
 static double triad_first, triad_again; /* GB/s */
+static double read_first, read_again;   /* GB/s */
 
 static void load_mark_start(void) {
   busy0 = machine_busy_s();
@@ -559,21 +578,24 @@ static void fmt(char *buf, size_t n, const char *f, double v) {
   else snprintf(buf, n, f, v);
 }
 
-static void print_table(const options *o, const bench_sizes *s, double triad_gbs) {
+static void print_table(const options *o, const bench_sizes *s, double triad_gbs, double read_gbs) {
   char thr[48] = "engine default";
   if (o->threads) snprintf(thr, sizeof thr, "%d (--threads)", o->threads);
   printf("\nkiln_bench%s: n=%lld, sq=%lldx%lld, ln=%lldx%lld, tiny=%lld x %d ops; kiln threads: %s; "
-         "triad %.2f GB/s (%d threads, 3 x %lld MiB F32 arrays, best of runs at start %.2f and end %.2f)\n\n",
+         "triad %.2f GB/s, read %.2f GB/s (%d threads, 3 x %lld MiB F32 arrays; best of runs at start %.2f / %.2f "
+         "and end %.2f / %.2f)\n\n",
          o->quick ? " --quick" : "", (long long)s->n, (long long)s->sq, (long long)s->sq, (long long)s->ln_rows,
-         (long long)s->ln_cols, (long long)s->tiny, s->chain, thr,
-         triad_gbs, TRIAD_THREADS, (long long)(s->triad_n * 4 >> 20), triad_first, triad_again);
-  printf("| %-6s | %9s | %8s | %7s | %7s | %7s | %7s | %-42s | %-4s |\n", "id", "Kiln ms", "GB/s*", "kernels",
-         "x triad", "x NumPy", "x Torch", "target", "met?");
-  printf("|--------|----------:|---------:|--------:|--------:|--------:|--------:|"
+         (long long)s->ln_cols, (long long)s->tiny, s->chain, thr, triad_gbs, read_gbs, TRIAD_THREADS,
+         (long long)(s->triad_n * 4 >> 20), triad_first, read_first, triad_again, read_again);
+  printf("| %-6s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", "id", "Kiln ms", "GB/s*",
+         "kernels", "x limit", "x NumPy", "x Torch", "best", "x best", "target", "met?");
+  printf("|--------|----------:|---------:|--------:|--------:|--------:|--------:|-------|-------:|"
          "--------------------------------------------|------|\n");
   for (int i = 0; i < n_rows; i++) {
     const row *r = &rows[i];
-    char ms[16], rate[16], k[16], xt[16], xn[16], xo[16];
+    char ms[16], rate[16], k[16], xt[16], xn[16], xo[16], xb[16];
+    double best_x;
+    const char *best = best_peer(r, &best_x);
     fmt(ms, sizeof ms, r->ms < 0.1 ? "%.4f" : "%.2f", r->ms);
     fmt(rate, sizeof rate, "%.2f", r->rate);
     if (r->kernels >= 0) snprintf(k, sizeof k, "%d", r->kernels);
@@ -581,13 +603,15 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
     fmt(xt, sizeof xt, "%.3f", r->x_triad);
     fmt(xn, sizeof xn, "%.3f", r->numpy_s / r->kiln_s);
     fmt(xo, sizeof xo, "%.3f", r->torch_s / r->kiln_s);
-    printf("| %-6s | %9s | %8s | %7s | %7s | %7s | %7s | %-42s | %-4s |\n", r->id, ms, rate, k, xt, xn, xo,
-           r->target, met(r));
+    fmt(xb, sizeof xb, "%.3f", best_x);
+    printf("| %-6s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", r->id, ms, rate, k, xt, xn,
+           xo, best ? best : "-", xb, r->target, met(r));
   }
   printf("\n* GB/s = ideal bytes (one read of each input, one write of the output) / Kiln time; "
          "W8rec: us to record one op; W8run: us a force adds per kernel beyond the kernels' run time; C1: ms compiling (profiler compile_ns)\n");
   printf("  check = worst sampled output error vs a double host reference, in tolerance units (<= 1 right)\n");
-  printf("  x triad = Kiln GB/s / triad GB/s; x NumPy, x Torch = peer time / Kiln time (> 1: Kiln faster); "
+  printf("  x limit = Kiln GB/s / the limit's GB/s: the read roofline for the reductions (W3), the triad otherwise; "
+         "x NumPy, x Torch, x best = peer time / Kiln time (> 1: Kiln faster), best = the faster peer; "
          "Torch: torch.set_num_threads(2), native softmax/layer_norm\n");
   for (int i = 0; i < n_peer_notes; i++) printf("  note: %s\n", peer_notes[i]);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -605,6 +629,65 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
     if (!isnan(r->torch_s)) printf("; Torch %.3f ms", r->torch_s * 1e3);
     printf("\n");
   }
+}
+
+/* ---------------------------------------------------------------- json */
+
+/* A JSON number, or null for NaN / infinity. */
+static void json_num(FILE *f, const char *key, double v, bool last) {
+  if (isfinite(v)) fprintf(f, "\"%s\": %.9g%s", key, v, last ? "" : ", ");
+  else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+/* A JSON string of plain text (ids, targets, names: no control characters;
+ * quotes and backslashes are escaped). */
+static void json_str(FILE *f, const char *key, const char *v, bool last) {
+  fprintf(f, "\"%s\": ", key);
+  if (!v) {
+    fprintf(f, "null%s", last ? "" : ", ");
+    return;
+  }
+  fputc('"', f);
+  for (const char *p = v; *p; p++) {
+    if (*p == '"' || *p == '\\') fputc('\\', f);
+    if ((unsigned char)*p >= 0x20) fputc(*p, f);
+  }
+  fprintf(f, "\"%s", last ? "" : ", ");
+}
+
+/* Every figure of the table, for bench/compare.py. Returns false when the
+ * file cannot be written. */
+static bool write_json(const char *path, const options *o, double triad_gbs, double read_gbs) {
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fprintf(f, "{");
+  fprintf(f, "\"unix_time\": %lld, ", (long long)time(NULL));
+  fprintf(f, "\"quick\": %s, \"threads\": %d, ", o->quick ? "true" : "false", o->threads);
+  json_num(f, "triad_gbs", triad_gbs, false);
+  json_num(f, "read_gbs", read_gbs, false);
+  json_num(f, "other_cores", others_cores, false);
+  fprintf(f, "\"rows\": [\n");
+  for (int i = 0; i < n_rows; i++) {
+    const row *r = &rows[i];
+    double best_x;
+    const char *best = best_peer(r, &best_x);
+    fprintf(f, "  {");
+    json_str(f, "id", r->id, false);
+    json_num(f, "kiln_ms", r->ms, false);
+    json_num(f, "rate", r->rate, false);
+    json_num(f, "kernels", r->kernels >= 0 ? r->kernels : NAN, false);
+    json_num(f, "x_limit", r->x_triad, false);
+    json_str(f, "limit", r->read_only ? "read" : "triad", false);
+    json_num(f, "numpy_ms", r->numpy_s * 1e3, false);
+    json_num(f, "torch_ms", r->torch_s * 1e3, false);
+    json_str(f, "best_peer", best, false);
+    json_num(f, "x_best", best_x, false);
+    json_str(f, "target", r->target, false);
+    json_str(f, "met", met(r), true);
+    fprintf(f, "}%s\n", i + 1 < n_rows ? "," : "");
+  }
+  fprintf(f, "]}\n");
+  return fclose(f) == 0;
 }
 
 /* --------------------------------------------------------------- main */
@@ -626,14 +709,15 @@ int main(int argc, char **argv) {
   fprintf(stderr, "kiln_bench: triad ...\n");
   int triad_runs = o.quick ? 5 : 10;
   double triad = bench_triad(s.triad_n, TRIAD_THREADS, triad_runs);
-  if (triad <= 0) {
-    fprintf(stderr, "kiln_bench: the triad failed (out of memory?)\n");
+  double read = bench_read(s.triad_n, TRIAD_THREADS, triad_runs);
+  if (triad <= 0 || read <= 0) {
+    fprintf(stderr, "kiln_bench: the triad or the read roofline failed (out of memory?)\n");
     return 1;
   }
 
   for (int i = 0; i < bench_n_workloads; i++) {
     const bench_workload *w = &bench_workloads[i];
-    if (selected(&o, w->group, w->id)) measure(w, &s, triad, budget, max_runs);
+    if (selected(&o, w->group, w->id)) measure(w, &s, w->read_only ? read : triad, budget, max_runs);
   }
   if (selected(&o, "W8", "W8")) measure_w8(&s, o.quick ? 100000000 : 1000000000);
   if (selected(&o, "C1", "C1")) measure_c1(&o);
@@ -645,17 +729,22 @@ int main(int argc, char **argv) {
    * not lower the limit every ratio is taken against */
   fprintf(stderr, "kiln_bench: triad again ...\n");
   triad_again = bench_triad(s.triad_n, TRIAD_THREADS, triad_runs);
+  read_again = bench_read(s.triad_n, TRIAD_THREADS, triad_runs);
   bench_triad_free();
   triad_first = triad;
-  if (triad_again > triad) {
-    triad = triad_again;
-    for (int i = 0; i < n_rows; i++)
-      if (!isnan(rows[i].x_triad)) rows[i].x_triad *= triad_first / triad;
-  }
+  read_first = read;
+  if (triad_again > triad) triad = triad_again;
+  if (read_again > read) read = read_again;
+  for (int i = 0; i < n_rows; i++)
+    if (!isnan(rows[i].x_triad)) rows[i].x_triad *= rows[i].read_only ? read_first / read : triad_first / triad;
   if (!o.no_peers) run_peers(&o, &s);
   else snprintf(peer_notes[n_peer_notes++], sizeof peer_notes[0], "--no-peers: NumPy/PyTorch not run");
   load_mark_end();
-  print_table(&o, &s, triad);
+  print_table(&o, &s, triad, read);
+  if (o.json && !write_json(o.json, &o, triad, read)) {
+    fprintf(stderr, "kiln_bench: cannot write %s: %s\n", o.json, strerror(errno));
+    return 1;
+  }
   for (int i = 0; i < n_rows; i++)
     if (!(rows[i].wrong <= 1)) {
       fprintf(stderr, "kiln_bench: %s computed a WRONG result (error %.3g x tolerance)\n", rows[i].id,

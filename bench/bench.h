@@ -45,6 +45,7 @@ typedef struct bench_workload {
    * of the tolerance (<= 1 is right). */
   double (*check)(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y);
   double min_torch; /* target speedup over PyTorch, 0 = none */
+  bool read_only;   /* only reads memory (a reduction): its limit is the read roofline, not the triad */
 } bench_workload;
 
 /* The workloads W1..W7 and K1 in table order (workloads.c). */
@@ -63,6 +64,11 @@ double bench_w8_check(kiln_tensor *x, kiln_tensor *y, int chain);
 /* Best triad bandwidth in GB/s over `reps` runs with `threads` threads on
  * three F32 arrays of n elements each (triad.c). Returns < 0 on failure. */
 double bench_triad(int64_t n, int threads, int reps);
+/* Best read bandwidth in GB/s: a sum over the same three arrays (3 × n
+ * F32 elements, read only), `threads` pthreads, best of `reps` runs
+ * (triad.c; call after bench_triad, whose arrays it reads). Returns < 0
+ * on failure. */
+double bench_read(int64_t n, int threads, int reps);
 /* Frees the arrays bench_triad keeps between calls. */
 void bench_triad_free(void);
 

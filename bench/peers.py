@@ -95,6 +95,15 @@ def numpy_workloads(np, a):
         x, b = rand(sq, sq), rand(sq)
         return lambda: np.add(x.T, b[None, :], order="C")  # row-major result, as Kiln's
 
+    def w7r():  # a ragged size: (sq - 1)^2
+        x, b = rand(sq - 1, sq - 1), rand(sq - 1)
+        return lambda: np.add(x.T, b[None, :], order="C")
+
+    def w7b():  # batched: [4, sq/2, sq/2], the last two dims swapped
+        h = sq // 2
+        x, b = rand(4, h, h), rand(h)
+        return lambda: np.add(x.transpose(0, 2, 1), b[None, :], order="C")
+
     def w8():
         x = rand(tiny)
 
@@ -126,7 +135,7 @@ def numpy_workloads(np, a):
             return sums / np.maximum(counts, 1)[:, None]
         return f
 
-    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, K1=k1, W8=w8)
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W7r=w7r, W7b=w7b, K1=k1, W8=w8)
     return w
 
 
@@ -181,6 +190,24 @@ def torch_workloads(torch, a):
             return torch.add(x.t(), b[None, :], out=out)
         return f
 
+    def w7r():
+        m = sq - 1
+        x, b = rand(m, m), rand(m)
+
+        def f():
+            out = torch.empty(m, m)
+            return torch.add(x.t(), b[None, :], out=out)
+        return f
+
+    def w7b():
+        h = sq // 2
+        x, b = rand(4, h, h), rand(h)
+
+        def f():
+            out = torch.empty(4, h, h)
+            return torch.add(x.transpose(1, 2), b[None, :], out=out)
+        return f
+
     def w8():
         x = rand(tiny)
 
@@ -231,7 +258,7 @@ def torch_workloads(torch, a):
             return loss.item()
         return f
 
-    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, K1=k1, W8=w8, CNN=cnn)
+    w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W7r=w7r, W7b=w7b, K1=k1, W8=w8, CNN=cnn)
     return w
 
 
@@ -254,7 +281,7 @@ def run(peer, workloads, args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--only", default="W1,W2,W3a,W3b,W3c,W4,W5,W7,K1,W8")
+    p.add_argument("--only", default="W1,W2,W3a,W3b,W3c,W4,W5,W7,W7r,W7b,K1,W8")
     p.add_argument("--n", type=int, default=1 << 24)
     p.add_argument("--sq", type=int, default=4096)
     p.add_argument("--ln", type=int, nargs=2, default=[8192, 1024])

@@ -5,6 +5,12 @@
  *
  * Bytes per run = 3 arrays × n × 4 (two reads, one write; the write-allocate
  * read is not counted, as in STREAM and as in Kiln's workload figures).
+ * bench_read is the read-only limit (reductions only read, and this
+ * machine reads faster than it reads-and-writes): the sum of all three
+ * arrays, each thread summing its slices of each, with 64-byte vectors
+ * and four independent accumulators so neither the adds' latency nor the
+ * vector width bounds it. Bytes per run = 3 × n × 4.
+ *
  * Each thread first-touches its own slices so pages sit near the thread that
  * uses them. Thread 0 is the caller; runs are separated by barriers and
  * timed by thread 0 between them.
@@ -60,6 +66,47 @@ static void *triad_thread(void *arg) {
 }
 
 volatile double bench_triad_checksum;
+
+typedef float v16 __attribute__((vector_size(64)));
+
+/* Sum of p[lo, hi) (lo, hi multiples of 64 elements). */
+static float read_kernel(const float *p, int64_t lo, int64_t hi) {
+  v16 acc[4] = {{0}};
+  for (int64_t i = lo; i < hi; i += 64)
+    for (int k = 0; k < 4; k++) {
+      v16 x;
+      memcpy(&x, p + i + 16 * k, sizeof x);
+      acc[k] += x;
+    }
+  v16 t = acc[0] + acc[1] + acc[2] + acc[3];
+  float s = 0;
+  for (int k = 0; k < 16; k++) s += t[k];
+  return s;
+}
+
+typedef struct read_job {
+  const float *arr[3];
+  int64_t lo, hi;
+  int reps;
+  pthread_barrier_t *bar;
+  int64_t best_ns;
+  float sum;
+} read_job;
+
+static void *read_thread(void *arg) {
+  read_job *j = arg;
+  int64_t best = INT64_MAX;
+  for (int r = 0; r < j->reps; r++) {
+    pthread_barrier_wait(j->bar);
+    int64_t t0 = bench_now_ns();
+    for (int a = 0; a < 3; a++) j->sum += read_kernel(j->arr[a], j->lo, j->hi);
+    pthread_barrier_wait(j->bar);
+    int64_t dt = bench_now_ns() - t0;
+    if (dt < best) best = dt;
+  }
+  j->best_ns = best;
+  return NULL;
+}
 
 static float *arr[3]; /* a, b, c of arr_n elements each, or NULL */
 static int64_t arr_n;
@@ -120,4 +167,31 @@ double bench_triad(int64_t n, int threads, int reps) {
   bench_triad_checksum = sum;
   double gbs = jobs[0].best_ns > 0 ? 3.0 * (double)bytes / (double)jobs[0].best_ns : -1;
   return gbs;
+}
+
+double bench_read(int64_t n, int threads, int reps) {
+  if (threads < 1 || threads > 64 || reps < 1 || arr_n != n || n < 64 * threads) return -1;
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, (unsigned)threads);
+  read_job jobs[64];
+  pthread_t tids[64];
+  int64_t whole = n & ~(int64_t)63; /* the kernel's 64-element steps; the tail is not read */
+  for (int t = 0; t < threads; t++) {
+    int64_t lo = (whole * t / threads) & ~(int64_t)63, hi = t == threads - 1 ? whole : (whole * (t + 1) / threads) & ~(int64_t)63;
+    jobs[t] = (read_job){.arr = {arr[0], arr[1], arr[2]}, .lo = lo, .hi = hi, .reps = reps, .bar = &bar};
+  }
+  for (int t = 1; t < threads; t++)
+    if (pthread_create(&tids[t], NULL, read_thread, &jobs[t]) != 0) {
+      fprintf(stderr, "kiln_bench: read: pthread_create failed for thread %d of %d\n", t, threads);
+      exit(1);
+    }
+  read_thread(&jobs[0]);
+  float sum = jobs[0].sum;
+  for (int t = 1; t < threads; t++) {
+    pthread_join(tids[t], NULL);
+    sum += jobs[t].sum;
+  }
+  pthread_barrier_destroy(&bar);
+  bench_triad_checksum = sum;
+  return jobs[0].best_ns > 0 ? 3.0 * (double)whole * sizeof(float) / (double)jobs[0].best_ns : -1;
 }

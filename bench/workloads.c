@@ -68,6 +68,14 @@ static void setup_w7(const bench_sizes *s, kiln_tensor **in) {
   in[0] = input(2, (int64_t[]){s->sq, s->sq});
   in[1] = input(1, (int64_t[]){s->sq});
 }
+static void setup_w7r(const bench_sizes *s, kiln_tensor **in) {
+  in[0] = input(2, (int64_t[]){s->sq - 1, s->sq - 1});
+  in[1] = input(1, (int64_t[]){s->sq - 1});
+}
+static void setup_w7b(const bench_sizes *s, kiln_tensor **in) {
+  in[0] = input(3, (int64_t[]){4, s->sq / 2, s->sq / 2});
+  in[1] = input(1, (int64_t[]){s->sq / 2});
+}
 
 /* ---- W1: relu(a*b + c) * sigmoid(d), inputs [n].
  * bytes = 4 inputs read + 1 output written = 5 × 4n. */
@@ -129,6 +137,27 @@ static kiln_tensor *build_w7(kiln_tensor **in) {
 }
 static double bytes_w7(const bench_sizes *s) {
   return F4 * (2 * (double)s->sq * (double)s->sq + (double)s->sq);
+}
+
+/* ---- W7r: W7 at a ragged size, (sq-1) x (sq-1): not a multiple of the
+ * 16-element tile nor of a cache line. */
+static double bytes_w7r(const bench_sizes *s) {
+  double m = (double)s->sq - 1;
+  return F4 * (2 * m * m + m);
+}
+
+/* ---- W7b: batched, a [4, sq/2, sq/2] with its last two dims swapped,
+ * + b[None, :] -> row-major [4, sq/2, sq/2] (the bytes of W7). */
+static kiln_tensor *build_w7b(kiln_tensor **in) {
+  kiln_scope_begin();
+  kiln_tensor *y = BK(kiln_add(BK(kiln_transpose(in[0], 1, 2)), BK(kiln_unsqueeze(in[1], 0))));
+  kiln_keep(y);
+  kiln_scope_end();
+  return y;
+}
+static double bytes_w7b(const bench_sizes *s) {
+  double h = (double)(s->sq / 2);
+  return F4 * (2 * 4 * h * h + h);
 }
 
 
@@ -223,13 +252,29 @@ static double check_w5(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
   return worst;
 }
 
-static double check_w7(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
+static double check_w7n(int64_t n, kiln_tensor **in, kiln_tensor *y) {
   const float *a = host(in[0]), *b = host(in[1]);
-  int64_t n = s->sq;
   double worst = 0;
   for (int k = 0; k < SAMPLES; k++) {
     int64_t i = spread(k, n), j = (k * 37 + 11) % n;
     worst = fmax(worst, err(at2(y, i, j), (double)a[j * n + i] + b[j], 1e-7, 1e-6));
+  }
+  return worst;
+}
+static double check_w7(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) { return check_w7n(s->sq, in, y); }
+static double check_w7r(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
+  return check_w7n(s->sq - 1, in, y);
+}
+
+static double check_w7b(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
+  const float *a = host(in[0]), *b = host(in[1]);
+  int64_t h = s->sq / 2;
+  double worst = 0;
+  for (int k = 0; k < SAMPLES; k++) {
+    int64_t t = k % 4, i = spread(k, h), j = (k * 37 + 11) % h;
+    double got = kiln_get(y, (int64_t[]){t, i, j});
+    bench_check(true, "kiln_get(output)", __LINE__);
+    worst = fmax(worst, err(got, (double)a[(t * h + j) * h + i] + b[j], 1e-7, 1e-6));
   }
   return worst;
 }
@@ -291,19 +336,26 @@ static double check_k1(const bench_sizes *s, kiln_tensor **in, kiln_tensor *y) {
 
 const bench_workload bench_workloads[] = {
     {"W1", "W1", "relu(a*b + c) * sigmoid(d), n", "1 kernel, >=0.9x triad", 1, 0.9, 0, setup_vec4, build_w1,
-     bytes_w1, check_w1, 0},
+     bytes_w1, check_w1, 0, false},
     {"W2", "W2", "10 x (y = tanh(y*1.0001 + 0.5)), n", "1 kernel, >=5x NumPy", 1, 0, 5, setup_vec1, build_w2,
-     bytes_w2, check_w2, 0},
-    {"W3a", "W3", "sum of n", ">=0.9x triad", 0, 0.9, 0, setup_vec1, build_w3a, bytes_w3a, check_w3a, 0},
-    {"W3b", "W3", "sum over dim 0 of sq x sq", ">=0.9x triad", 0, 0.9, 0, setup_sq, build_w3b, bytes_w3bc, check_w3b, 0},
-    {"W3c", "W3", "sum over dim 1 of sq x sq", ">=0.9x triad", 0, 0.9, 0, setup_sq, build_w3c, bytes_w3bc, check_w3c, 0},
+     bytes_w2, check_w2, 0, false},
+    {"W3a", "W3", "sum of n", ">=0.9x read, >= Torch", 0, 0.9, 0, setup_vec1, build_w3a, bytes_w3a, check_w3a, 1,
+     true},
+    {"W3b", "W3", "sum over dim 0 of sq x sq", ">=0.9x read, >= Torch", 0, 0.9, 0, setup_sq, build_w3b, bytes_w3bc,
+     check_w3b, 1, true},
+    {"W3c", "W3", "sum over dim 1 of sq x sq", ">=0.9x read, >= Torch", 0, 0.9, 0, setup_sq, build_w3c, bytes_w3bc,
+     check_w3c, 1, true},
     {"W4", "W4", "softmax over rows of sq x sq", "1 kernel, >=0.7x triad", 1, 0.7, 0, setup_sq, build_w4,
-     bytes_sq2, check_w4, 0},
+     bytes_sq2, check_w4, 0, false},
     {"W5", "W5", "layer norm over last dim of R x C", "1 kernel, >=0.7x triad", 1, 0.7, 0, setup_ln, build_w5,
-     bytes_w5, check_w5, 0},
-    {"W7", "W7", "a.T + b[None, :], sq x sq", ">=0.7x triad", 0, 0.7, 0, setup_w7, build_w7, bytes_w7, check_w7, 0},
+     bytes_w5, check_w5, 0, false},
+    {"W7", "W7", "a.T + b[None, :], sq x sq", ">=0.7x triad", 0, 0.7, 0, setup_w7, build_w7, bytes_w7, check_w7, 0, false},
+    {"W7r", "W7", "a.T + b[None, :], (sq-1) x (sq-1)", ">=0.7x triad", 0, 0.7, 0, setup_w7r, build_w7, bytes_w7r,
+     check_w7r, 0, false},
+    {"W7b", "W7", "a.transpose(1, 2) + b[None, :], 4 x sq/2 x sq/2", ">=0.7x triad", 0, 0.7, 0, setup_w7b, build_w7b,
+     bytes_w7b, check_w7b, 0, false},
     {"K1", "K1", "k-means step, 20000 2-D points, 8 clusters (index_add_)", ">= NumPy and Torch", 0, 0, 1, setup_k1,
-     build_k1, bytes_k1, check_k1, 1},
+     build_k1, bytes_k1, check_k1, 1, false},
 };
 const int bench_n_workloads = (int)(sizeof bench_workloads / sizeof bench_workloads[0]);
 
