@@ -989,14 +989,66 @@ static int lower_scan(lower_ctx *c) {
  * gather's is, so no value can make the kernel write outside its row.
  * The source and the index are read at the element's coordinates:
  * producers fused into them are computed there, once per element. */
+/* Adds src at idx (the index's coordinates; the scatter dim's replaced by
+ * the index value, clamped into the target) into out at row + the
+ * target's offset; `mask`, when >= 0, zeroes the value. */
+static void scatter_one(lower_ctx *c, const int *idx, int row, int first, int mask) {
+  const graph_node *n = c->root;
+  kir_kernel *k = c->k;
+  const graph_view *iv = &n->inputs[1].view;
+  int nd = iv->ndim, dim = (int)graph_attr_scalar(n);
+  int64_t size = n->sizes[1 + dim], ts[KILN_MAX_DIMS];
+  graph_contiguous_strides(n->ndim - 1, n->sizes + 1, ts);
+  int at = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
+  at = pass_alu2(k, KIR_MAX, at, kir_const_i(k, KIR_INDEX, 0));
+  at = pass_alu2(k, KIR_MIN, at, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
+  int dest = row;
+  for (int d = first; d < nd; d++) {
+    int coord = d == dim ? at : idx[d];
+    dest = pass_alu2(k, KIR_ADD, dest, ts[d] == 1 ? coord : pass_alu2(k, KIR_MUL, coord, kir_const_i(k, KIR_INDEX, ts[d])));
+  }
+  int v = pass_cast_to(k, n->dtype, input_at(c, n, 0, idx));
+  if (mask >= 0) v = pass_where(k, mask, v, pass_cst(k, n->dtype, 0));
+  int old = pass_to_register(k, kir_load(k, c->out, dest));
+  kir_store(k, c->out, dest, pass_alu2(k, KIR_ADD, old, v));
+}
+
+/* One chunk, scattering along a dim other than 0: target slabs along dim
+ * 0 are disjoint, so the slabs run in parallel (each zeroed, then the
+ * index elements of its dim-0 coordinate added in order — the order one
+ * chunk adds them in, so the same sums). Index dim 0 may be shorter than
+ * the target's: the slabs past it stay zero (their values masked). */
+static int lower_scatter_slabs(lower_ctx *c) {
+  const graph_node *n = c->root;
+  kir_kernel *k = c->k;
+  const graph_view *iv = &n->inputs[1].view;
+  int nd = iv->ndim, idx[KILN_MAX_DIMS];
+  int64_t slabs = n->sizes[1], slab = slabs > 0 ? n->numel / slabs : 0;
+  int t0 = kir_range(k, slabs, true);
+  int row = pass_alu2(k, KIR_MUL, t0, kir_const_i(k, KIR_INDEX, slab));
+  int z = kir_range(k, slab, false);
+  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, n->dtype, 0));
+  kir_end(k, z);
+  if (graph_view_numel(iv) > 0) {
+    idx[0] = pass_alu2(k, KIR_MIN, t0, kir_const_i(k, KIR_INDEX, iv->sizes[0] - 1));
+    int valid = pass_cmp(k, KIR_CMPLT, t0, kir_const_i(k, KIR_INDEX, iv->sizes[0]));
+    open_ranges(k, nd - 1, iv->sizes + 1, idx + 1);
+    scatter_one(c, idx, row, 1, valid);
+    close_ranges(k, nd - 1, idx + 1);
+  }
+  kir_end(k, t0);
+  c->n_memo = 0;
+  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+}
+
 static int lower_scatter(lower_ctx *c) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
   const graph_view *iv = &n->inputs[1].view;
   int nd = iv->ndim, dim = (int)graph_attr_scalar(n), idx[KILN_MAX_DIMS];
+  if (n->sizes[0] == 1 && dim > 0 && n->sizes[1] > 1) return lower_scatter_slabs(c);
   int64_t total = graph_view_numel(iv), chunks = n->sizes[0], row_len = n->numel / (chunks > 0 ? chunks : 1);
-  int64_t len = chunks > 0 ? (total + chunks - 1) / chunks : 0, size = n->sizes[1 + dim], ts[KILN_MAX_DIMS];
-  graph_contiguous_strides(n->ndim - 1, n->sizes + 1, ts);
+  int64_t len = chunks > 0 ? (total + chunks - 1) / chunks : 0;
   int ch = kir_range(k, chunks, true);
   int row = pass_alu2(k, KIR_MUL, ch, kir_const_i(k, KIR_INDEX, row_len));
   int z = kir_range(k, row_len, false);
@@ -1011,17 +1063,7 @@ static int lower_scatter(lower_ctx *c) {
       idx[d] = d == 0 ? rem : pass_alu2(k, KIR_MOD, rem, kir_const_i(k, KIR_INDEX, iv->sizes[d]));
       if (d > 0) rem = pass_alu2(k, KIR_DIV, rem, kir_const_i(k, KIR_INDEX, iv->sizes[d]));
     }
-    int at = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
-    at = pass_alu2(k, KIR_MAX, at, kir_const_i(k, KIR_INDEX, 0));
-    at = pass_alu2(k, KIR_MIN, at, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
-    int dest = row;
-    for (int d = 0; d < nd; d++) {
-      int coord = d == dim ? at : idx[d];
-      dest = pass_alu2(k, KIR_ADD, dest, ts[d] == 1 ? coord : pass_alu2(k, KIR_MUL, coord, kir_const_i(k, KIR_INDEX, ts[d])));
-    }
-    int v = pass_where(k, valid, pass_cast_to(k, n->dtype, input_at(c, n, 0, idx)), pass_cst(k, n->dtype, 0));
-    int old = pass_to_register(k, kir_load(k, c->out, dest));
-    kir_store(k, c->out, dest, pass_alu2(k, KIR_ADD, old, v));
+    scatter_one(c, idx, row, 0, valid);
     kir_end(k, i);
   }
   kir_end(k, ch);

@@ -4,9 +4,11 @@
  * gradients of gathers: values against a sequential host loop over many
  * chunks, bit-identical results for every thread count, the exact
  * sequential sum when there is one chunk, integer wrapping, strided
- * targets, fusion of the source into the kernel, its profile record and
- * the gradient of src through chunked partial sums.
+ * targets, fusion of the source into the kernel, its profile record,
+ * the gradient of src through chunked partial sums, and one chunk's
+ * target rows scattered in parallel.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -121,6 +123,35 @@ static void one_chunk_duplicates(void **state) {
   assert_int_equal(kiln_read(t, got, sizeof got), KILN_OK);
   assert_memory_equal(got, want, sizeof got);
   kiln_scope_end();
+}
+
+/* scatter_add_ along dim 1 (one chunk: the target's rows run in parallel,
+ * passes/lower.c lower_scatter_slabs), with an index of fewer rows than
+ * the target: rows past it keep their values; each element is the
+ * in-order sum of its contributions, for 1 and 2 threads alike. */
+static void rows_in_parallel(void **state) {
+  enum { R = 6, C = 5, IR = 4, IC = 7 };
+  int64_t idx[IR * IC];
+  double src[IR * IC], want[R * C], got[2][R * C];
+  for (int i = 0; i < R * C; i++) want[i] = i;
+  for (int i = 0; i < IR; i++)
+    for (int j = 0; j < IC; j++) {
+      idx[i * IC + j] = (int64_t)(next_u64() % C);
+      src[i * IC + j] = next_unit();
+      want[i * C + idx[i * IC + j]] += src[i * IC + j];
+    }
+  for (int th = 1; th <= 2; th++) {
+    kiln_scope_begin();
+    assert_int_equal(kiln_set_num_threads(th), KILN_OK);
+    kiln_tensor *t = kiln_reshape(kiln_arange(KILN_F64, 0, R * C, 1), 2, (int64_t[]){R, C});
+    kiln_tensor *ix = kiln_from_data(KILN_I64, 2, (int64_t[]){IR, IC}, idx);
+    assert_int_equal(kiln_scatter_add_(t, 1, ix, kiln_from_data(KILN_F64, 2, (int64_t[]){IR, IC}, src)), KILN_OK);
+    assert_int_equal(kiln_read(t, got[th - 1], sizeof got[0]), KILN_OK);
+    kiln_scope_end();
+  }
+  assert_memory_equal(got[0], got[1], sizeof got[0]);
+  for (int i = 0; i < R * C; i++) assert_true(fabs(got[0][i] - want[i]) <= 1e-12);
+  for (int i = IR * C; i < R * C; i++) assert_true(got[0][i] == i);
 }
 
 /* Integers wrap as the sequential loop does: int64 sums, converted. */
@@ -241,6 +272,7 @@ int main(void) {
       cmocka_unit_test(same_bits_for_any_thread_count), cmocka_unit_test(one_chunk_duplicates),
       cmocka_unit_test(integers_wrap), cmocka_unit_test(strided_target),
       cmocka_unit_test(source_fuses_and_is_profiled), cmocka_unit_test(gradient_through_chunks),
+      cmocka_unit_test(rows_in_parallel),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
