@@ -15,6 +15,12 @@
  * every access, stride[a] == stride[b] · size[b] (true for the contiguous
  * output, for two broadcast dims, and for any row-major layout).
  *
+ * A reduction root (not argmax/argmin) with such producers of its input's
+ * sizes is a group too: its loop space is its input's sizes, and two dims
+ * merge only when both are reduced or both kept, so a convolution's bias
+ * gradient, a sum of [N, C, H, W] over N, H and W, loops over [N, C, H·W]
+ * with a long contiguous inner loop instead of rows of W.
+ *
  * The rewrite is done on shallow copies of the group's nodes with the
  * merged sizes and strides; lowering then runs unchanged on the copies.
  * Copies keep their schedule position, so bindings and the schedule cache
@@ -32,8 +38,23 @@ typedef struct group {
   int n;
 } group;
 
+/* A reduction the loops of its input can be merged for. */
+static bool merges_reduce(const graph_node *root) {
+  return graph_ops[root->op].kind == GRAPH_REDUCE && root->op != GRAPH_OP_ARGMAX && root->op != GRAPH_OP_ARGMIN &&
+         root->n_inputs == 1;
+}
+
+/* The group's loop space: the root's sizes, or a reduction's input's. */
+static const int64_t *space(const graph_node *root, int *ndim) {
+  const graph_view *v = merges_reduce(root) ? &root->inputs[0].view : NULL;
+  *ndim = v ? v->ndim : root->ndim;
+  return v ? v->sizes : root->sizes;
+}
+
 static bool same_sizes(const graph_view *v, const graph_node *root) {
-  return v->ndim == root->ndim && memcmp(v->sizes, root->sizes, sizeof v->sizes[0] * (size_t)root->ndim) == 0;
+  int nd;
+  const int64_t *sizes = space(root, &nd);
+  return v->ndim == nd && memcmp(v->sizes, sizes, sizeof v->sizes[0] * (size_t)nd) == 0;
 }
 
 bool pass_plain_view(const graph_view *v, const graph_node *src) {
@@ -51,8 +72,11 @@ static int find(const group *g, const graph_node *n) {
 
 /* Collects the pointwise group below n; false when it is not one. */
 static bool collect(const pass_plan *p, group *g, const graph_node *n, const graph_node *root) {
-  if (!graph_op_is_pointwise(n->op) || n->ndim != root->ndim ||
-      memcmp(n->sizes, root->sizes, sizeof n->sizes[0] * (size_t)root->ndim) != 0)
+  int nd;
+  const int64_t *sizes = space(root, &nd);
+  bool reduce_root = n == root && merges_reduce(root);
+  if (!reduce_root && (!graph_op_is_pointwise(n->op) || n->ndim != nd ||
+                       memcmp(n->sizes, sizes, sizeof n->sizes[0] * (size_t)nd) != 0))
     return false;
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
@@ -72,23 +96,25 @@ static bool collect(const pass_plan *p, group *g, const graph_node *n, const gra
  * dims of size 1 belong to no loop. Returns the loop count. */
 static int plan(const group *g, int *first, int64_t *sizes) {
   const graph_node *root = g->nodes[0];
-  int n_loops = 0, inner = -1; /* inner: the root dim that starts the current loop */
+  int n_loops = 0, inner = -1, nd; /* inner: the root dim that starts the current loop */
+  const int64_t *space_sizes = space(root, &nd);
+  uint32_t mask = merges_reduce(root) ? graph_attr_reduce_mask(root) : 0;
   int64_t extent = 1;
-  for (int d = root->ndim - 1; d >= 0; d--) {
-    if (root->sizes[d] == 1) continue;
-    bool merge = inner >= 0;
+  for (int d = nd - 1; d >= 0; d--) {
+    if (space_sizes[d] == 1) continue;
+    bool merge = inner >= 0 && !(mask & (1u << d)) == !(mask & (1u << inner));
     for (int m = 0; m < g->n && merge; m++)
       for (int i = 0; i < g->nodes[m]->n_inputs && merge; i++) {
         const graph_view *v = &g->nodes[m]->inputs[i].view;
         merge = v->strides[d] == v->strides[inner] * extent;
       }
     if (merge) {
-      extent *= root->sizes[d];
+      extent *= space_sizes[d];
       sizes[n_loops - 1] = extent;
       first[n_loops - 1] = d;
     } else {
       inner = d;
-      extent = root->sizes[d];
+      extent = space_sizes[d];
       first[n_loops] = d;
       sizes[n_loops++] = extent;
     }
@@ -117,16 +143,29 @@ static void merge_view(graph_view *v, int n_loops, const int *first, const int64
   *v = out;
 }
 
+/* A reduction's copy over the merged loops: kept loops keep their extent,
+ * reduced ones are 1, and the mask marks the reduced loops. */
+static void reduce_copy(graph_node *c, int n_loops, const int *first, const int64_t *sizes) {
+  uint32_t mask = graph_attr_reduce_mask(c), merged = 0;
+  for (int j = 0; j < n_loops; j++) {
+    bool reduced = mask & (1u << first[j]);
+    c->sizes[j] = reduced ? 1 : sizes[j];
+    if (reduced) merged |= 1u << j;
+  }
+  graph_attr_set_reduce_mask(c, merged);
+}
+
 bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out) {
   memset(out, 0, sizeof *out);
   group *g = graph_malloc(sizeof *g);
   if (!g) return false;
   g->nodes[0] = root;
   g->n = 1;
-  int first[KILN_MAX_DIMS];
+  int first[KILN_MAX_DIMS], nd;
   int64_t sizes[KILN_MAX_DIMS];
-  int n_loops = collect(p, g, root, root) ? plan(g, first, sizes) : root->ndim;
-  if (n_loops == root->ndim || root->numel == 0) {
+  space(root, &nd);
+  int n_loops = collect(p, g, root, root) ? plan(g, first, sizes) : nd;
+  if (n_loops == nd || root->numel == 0 || (merges_reduce(root) && n_loops == 0)) {
     free(g);
     return false;
   }
@@ -141,8 +180,9 @@ bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *o
     c->ndim = n_loops > 0 ? n_loops : 1;
     c->sizes[0] = 1;
     for (int j = 0; j < n_loops; j++) c->sizes[j] = sizes[j];
+    if (m == 0 && merges_reduce(root)) reduce_copy(c, n_loops, first, sizes);
     for (int i = 0; i < c->n_inputs; i++) {
-      merge_view(&c->inputs[i].view, n_loops, first, sizes, root->ndim);
+      merge_view(&c->inputs[i].view, n_loops, first, sizes, nd);
       int at = find(g, c->inputs[i].node);
       if (at >= 0 && pass_fused(p, c->inputs[i].node)) c->inputs[i].node = &copies[at];
     }

@@ -1,9 +1,9 @@
 /*
  * test_loops.c — view and stride simplification (passes/views.c): the loop
- * nest an elementwise kernel is lowered to (size-1 dims dropped, dims
- * contiguous in every operand merged, others kept), and the values it
- * computes, checked element by element against a plain C loop over the
- * same strided inputs.
+ * nest an elementwise kernel or a reduction is lowered to (size-1 dims
+ * dropped, dims contiguous in every operand merged, others kept), and the
+ * values it computes, checked element by element against a plain C loop
+ * over the same strided inputs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -150,6 +150,38 @@ static void non_pointwise_group_unchanged(void **state) {
   rt_set_fusion(-1);
 }
 
+/* A reduction's adjacent reduced dims that are contiguous in every read
+ * merge, and so do its adjacent kept ones: a sum of [N, C, H, W] over N,
+ * H, W (a convolution's bias gradient, here with a fused relu-mask
+ * producer) loops over C, then N, then H·W; a sum over N alone loops over
+ * C·H·W then N. Values against a host loop (integers: exact). */
+static void reduction_dims_merge(void **state) {
+  enum { N = 3, C = 4, H = 5, W = 6 };
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  kiln_tensor *a = ramp(4, (int64_t[]){N, C, H, W}, 1), *g = ramp(4, (int64_t[]){N, C, H, W}, 3);
+  assert_int_equal(kiln_realize(a), KILN_OK);
+  assert_int_equal(kiln_realize(g), KILN_OK);
+  kiln_tensor *masked = kiln_where(kiln_gt_scalar(kiln_fmod(a, kiln_scalar(KILN_F32, 3)), 0), g, kiln_scalar(KILN_F32, 0));
+  kiln_tensor *bias = kiln_sum(masked, 3, (int[]){0, 2, 3}, false);
+  expect_loops(bias, 3, (int64_t[]){C, N, H * W});
+  double want[C] = {0}, want0[C * H * W] = {0};
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < H * W; i++) {
+        int64_t at = (n * C + c) * H * W + i;
+        double v = (double)(at % 3) > 0 ? 3.0 * (double)at : 0;
+        want[c] += v;
+        want0[c * H * W + i] += v;
+      }
+  expect_values_tol(bias, want, C, 0);
+  kiln_tensor *over_n = kiln_sum(masked, 1, (int[]){0}, false);
+  expect_loops(over_n, 2, (int64_t[]){C * H * W, N});
+  expect_values_tol(over_n, want0, C * H * W, 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
 /* A write through a transposed view loops with the destination's unit
  * stride innermost: x.t().copy_(y) into x [64, 96] runs its region loops
  * as [64, 96] (after the copy of the old contents), not [96, 64]; a
@@ -178,7 +210,7 @@ int main(void) {
       cmocka_unit_test(transposed_write_is_unit_stride),
       cmocka_unit_test(contiguous_merges_to_one_loop), cmocka_unit_test(broadcast_keeps_its_dim),
       cmocka_unit_test(strided_reads_keep_dims),       cmocka_unit_test(size_one_dims_drop),
-      cmocka_unit_test(non_pointwise_group_unchanged),
+      cmocka_unit_test(non_pointwise_group_unchanged), cmocka_unit_test(reduction_dims_merge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
