@@ -713,7 +713,8 @@ class KernelRecord(ctypes.Structure):
                 ("numel", c_int64), ("bytes_read", c_int64),
                 ("bytes_written", c_int64), ("flops", c_int64),
                 ("compile_ns", c_int64), ("run_ns", c_int64),
-                ("cache_hit", c_bool), ("threads", c_int)]
+                ("cache_hit", c_bool), ("threads", c_int),
+                ("load_ns", c_int64)]
 
 
 def profile_records():
