@@ -138,9 +138,10 @@ static char *identity(void) {
 /* ---------------------------------------------------------- settings */
 
 static void disable(const char *why, const char *dir) {
+  int e = errno;
   if (rt_debug_level() >= 1)
-    fprintf(stderr, "kiln: disk cache off: %s%s%s%s%s\n", why, dir ? " " : "", dir ? dir : "",
-            errno ? ": " : "", errno ? strerror(errno) : "");
+    fprintf(stderr, "kiln: disk cache off: %s%s%s%s%s\n", why, dir ? " " : "", dir ? dir : "", e ? ": " : "",
+            e ? strerror(e) : "");
   dc.on = false;
 }
 

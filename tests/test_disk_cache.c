@@ -60,9 +60,17 @@ static bool child_values(void) {
 /* Prints "values compiles misses disk_hits records": whether the values
  * were right, kernels compiled, records that were not cache hits, records
  * loaded from disk (load_ns > 0, which must be hits with compile_ns 0). */
-static int child_main(void) {
+static int child_main(bool twice) {
+  bool values = true;
+  if (twice) {
+    /* the same kernels again in this process after forgetting them: the
+     * disk cache's code is linked already (the same symbols), and reused */
+    values = child_values();
+    rt_schedule_cache_clear();
+    rt_kernel_cache_clear();
+  }
   kiln_profile_begin();
-  bool values = child_values();
+  values = child_values() && values;
   kiln_profile_end();
   int misses = 0, disk = 0, n = kiln_profile_count();
   for (int i = 0; i < n; i++) {
@@ -87,9 +95,11 @@ static char self[PATHLEN];
 
 /* Starts this program as a child with env(1) arguments `env` (options
  * such as -u NAME first, then NAME=value assignments), stderr to errfile (or /dev/null). */
+static bool twice; /* children run their workload twice (child_main) */
+
 static FILE *start_child(const char *env, const char *errfile) {
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "env %s KILN_BACKEND=llvm '%s' --child 2>'%s'", env, self,
+  snprintf(cmd, sizeof cmd, "env %s KILN_BACKEND=llvm '%s' --child %s 2>'%s'", env, self, twice ? "twice" : "",
            errfile ? errfile : "/dev/null");
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
@@ -188,6 +198,25 @@ static void warm_run_compiles_nothing(void **state) {
   assert_int_equal(entries(dir, paths, 64), cold.compiles);
   assert_warm(run_in(dir, NULL), cold.compiles);
   assert_int_equal(count_files(dir, ".tmp-", NULL), 0);
+  remove_dir(dir);
+}
+
+/* Kernels forgotten by the in-memory cache (rt_kernel_cache_clear) and
+ * needed again in the same process come back from disk, linked once:
+ * cold, the second round loads what the first compiled; warm, both load. */
+static void same_process_reloads(void **state) {
+  (void)state;
+  char dir[64];
+  make_dir(dir);
+  twice = true;
+  child_out cold = run_in(dir, NULL);
+  assert_int_equal(cold.compiles, cold.disk); /* compiled in round 1, loaded in round 2 */
+  assert_int_equal(cold.misses, 0);
+  assert_true(cold.disk > 0);
+  child_out warm = run_in(dir, NULL);
+  assert_int_equal(warm.compiles, 0);
+  assert_int_equal(warm.disk, cold.disk);
+  twice = false;
   remove_dir(dir);
 }
 
@@ -370,7 +399,7 @@ static void lru_eviction(void **state) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main();
+  if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc > 2 && strcmp(argv[2], "twice") == 0);
   const char *backend = getenv("KILN_BACKEND");
   if (backend && *backend && strcmp(backend, "llvm") != 0) {
     printf("skipped: the disk cache holds LLVM kernels only (KILN_BACKEND=%s)\n", backend);
@@ -380,7 +409,8 @@ int main(int argc, char **argv) {
   if (len <= 0) return 1;
   self[len] = 0;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(warm_run_compiles_nothing), cmocka_unit_test(damaged_entries_are_rebuilt),
+      cmocka_unit_test(warm_run_compiles_nothing), cmocka_unit_test(same_process_reloads),
+      cmocka_unit_test(damaged_entries_are_rebuilt),
       cmocka_unit_test(concurrent_fill),           cmocka_unit_test(unusable_dir_disables),
       cmocka_unit_test(default_and_empty_dir),     cmocka_unit_test(other_cpu_or_version_misses),
       cmocka_unit_test(lru_eviction)};
