@@ -145,10 +145,15 @@ static void disable(const char *why, const char *dir) {
   dc.on = false;
 }
 
-/* The directory: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
- * $HOME/.cache/kiln (malloc'ed); NULL when off or unknown. */
+/* rt_disk_cache_set_dir's choice (malloc'ed; NULL: the environment's). */
+static char *dir_override;
+
+/* The directory: rt_disk_cache_set_dir's, else $KILN_CACHE_DIR, else
+ * $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln (malloc'ed); NULL when off
+ * or unknown. */
 static char *cache_dir(void) {
-  const char *env = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  const char *env = dir_override ? dir_override : getenv("KILN_CACHE_DIR");
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (env) return *env ? graph_strdup(env) : NULL;
   const char *base = xdg && xdg[0] == '/' ? xdg : home && *home ? home : NULL;
   if (!base) return NULL;
@@ -220,11 +225,26 @@ bool rt_disk_cache_on(void) {
   return on;
 }
 
-void rt_disk_cache_reset(void) {
-  pthread_mutex_lock(&dc_lock);
+/* Under dc_lock: forget the settings (read again at the next use). */
+static void forget(void) {
   free(dc.dir);
   free(dc.ident);
   memset(&dc, 0, sizeof dc);
+}
+
+void rt_disk_cache_reset(void) {
+  pthread_mutex_lock(&dc_lock);
+  forget();
+  pthread_mutex_unlock(&dc_lock);
+}
+
+void rt_disk_cache_set_dir(const char *dir) {
+  pthread_mutex_lock(&dc_lock);
+  forget();
+  free(dir_override);
+  /* plain malloc: not an allocation the fault-injection walk counts */
+  dir_override = dir ? malloc(strlen(dir) + 1) : NULL;
+  if (dir_override) strcpy(dir_override, dir);
   pthread_mutex_unlock(&dc_lock);
 }
 

@@ -65,6 +65,9 @@ int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, ch
 bool rt_disk_cache_on(void);
 /** For tests: forgets the settings, so the environment is read again. */
 void rt_disk_cache_reset(void);
+/** For tests: the disk cache's directory instead of KILN_CACHE_DIR's
+ *  (NULL: the environment's again; "": off). Settings are read again. */
+void rt_disk_cache_set_dir(const char *dir);
 /** k's code from the disk cache under `key` [len] (the in-memory cache's
  *  key; the code generator's identity is added), *load_ns > 0; or, on a
  *  miss or a bad entry, compiled now (llvm_compile's results and errors)
