@@ -10,12 +10,12 @@
  * the written flags, the path byte) followed by the identity of the code
  * generator: target triple, host CPU and features, LLVM version, vector
  * width (llvm_target_id), Kiln's version and the build id of the binary
- * Kiln is linked into. The file name is two 64-bit FNV-1a hashes of the
- * full key; an entry is used only when its whole key equals the wanted one
- * and its checksum (FNV-1a 64 over key and object) and lengths are right,
- * so a corrupt, truncated, foreign or stale entry is a miss: the kernel is
- * compiled again and the entry replaced. Nothing read from disk is trusted
- * before those checks.
+ * Kiln is linked into (without one: that file's size and mtime). The file
+ * name is two 64-bit FNV-1a hashes of the full key; an entry is used only
+ * when its whole key equals the wanted one and its checksum (FNV-1a 64
+ * over key and object) and lengths are right, so a corrupt, truncated,
+ * foreign or stale entry is a miss: the kernel is compiled again and the
+ * entry replaced. Nothing read from disk is trusted before those checks.
  *
  * Writes go to a temporary file in the same directory, then rename(2):
  * readers see the old entry or the whole new one, never part of one. A
@@ -30,6 +30,7 @@
  * the linked code (llvm_load_object).
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -126,6 +127,12 @@ static char *identity(void) {
   if (!target) return NULL;
   build_id_search d = {.want = (uintptr_t)&dc, .hex = ""};
   dl_iterate_phdr(find_build_id, &d);
+  Dl_info info;
+  struct stat st;
+  /* linked without a build id: the binary's size and mtime instead */
+  if (!d.hex[0] && dladdr(&dc, &info) && info.dli_fname && stat(info.dli_fname, &st) == 0)
+    snprintf(d.hex, sizeof d.hex, "file-%lld-%lld.%09ld", (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec);
   const char *version = getenv("KILN_CACHE_TEST_VERSION");
   if (!version) version = KILN_VERSION_STRING;
   size_t n = strlen(target) + strlen(version) + strlen(d.hex) + 32;
@@ -183,7 +190,7 @@ static bool make_dirs(char *dir) {
 static bool writable(const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/.probe-%ld", dir, (long)getpid());
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); /* a stale probe of a reused pid is fine */
   if (fd < 0) return false;
   close(fd);
   unlink(path);
@@ -443,9 +450,11 @@ static void store_entry(const entry_name *e, const void *obj, size_t obj_len) {
     ok = write_all(fd, buf, size);
     ok = close(fd) == 0 && ok;
     ok = ok && rename(tmp, e->path) == 0;
-    if (!ok) unlink(tmp);
   }
-  if (!ok && rt_debug_level() >= 1) fprintf(stderr, "kiln: disk cache: cannot write %s: %s\n", e->path, strerror(errno));
+  int why = errno;
+  if (!ok && fd >= 0) unlink(tmp);
+  if (!ok && rt_debug_level() >= 1)
+    fprintf(stderr, "kiln: disk cache: cannot write %s: %s\n", e->path, buf ? strerror(why) : "out of memory");
   free(buf);
   if (ok) account((int64_t)size);
 }
