@@ -126,10 +126,11 @@ KILN_API int kiln_profile_print(FILE *f) {
 static double trace_us(const rt_profile_snapshot_t *s, int64_t ns) { return (double)(ns - s->begin_ns) / 1e3; }
 
 static json_t *trace_args(const kiln_kernel_record *r) {
-  return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:b, s:i}", "backend", r->backend, "ops", r->n_ops, "numel",
-                   (json_int_t)r->numel, "bytes_read", (json_int_t)r->bytes_read, "bytes_written",
+  return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:b, s:i, s:I}", "backend", r->backend, "ops", r->n_ops,
+                   "numel", (json_int_t)r->numel, "bytes_read", (json_int_t)r->bytes_read, "bytes_written",
                    (json_int_t)r->bytes_written, "flops", (json_int_t)r->flops, "compile_ns",
-                   (json_int_t)r->compile_ns, "cache_hit", r->cache_hit, "threads", r->threads);
+                   (json_int_t)r->compile_ns, "cache_hit", r->cache_hit, "threads", r->threads, "load_ns",
+                   (json_int_t)r->load_ns);
 }
 
 static json_t *trace_event(const rt_profile_snapshot_t *s, const rt_profile_event *e) {

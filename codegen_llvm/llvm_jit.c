@@ -281,10 +281,22 @@ static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRe
   return rc;
 }
 
+/* Under jit_lock: the address of sym if it is already linked, else 0
+ * (a content-addressed symbol of the disk cache, linked by an earlier
+ * load or compile of the same code in this process). */
+static LLVMOrcExecutorAddress linked_address(const char *sym) {
+  LLVMOrcExecutorAddress addr = 0;
+  LLVMErrorRef e = LLVMOrcLLJITLookup(g.jit, &addr, sym);
+  if (e) LLVMConsumeError(e);
+  return e ? 0 : addr;
+}
+
 /* Under jit_lock: links the object into the JIT and looks its symbol up.
- * A failed kernel's resources are removed again. */
-static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *kname, llvm_kernel_fn *out,
-                          char *err, size_t errlen) {
+ * A failed kernel's resources are removed again. `fixed` symbols (the
+ * disk cache's) may be linked already: then that code is used and obj
+ * dropped. `count` says whether this was a compile (llvm_compile_count). */
+static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, bool fixed, bool count, const char *kname,
+                          llvm_kernel_fn *out, char *err, size_t errlen) {
   int rc = KILN_OK;
   pthread_mutex_lock(&jit_lock);
   if (!g.jit) { /* llvm_shutdown raced with this compile: a caller bug */
@@ -293,9 +305,16 @@ static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *
     return set_err(err, errlen, kname, "llvm_shutdown ran during llvm_compile", NULL);
   }
   g.session_err[0] = 0;
+  LLVMOrcExecutorAddress addr = fixed ? linked_address(sym) : 0;
+  if (addr) {
+    LLVMDisposeMemoryBuffer(obj);
+    void *p = (void *)(uintptr_t)addr;
+    memcpy(out, &p, sizeof *out);
+    pthread_mutex_unlock(&jit_lock);
+    return KILN_OK;
+  }
   LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(g.jit));
   LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(g.jit, rt, obj); /* takes obj */
-  LLVMOrcExecutorAddress addr = 0;
   if (!e && graph_fault_hit(GRAPH_FAULT_JIT)) e = LLVMCreateStringError("lookup failed (KILN_FAULT_ALLOC: injected)");
   if (!e) e = LLVMOrcLLJITLookup(g.jit, &addr, sym);
   if (e) {
@@ -309,14 +328,28 @@ static int add_and_lookup(LLVMMemoryBufferRef obj, const char *sym, const char *
     /* ISO C forbids object→function pointer casts; go through memcpy. */
     void *p = (void *)(uintptr_t)addr;
     memcpy(out, &p, sizeof *out);
-    g.compiled++;
+    g.compiled += count;
   }
   LLVMOrcReleaseResourceTracker(rt);
   pthread_mutex_unlock(&jit_lock);
   return rc;
 }
 
-int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char *err, size_t errlen) {
+/* A malloc'ed copy of obj's bytes into *bytes, *len (the disk cache's). */
+static int copy_object(LLVMMemoryBufferRef obj, const char *kname, void **bytes, size_t *len, char *err,
+                       size_t errlen) {
+  *len = LLVMGetBufferSize(obj);
+  *bytes = malloc(*len ? *len : 1);
+  if (!*bytes) {
+    set_err(err, errlen, kname, "out of memory", NULL);
+    return KILN_ERR_OOM;
+  }
+  memcpy(*bytes, LLVMGetBufferStart(obj), *len);
+  return KILN_OK;
+}
+
+int llvm_compile_object(const kir_kernel *k, const char *sym, llvm_kernel_fn *out, char **ir_text, void **obj_bytes,
+                        size_t *obj_len, char *err, size_t errlen) {
   if (!k || !out) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
   const char *why = kir_verify(k);
   if (why == kir_verify_oom) {
@@ -327,15 +360,61 @@ int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char 
   unsigned long long id = 0;
   int rc = acquire_id(&id, err, errlen, k->name);
   if (rc != KILN_OK) return rc;
-  char sym[sizeof k->name + 32];
-  symbol_name(sym, sizeof sym, k->name, id);
+  char own[sizeof k->name + 32];
+  if (!sym) symbol_name(own, sizeof own, k->name, id);
   char *ir = NULL;
   LLVMMemoryBufferRef obj = NULL;
-  rc = build_object(k, sym, &obj, ir_text ? &ir : NULL, err, errlen);
-  if (rc == KILN_OK) rc = add_and_lookup(obj, sym, k->name, out, err, errlen);
+  rc = build_object(k, sym ? sym : own, &obj, ir_text ? &ir : NULL, err, errlen);
+  if (rc == KILN_OK && obj_bytes) {
+    rc = copy_object(obj, k->name, obj_bytes, obj_len, err, errlen);
+    if (rc != KILN_OK) LLVMDisposeMemoryBuffer(obj);
+  }
+  if (rc == KILN_OK) rc = add_and_lookup(obj, sym ? sym : own, sym != NULL, true, k->name, out, err, errlen);
+  if (rc != KILN_OK && obj_bytes) {
+    free(*obj_bytes);
+    *obj_bytes = NULL;
+  }
   if (rc == KILN_OK && ir_text) *ir_text = ir;
   else free(ir);
   return rc;
+}
+
+int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char *err, size_t errlen) {
+  return llvm_compile_object(k, NULL, out, ir_text, NULL, NULL, err, errlen);
+}
+
+int llvm_load_object(const void *obj_bytes, size_t obj_len, const char *sym, llvm_kernel_fn *out, char *err,
+                     size_t errlen) {
+  unsigned long long id = 0;
+  int rc = acquire_id(&id, err, errlen, sym);
+  if (rc != KILN_OK) return rc;
+  LLVMMemoryBufferRef obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj_bytes, obj_len, sym);
+  if (!obj) return set_err(err, errlen, sym, "out of memory", NULL);
+  return add_and_lookup(obj, sym, true, false, sym, out, err, errlen);
+}
+
+/* "<triple> <cpu> <features> llvm-<M.m.p> vec<bits>": what the code of a
+ * compile depends on besides the kernel IR. KILN_CACHE_TEST_CPU replaces
+ * the CPU name and features (tests: a "different machine"). */
+char *llvm_target_id(void) {
+  unsigned long long id; /* the JIT first: it reads the features llvm_wide_vectors needs */
+  if (acquire_id(&id, NULL, 0, "target id") != KILN_OK) return NULL;
+  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+  const char *test_cpu = getenv("KILN_CACHE_TEST_CPU");
+  unsigned major = 0, minor = 0, patch = 0;
+  LLVMGetVersion(&major, &minor, &patch);
+  char *out = NULL;
+  if (triple && cpu && feat) {
+    size_t n = strlen(triple) + strlen(cpu) + strlen(feat) + (test_cpu ? strlen(test_cpu) : 0) + 96;
+    out = malloc(n);
+    if (out)
+      snprintf(out, n, "%s %s %s llvm-%u.%u.%u vec%d", triple, test_cpu ? test_cpu : cpu, test_cpu ? "" : feat,
+               major, minor, patch, llvm_wide_vectors() ? 512 : 0);
+  }
+  LLVMDisposeMessage(triple);
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(feat);
+  return out;
 }
 
 unsigned long long llvm_compile_count(void) {

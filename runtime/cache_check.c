@@ -77,7 +77,7 @@ int rt_check_cached_kernel(const pass_plan *p, const graph_node *n, const rt_sch
   void *dev = NULL;
   bool hit;
   st = k->on_device ? rt_kernel_get_device(&fresh, &dev, &hit, why, sizeof why)
-                    : rt_kernel_get(&fresh, &fn, &hit, why, sizeof why);
+                    : rt_kernel_get(&fresh, &fn, &hit, NULL, why, sizeof why);
   bool same_name = strcmp(fresh.name, k->name) == 0;
   kir_free(&fresh);
   if (st != KILN_OK) return mismatch(err, errlen, pos, why);

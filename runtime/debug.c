@@ -33,6 +33,7 @@ void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes
   double ns = r->run_ns > 0 ? (double)r->run_ns : 1.0;
   char compiled[48] = "";
   if (!r->cache_hit) snprintf(compiled, sizeof compiled, "  (compiled in %.1f ms)", r->compile_ns / 1e6);
+  else if (r->load_ns > 0) snprintf(compiled, sizeof compiled, "  (loaded from disk in %.2f ms)", r->load_ns / 1e6);
   fprintf(stderr, "kiln: %-44s %-5s %3d ops %-16s %9.3f ms %8.2f GB/s %8.2f GFLOP/s %2d thr%s\n", r->name,
           r->backend, r->n_ops, rt_fmt_sizes(shape, sizeof shape, ndim, sizes), r->run_ns / 1e6,
           (double)(r->bytes_read + r->bytes_written) / ns, (double)r->flops / ns, r->threads, compiled);

@@ -14,6 +14,8 @@
  * then compiled by LLVM. Kernels for tensors on the real CUDA device
  * (rt_kernel_get_device) are NVRTC builds loaded on the device, cached
  * under the same key with a third path byte; they stay loaded until exit.
+ * A miss on the LLVM path first asks the on-disk cache (disk_cache.c),
+ * which loads code an earlier process compiled, or compiles and stores.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -137,14 +139,22 @@ static void debug_cuda_source(const kir_kernel *k) {
   free(src);
 }
 
-/* Builds k by `path` into *e (fn or dev). */
-static int build(const kir_kernel *k, int path, cache_entry *e, char *err, size_t errlen) {
+/* Builds k by `path` into *e (fn or dev). LLVM builds go through the
+ * disk cache when it is on (then *load_ns > 0 says the code came from
+ * disk, compiled by an earlier process); the other paths are not stored
+ * on disk (docs/cache.md). */
+static int build(const kir_kernel *k, int path, const unsigned char *key, size_t len, cache_entry *e,
+                 int64_t *load_ns, char *err, size_t errlen) {
   if (path != PATH_LLVM && rt_debug_level() >= 4) debug_cuda_source(k);
   if (path == PATH_DEVICE) return rt_device_kernel_load(k, &e->dev, err, errlen);
   int st = path == PATH_EMU ? cuda_emu_compile(k, &e->fn, err, errlen) : KILN_OK;
   if (st == KILN_OK && !e->fn) {
     char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
-    st = llvm_compile(k, &e->fn, rt_debug_level() >= 4 ? &ir : NULL, err, errlen);
+    char **want_ir = rt_debug_level() >= 4 ? &ir : NULL;
+    int64_t t0 = rt_now_ns(); /* a load's time: settings, JIT creation, read, check, link */
+    st = path == PATH_LLVM && rt_disk_cache_on() ? rt_disk_kernel(k, key, len, &e->fn, load_ns, want_ir, err, errlen)
+                                                  : llvm_compile(k, &e->fn, want_ir, err, errlen);
+    if (*load_ns > 0) *load_ns = rt_now_ns() - t0;
     if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
     free(ir);
   }
@@ -161,7 +171,9 @@ static int oom(const kir_kernel *k, char *err, size_t errlen) {
   return KILN_ERR_OOM;
 }
 
-static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, char *err, size_t errlen) {
+static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, int64_t *load_ns, char *err,
+               size_t errlen) {
+  *load_ns = 0;
   size_t len = 0;
   unsigned char *key = kernel_key(k, path, &len);
   if (!key) return oom(k, err, errlen);
@@ -181,7 +193,7 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
     return KILN_OK;
   }
   cache_entry mine = {h, NULL, len, NULL, NULL};
-  int st = build(k, path, &mine, err, errlen);
+  int st = build(k, path, key, len, &mine, load_ns, err, errlen);
   if (st != KILN_OK) {
     free(key);
     return st;
@@ -195,25 +207,30 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
     mine.key = key;
     *e = mine;
     n_used++;
-    compiles++;
+    compiles += *load_ns == 0; /* loads from disk are not compiles */
     key = NULL;
   } /* else no room to cache it: still usable */
   pthread_mutex_unlock(&cache_lock);
   *out = mine;
+  *cache_hit = *load_ns > 0;
   free(key);
   return KILN_OK;
 }
 
-int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen) {
+int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, int64_t *load_ns, char *err,
+                  size_t errlen) {
   cache_entry e;
-  int st = get(k, rt_backend_is_emu() ? PATH_EMU : PATH_LLVM, &e, cache_hit, err, errlen);
+  int64_t loaded;
+  int st = get(k, rt_backend_is_emu() ? PATH_EMU : PATH_LLVM, &e, cache_hit, &loaded, err, errlen);
   if (st == KILN_OK) *fn = e.fn;
+  if (load_ns) *load_ns = st == KILN_OK ? loaded : 0;
   return st;
 }
 
 int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, char *err, size_t errlen) {
   cache_entry e;
-  int st = get(k, PATH_DEVICE, &e, cache_hit, err, errlen);
+  int64_t loaded;
+  int st = get(k, PATH_DEVICE, &e, cache_hit, &loaded, err, errlen);
   if (st == KILN_OK) *handle = e.dev;
   return st;
 }

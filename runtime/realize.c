@@ -152,6 +152,7 @@ typedef struct ready_kernel {
   rt_sched_kernel k; /* pos, in_place, split, extent, fn, name, binding */
   bool hit;
   int64_t compile_ns;
+  int64_t load_ns; /* > 0: loaded from the disk cache (hit is true) */
 } ready_kernel;
 
 /* The backend a record names: the real device, the emulator or LLVM. */
@@ -164,7 +165,7 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
                    const rt_pool_span *spans, int n_spans) {
   const pass_binding *b = &rk->k.binding;
   kiln_kernel_record r = {.name = rk->k.name, .backend = backend_name(rk->k.on_device), .n_ops = b->n_ops,
-                          .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns,
+                          .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns, .load_ns = rk->load_ns,
                           .run_ns = t1 - t0, .bytes_read = b->bytes_read};
   pass_kernel_cost cost = pass_kernel_cost_of(n, rk->k.in_place, b->n_ops);
   r.numel = cost.numel;
@@ -286,8 +287,9 @@ static void describe(const graph_node *n, const kir_kernel *k, int pos, bool in_
 /* Compiles k (or finds it in the kernel cache) into rk. */
 static int compile(const kir_kernel *k, ready_kernel *rk, char *err, size_t errlen) {
   int64_t t0 = rt_now_ns();
+  rk->load_ns = 0;
   int st = rk->k.on_device ? rt_kernel_get_device(k, &rk->k.dev, &rk->hit, err, errlen)
-                           : rt_kernel_get(k, &rk->k.fn, &rk->hit, err, errlen);
+                           : rt_kernel_get(k, &rk->k.fn, &rk->hit, &rk->load_ns, err, errlen);
   int64_t t1 = rt_now_ns();
   rk->compile_ns = t1 - t0;
   if (st == KILN_OK && !rk->hit && rt_profiling()) rt_profile_compile(rk->k.name, t0, t1);
@@ -348,6 +350,7 @@ static void share_same_code(compile_job *jobs, int n) {
     jobs[j].rk.k.dev = src->rk.k.dev;
     jobs[j].rk.hit = true;
     jobs[j].rk.compile_ns = 0;
+    jobs[j].rk.load_ns = 0;
   }
 }
 
@@ -428,6 +431,7 @@ static bool from_cache(graph_node *n, int pos, sched_run *run, ready_kernel *rk,
   pass_rebind(&rk->k.binding, run->plan->order);
   rk->hit = true;
   rk->compile_ns = 0;
+  rk->load_ns = 0;
   if (rt_debug_cache()) run->status = rt_check_cached_kernel(run->plan, n, &rk->k, err, errlen);
   return true;
 }

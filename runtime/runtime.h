@@ -51,11 +51,29 @@ int rt_plan(graph_node *const *roots, int n, bool passes, pass_plan *p);
 int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, char *err, size_t errlen);
 
 /** Compiled entry point for k, from the cache or compiled now (then cached
- *  by kir_to_string(k)). *cache_hit tells which. */
-int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, char *err, size_t errlen);
+ *  by kir_to_string(k)). *cache_hit tells which; a kernel loaded from the
+ *  disk cache (disk_cache.c) is a hit with its load time in *load_ns (ns;
+ *  0 otherwise; load_ns may be NULL). */
+int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, int64_t *load_ns, char *err,
+                  size_t errlen);
 /** The real CUDA device's build of k (device.h), from the same cache
  *  (keyed by kir_to_string(k) and the path) or built and loaded now. */
 int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, char *err, size_t errlen);
+/* ---- on-disk kernel cache (disk_cache.c, docs/cache.md) ---- */
+/** True when KILN_CACHE_DIR (or its default) names a usable directory;
+ *  read once (a KILN_DEBUG line says why it is off, when it is). */
+bool rt_disk_cache_on(void);
+/** For tests: forgets the settings, so the environment is read again. */
+void rt_disk_cache_reset(void);
+/** For tests: the disk cache's directory instead of KILN_CACHE_DIR's
+ *  (NULL: the environment's again; "": off). Settings are read again. */
+void rt_disk_cache_set_dir(const char *dir);
+/** k's code from the disk cache under `key` [len] (the in-memory cache's
+ *  key; the code generator's identity is added), *load_ns > 0; or, on a
+ *  miss or a bad entry, compiled now (llvm_compile's results and errors)
+ *  and stored, *load_ns = 0. Only when rt_disk_cache_on(). */
+int rt_disk_kernel(const kir_kernel *k, const unsigned char *key, size_t len, llvm_kernel_fn *fn, int64_t *load_ns,
+                   char **ir_text, char *err, size_t errlen);
 /** A 64-bit hash of len bytes (the caches' keys). */
 uint64_t rt_hash_bytes(const unsigned char *p, size_t len);
 /** Number of kernels compiled so far (cache misses), for tests. */

@@ -38,6 +38,9 @@ if [[ "${KILN_SKIP_SETUP:-0}" != 1 ]]; then
   bash "$ROOT/scripts/setup.sh"
 fi
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+# The fuzzers compile thousands of one-off kernels: no on-disk kernel
+# cache (docs/cache.md) unless KILN_CACHE_DIR is set.
+export KILN_CACHE_DIR=${KILN_CACHE_DIR-}
 
 echo "== configure $BUILD (clang-19, KILN_FUZZ=ON)"
 # (warnings: the harnesses build with -Werror; the library's gate is gcc's)

@@ -373,11 +373,11 @@ static void kernel_cache_second_get_hits(void **state) {
   llvm_kernel_fn f1 = NULL, f2 = NULL;
   bool hit = true;
   int64_t compiles = rt_compile_count();
-  if (rt_kernel_get(&k1, &f1, &hit, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  if (rt_kernel_get(&k1, &f1, &hit, NULL, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
   assert_false(hit);
   assert_int_equal(rt_compile_count(), compiles + 1);
   check_scaled_diff(f1, N, 0);
-  if (rt_kernel_get(&k2, &f2, &hit, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  if (rt_kernel_get(&k2, &f2, &hit, NULL, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
   assert_true(hit);
   assert_int_equal(rt_compile_count(), compiles + 1);
   assert_true(f2 == f1);

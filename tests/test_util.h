@@ -11,6 +11,14 @@
 
 #include "kiln/kiln.h"
 
+/* The tests count compiles and cache hits: a warm on-disk kernel cache
+ * (docs/cache.md; ~/.cache/kiln or KILN_CACHE_DIR) would turn compiles
+ * into loads. Every test program that includes this header runs without
+ * it, however it is started (CTest also sets KILN_CACHE_DIR empty).
+ * test_disk_cache.c, which tests it, does not include this header. */
+void rt_disk_cache_set_dir(const char *dir); /* runtime/runtime.h */
+__attribute__((constructor)) static void test_no_disk_cache(void) { rt_disk_cache_set_dir(""); }
+
 /* The thread's error has `status` and its message contains every string of
  * the NULL-terminated list; the error is cleared afterwards. */
 static inline void expect_error(kiln_status status, ...) {

@@ -1513,8 +1513,12 @@ typedef struct kiln_kernel_record {
   int64_t flops;
   int64_t compile_ns;    /* 0 on a cache hit */
   int64_t run_ns;
-  bool cache_hit;
+  bool cache_hit;        /* no compile: in memory, or loaded from the disk cache */
   int threads;
+  int64_t load_ns;       /* > 0 when this run's code was loaded from the
+                            on-disk kernel cache (KILN_CACHE_DIR): the time
+                            to read, check and link it, in ns (then
+                            cache_hit is true and compile_ns 0); else 0 */
 } kiln_kernel_record;
 
 /** Starts recording every kernel run on any thread (clears old records). */
