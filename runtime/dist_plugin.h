@@ -28,6 +28,8 @@ typedef struct rt_mpi_plugin {
   /* MPI_Init_thread (unless already initialized); *world: a duplicate of
    * MPI_COMM_WORLD. */
   int (*init)(int *rank, int *size, void **world, char *err, size_t len);
+  /* MPI_Finalize, when init started MPI (a program that initialized MPI
+   * itself finalizes it) */
   int (*finalize)(void);
   /* MPI_Comm_split; color < 0: this rank joins no group (*out NULL). */
   int (*split)(void *comm, int color, int key, void **out, int *rank, int *size, char *err, size_t len);

@@ -2,7 +2,7 @@
 # run_mpi.sh — runs a test program under mpirun on this machine (ctest's
 # dist_mpi* tests, tests/CMakeLists.txt).
 #
-#   run_mpi.sh ok   NP PROGRAM   the job must succeed
+#   run_mpi.sh ok   NP PROGRAM [ARGS...]   the job must succeed
 #   run_mpi.sh hang NP PROGRAM   rank 1 never joins a collective
 #                                (KILN_TEST_DIST_MODE=hang): the others must
 #                                report the timeout and end the job within
@@ -16,6 +16,7 @@
 # containers run as root).
 set -uo pipefail
 mode=$1 np=$2 prog=$3
+shift 3 # the rest: the program's arguments
 command -v mpirun >/dev/null 2>&1 || { echo "run_mpi.sh: no mpirun: skipped"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -23,7 +24,7 @@ MPIRUN=(mpirun -n "$np" --oversubscribe --mca btl self,vader --mca plm_rsh_agent
 
 case "$mode" in
   ok)
-    exec "${MPIRUN[@]}" "$prog"
+    exec "${MPIRUN[@]}" "$prog" "$@"
     ;;
   hang|exit)
     out=$(mktemp)

@@ -85,6 +85,10 @@ static int wait_deadline(MPI_Comm comm, MPI_Request *req, MPI_Status *status, do
   }
 }
 
+/* MPI was initialized here (not by the program, before Kiln): finalize
+ * ends it then, and only then. */
+static int initialized_here;
+
 static int km_init(int *rank, int *size, void **world, char *err, size_t len) {
   int inited = 0, provided = 0;
   MPI_Initialized(&inited);
@@ -92,6 +96,7 @@ static int km_init(int *rank, int *size, void **world, char *err, size_t len) {
     snprintf(err, len, "MPI_Init_thread failed");
     return -1;
   }
+  initialized_here = !inited;
   MPI_Comm *c = malloc(sizeof *c);
   if (!c) return -1;
   MPI_Comm_dup(MPI_COMM_WORLD, c);
@@ -105,7 +110,7 @@ static int km_init(int *rank, int *size, void **world, char *err, size_t len) {
 static int km_finalize(void) {
   int fin = 0;
   MPI_Finalized(&fin);
-  return fin ? 0 : MPI_Finalize();
+  return fin || !initialized_here ? 0 : MPI_Finalize();
 }
 
 static int km_split(void *comm, int color, int key, void **out, int *rank, int *size, char *err, size_t len) {

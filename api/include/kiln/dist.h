@@ -65,7 +65,8 @@ typedef enum kiln_reduce_op {
  *  load makes "mpi" fail, for tests). */
 KILN_API int kiln_dist_init(const char *backend, kiln_group **world);
 /** Forces every collective still pending, frees every group and ends MPI
- *  (MPI_Finalize). Afterwards collectives and kiln_dist_init fail with
+ *  (MPI_Finalize, when kiln_dist_init started MPI; a program that called
+ *  MPI_Init itself before kiln_dist_init finalizes MPI itself). Afterwards collectives and kiln_dist_init fail with
  *  KILN_ERR_ARG. Calling it without kiln_dist_init, or twice, is KILN_OK.
  *  Returns the first error of the pending collectives, if any. */
 KILN_API int kiln_dist_finalize(void);
