@@ -119,6 +119,7 @@ static kiln_tensor *record(graph_op op, kiln_tensor *x, kiln_dtype dt, int ndim,
   if (prev && !prev->buffer && !prev->overwritten) {
     graph_view one = {.ndim = 0}; /* one element: only the edge matters */
     graph_node_add_input(n, prev, &one);
+    n->inputs[n->n_inputs - 1].order_only = true;
   }
   n->device = x ? x->storage->device : KILN_CPU; /* not the ordering edge's */
   graph_node_retain(n);
@@ -306,6 +307,36 @@ kiln_tensor *kiln_recv(kiln_dtype dtype, int ndim, const int64_t *sizes, int src
       !peer_ok(g, src, tag, "src", fn))
     return NULL;
   return api_track(record(GRAPH_OP_RECV, NULL, dtype, ndim, sizes, src, (uint32_t)tag, g, fn));
+}
+
+/* ----------------------------------------------------------- gradients */
+
+kiln_tensor *api_dist_grad(const graph_node *n, kiln_tensor *g) {
+  static const char fn[] = "kiln_grad";
+  kiln_group *grp = rt_dist_group_by_id((int)graph_attr_scalar2(n));
+  if (!grp) {
+    api_error(KILN_ERR_ARG, fn, "the group of a %s on the gradient path is gone (kiln_dist_finalize ran)",
+              graph_ops[n->op].name);
+    return NULL;
+  }
+  int r = (int)graph_attr_scalar(n);
+  if ((n->op == GRAPH_OP_ALL_REDUCE || n->op == GRAPH_OP_REDUCE_SCATTER) && r != RT_REDUCE_SUM) {
+    api_error(KILN_ERR_UNSUPPORTED, fn, "no gradient for %s with reduction %s (only SUM and MEAN)",
+              graph_ops[n->op].name, r == RT_REDUCE_MAX ? "MAX" : r == RT_REDUCE_MIN ? "MIN" : "PROD");
+    return NULL;
+  }
+  switch (n->op) {
+    case GRAPH_OP_ALL_REDUCE: return kiln_all_reduce(g, KILN_REDUCE_SUM, grp);
+    case GRAPH_OP_REDUCE_SCATTER: return kiln_all_gather(g, 0, grp);
+    case GRAPH_OP_ALL_GATHER: return kiln_select(kiln_reduce_scatter(g, KILN_REDUCE_SUM, 0, grp), 0, 0);
+    case GRAPH_OP_BROADCAST: {
+      kiln_tensor *sum = kiln_all_reduce(g, KILN_REDUCE_SUM, grp); /* recorded on every rank */
+      return grp->rank == r ? sum : kiln_zeros(kiln_dtype_of(g), kiln_dim(g), kiln_sizes(g));
+    }
+    default:
+      api_error(KILN_ERR_UNSUPPORTED, fn, "no gradient rule for op %s", graph_ops[n->op].name);
+      return NULL;
+  }
 }
 
 /* ------------------------------------------------ bucketed, in place */

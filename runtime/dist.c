@@ -111,6 +111,10 @@ static struct kiln_group *group_add(void *comm, int rank, int size) {
   return g;
 }
 
+struct kiln_group *rt_dist_group_by_id(int id) {
+  return !finalized && id >= 0 && id < n_groups ? groups[id] : NULL;
+}
+
 bool rt_dist_group_valid(const struct kiln_group *g) {
   if (!g || finalized) return false;
   for (int i = 0; i < n_groups; i++)

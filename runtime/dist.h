@@ -36,6 +36,8 @@ int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size
 int rt_dist_finalize(char *err, size_t errlen);
 /** True between a successful rt_dist_init and rt_dist_finalize. */
 bool rt_dist_active(void);
+/** The live group with id `id` (a node's scalar2), or NULL. */
+struct kiln_group *rt_dist_group_by_id(int id);
 /** True when rt_dist_finalize ran. */
 bool rt_dist_finalized(void);
 /** g is a live group of this process. */

@@ -266,6 +266,76 @@ static void test_bit_identical(void **state) {
   kiln_release(x);
 }
 
+/* Gradients through collectives: the loss is the sum of every rank's
+ * loss_r, each rank differentiates its own (data-parallel convention). */
+static double grad_of(kiln_tensor *loss, kiln_tensor *x, double *out, int64_t n) {
+  kiln_tensor *g = NULL;
+  assert_int_equal(kiln_grad(&loss, NULL, 1, &x, 1, &g), KILN_OK);
+  values(g, out, n);
+  kiln_release(g);
+  return out[0];
+}
+
+static void test_gradients(void **state) {
+  (void)state;
+  int64_t n = 3, pn = 3 * (int64_t)P;
+  double xs[3] = {1 + R, 2 - R, 0.5};
+  kiln_tensor *x = kiln_from_data(KILN_F64, 1, &n, xs);
+  double got[64];
+  assert_true(pn <= 64);
+  /* all_reduce(SUM): loss_r = sum(all_reduce(x * x) * (r + 1)) */
+  kiln_tensor *y = kiln_all_reduce(kiln_mul(x, x), KILN_REDUCE_SUM, world);
+  kiln_tensor *loss = kiln_sum(kiln_mul_scalar(y, R + 1), 0, NULL, false);
+  grad_of(loss, x, got, n);
+  for (int i = 0; i < 3; i++) assert_float_equal(got[i], 2 * xs[i] * P * (P + 1) / 2.0, 1e-12);
+  kiln_release(loss);
+  kiln_release(y);
+  /* all_gather: loss_r = sum(all_gather(x) * c_r), c_r[j] = j + r */
+  double c[64];
+  for (int64_t j = 0; j < pn; j++) c[j] = (double)(j + R);
+  kiln_tensor *ct = kiln_from_data(KILN_F64, 1, &pn, c);
+  y = kiln_all_gather(x, 0, world);
+  loss = kiln_sum(kiln_mul(y, ct), 0, NULL, false);
+  grad_of(loss, x, got, n);
+  for (int i = 0; i < 3; i++) { /* sum over ranks q of (R * 3 + i + q) */
+    double want = 0;
+    for (int q = 0; q < P; q++) want += (double)(R * 3 + i + q);
+    assert_float_equal(got[i], want, 1e-12);
+  }
+  kiln_release(loss);
+  kiln_release(y);
+  kiln_release(ct);
+  /* broadcast from root 0: the root gets the sum of the cotangents */
+  y = kiln_broadcast(x, 0, world);
+  loss = kiln_sum(kiln_mul_scalar(y, R + 1), 0, NULL, false);
+  grad_of(loss, x, got, n);
+  for (int i = 0; i < 3; i++) assert_float_equal(got[i], R == 0 ? P * (P + 1) / 2.0 : 0, 1e-12);
+  kiln_release(loss);
+  kiln_release(y);
+  /* reduce_scatter: x [3P] -> [3]; loss_r = sum(y * (r + 1)): x's block
+   * b gets b + 1 */
+  kiln_tensor *xb = kiln_ones(KILN_F64, 1, &pn);
+  y = kiln_reduce_scatter(xb, KILN_REDUCE_MEAN, 0, world);
+  loss = kiln_sum(kiln_mul_scalar(y, R + 1), 0, NULL, false);
+  grad_of(loss, xb, got, pn);
+  for (int64_t j = 0; j < pn; j++) assert_float_equal(got[j], (double)(j / 3 + 1) / P, 1e-12);
+  kiln_release(loss);
+  kiln_release(y);
+  kiln_release(xb);
+  /* MAX has no gradient: an error, not a silent zero */
+  y = kiln_all_reduce(x, KILN_REDUCE_MAX, world);
+  loss = kiln_sum(y, 0, NULL, false);
+  kiln_tensor *g = NULL;
+  if (P > 1) {
+    assert_int_equal(kiln_grad(&loss, NULL, 1, &x, 1, &g), KILN_ERR_UNSUPPORTED);
+    expect_error(KILN_ERR_UNSUPPORTED, "MAX", NULL);
+  }
+  assert_int_equal(kiln_realize(loss), KILN_OK);
+  kiln_release(loss);
+  kiln_release(y);
+  kiln_release(x);
+}
+
 static void test_bad_arguments(void **state) {
   (void)state;
   kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){2});
@@ -370,7 +440,8 @@ int main(void) {
       cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_broadcast),
       cmocka_unit_test(test_send_recv),      cmocka_unit_test(test_all_reduce_inplace),
       cmocka_unit_test(test_force_order),    cmocka_unit_test(test_bit_identical),
-      cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_mismatch),
+      cmocka_unit_test(test_gradients),      cmocka_unit_test(test_bad_arguments),
+      cmocka_unit_test(test_mismatch),
   };
   int fails = cmocka_run_group_tests_name("dist", tests, setup_world, NULL);
   int st = kiln_dist_finalize();
