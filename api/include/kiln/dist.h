@@ -29,6 +29,12 @@
  * every rank gets bit-identical results, run after run, for the same rank
  * count. Reductions run in F32 for F16/BF16 and are converted back.
  *
+ * Gradients: kiln_grad differentiates through all_reduce (SUM, MEAN),
+ * all_gather, reduce_scatter (SUM, MEAN) and broadcast, the objective
+ * being the sum of every rank's loss; their gradients are collectives too,
+ * so every rank must differentiate the same graph. MAX, MIN and PROD have
+ * no gradient (KILN_ERR_UNSUPPORTED).
+ *
  * Threads: record and force the collectives of a group from one thread.
  */
 #ifndef KILN_DIST_H
