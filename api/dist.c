@@ -70,10 +70,9 @@ static int flush_group(kiln_group *g, const char *fn) {
 
 int kiln_dist_finalize(void) {
   static const char fn[] = "kiln_dist_finalize";
-  kiln_group *gs[256];
-  int n = rt_dist_groups(gs, 256), st = KILN_OK;
-  for (int i = 0; i < n; i++) {
-    int s = flush_group(gs[i], fn);
+  int st = KILN_OK;
+  for (int i = 0, n = rt_dist_group_count(); i < n; i++) {
+    int s = flush_group(rt_dist_group_by_id(i), fn);
     if (st == KILN_OK) st = s;
   }
   char err[512];

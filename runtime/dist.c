@@ -122,12 +122,7 @@ bool rt_dist_group_valid(const struct kiln_group *g) {
   return false;
 }
 
-int rt_dist_groups(struct kiln_group **gs, int max) {
-  int k = 0;
-  for (int i = 0; i < n_groups && k < max; i++)
-    if (groups[i]) gs[k++] = groups[i];
-  return k;
-}
+int rt_dist_group_count(void) { return finalized ? 0 : n_groups; }
 
 int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size_t errlen) {
   if (finalized) {
@@ -153,6 +148,9 @@ int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size
   if (use_mpi) {
     int st = load_plugin(err, errlen);
     if (st != KILN_OK && want_mpi) return st;
+    if (st != KILN_OK) /* N copies of a size-1 job would be silently wrong: say so */
+      fprintf(stderr, "kiln: started by mpirun, but %s; kiln_dist_init(\"auto\") runs this rank as a group of size 1\n",
+              err);
     use_mpi = st == KILN_OK;
   }
   void *comm = NULL;

@@ -42,8 +42,9 @@ struct kiln_group *rt_dist_group_by_id(int id);
 bool rt_dist_finalized(void);
 /** g is a live group of this process. */
 bool rt_dist_group_valid(const struct kiln_group *g);
-/** Every live group, for finalize: fills gs [max], returns the count. */
-int rt_dist_groups(struct kiln_group **gs, int max);
+/** Groups made so far (ids 0 .. count-1; rt_dist_group_by_id), for
+ *  finalize. */
+int rt_dist_group_count(void);
 /** MPI_Comm_split of g: *out a new group, or NULL when color < 0. */
 int rt_dist_split(struct kiln_group *g, int color, int key, struct kiln_group **out, char *err, size_t errlen);
 

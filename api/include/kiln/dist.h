@@ -35,7 +35,8 @@
  * so every rank must differentiate the same graph. MAX, MIN and PROD have
  * no gradient (KILN_ERR_UNSUPPORTED).
  *
- * Threads: record and force the collectives of a group from one thread.
+ * Threads: MPI runs with MPI_THREAD_SERIALIZED: record and force
+ * collectives (of any group) from one thread at a time.
  */
 #ifndef KILN_DIST_H
 #define KILN_DIST_H
