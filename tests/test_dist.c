@@ -272,12 +272,12 @@ static double grad_of(kiln_tensor *loss, kiln_tensor *x, double *out, int64_t n)
   kiln_tensor *g = NULL;
   assert_int_equal(kiln_grad(&loss, NULL, 1, &x, 1, &g), KILN_OK);
   values(g, out, n);
-  kiln_release(g);
   return out[0];
 }
 
 static void test_gradients(void **state) {
   (void)state;
+  kiln_scope_begin(); /* owns every tensor below (nested calls) */
   int64_t n = 3, pn = 3 * (int64_t)P;
   double xs[3] = {1 + R, 2 - R, 0.5};
   kiln_tensor *x = kiln_from_data(KILN_F64, 1, &n, xs);
@@ -288,8 +288,6 @@ static void test_gradients(void **state) {
   kiln_tensor *loss = kiln_sum(kiln_mul_scalar(y, R + 1), 0, NULL, false);
   grad_of(loss, x, got, n);
   for (int i = 0; i < 3; i++) assert_float_equal(got[i], 2 * xs[i] * P * (P + 1) / 2.0, 1e-12);
-  kiln_release(loss);
-  kiln_release(y);
   /* all_gather: loss_r = sum(all_gather(x) * c_r), c_r[j] = j + r */
   double c[64];
   for (int64_t j = 0; j < pn; j++) c[j] = (double)(j + R);
@@ -302,16 +300,11 @@ static void test_gradients(void **state) {
     for (int q = 0; q < P; q++) want += (double)(R * 3 + i + q);
     assert_float_equal(got[i], want, 1e-12);
   }
-  kiln_release(loss);
-  kiln_release(y);
-  kiln_release(ct);
   /* broadcast from root 0: the root gets the sum of the cotangents */
   y = kiln_broadcast(x, 0, world);
   loss = kiln_sum(kiln_mul_scalar(y, R + 1), 0, NULL, false);
   grad_of(loss, x, got, n);
   for (int i = 0; i < 3; i++) assert_float_equal(got[i], R == 0 ? P * (P + 1) / 2.0 : 0, 1e-12);
-  kiln_release(loss);
-  kiln_release(y);
   /* reduce_scatter: x [3P] -> [3]; loss_r = sum(y * (r + 1)): x's block
    * b gets b + 1 */
   kiln_tensor *xb = kiln_ones(KILN_F64, 1, &pn);
@@ -319,9 +312,6 @@ static void test_gradients(void **state) {
   loss = kiln_sum(kiln_mul_scalar(y, R + 1), 0, NULL, false);
   grad_of(loss, xb, got, pn);
   for (int64_t j = 0; j < pn; j++) assert_float_equal(got[j], (double)(j / 3 + 1) / P, 1e-12);
-  kiln_release(loss);
-  kiln_release(y);
-  kiln_release(xb);
   /* MAX has no gradient: an error, not a silent zero */
   y = kiln_all_reduce(x, KILN_REDUCE_MAX, world);
   loss = kiln_sum(y, 0, NULL, false);
@@ -331,9 +321,7 @@ static void test_gradients(void **state) {
     expect_error(KILN_ERR_UNSUPPORTED, "MAX", NULL);
   }
   assert_int_equal(kiln_realize(loss), KILN_OK);
-  kiln_release(loss);
-  kiln_release(y);
-  kiln_release(x);
+  kiln_scope_end();
 }
 
 static void test_bad_arguments(void **state) {
