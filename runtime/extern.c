@@ -78,13 +78,15 @@ static void describe_dist(const graph_node *n, bool on_device, kiln_kernel_recor
   char op[32];
   snprintf(op, sizeof op, "%s", graph_ops[n->op].name);
   for (char *c = op; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
-  int64_t in = n->op == GRAPH_OP_RECV ? 0 : graph_view_numel(&n->inputs[0].view);
+  bool recv = n->op == GRAPH_OP_RECV;
+  int64_t in = recv ? 0 : graph_view_numel(&n->inputs[0].view);
+  int in_size = graph_dtypes[recv ? n->dtype : n->inputs[0].node->dtype].size; /* SEND's result is one U8 */
   snprintf(name, len, "mpi_%s_%lld", op, (long long)(in ? in : n->numel));
   *r = (kiln_kernel_record){.name = name,
                             .backend = "mpi",
                             .n_ops = 1,
                             .numel = n->numel,
-                            .bytes_read = in * graph_dtypes[n->dtype].size,
+                            .bytes_read = in * in_size,
                             .bytes_written = n->numel * graph_dtypes[n->dtype].size,
                             .run_ns = r->run_ns,
                             .cache_hit = true,
