@@ -155,6 +155,17 @@ kiln_tensor *api_optimizer_state(const kiln_optimizer *opt, int j, int k);
  *  repeated dim or a bad list. */
 bool api_reduce_mask(const kiln_tensor *t, int ndims, const int *dims, uint32_t *mask, const char *fn);
 
+/* ---- dist.c ---- */
+
+/** The gradient of collective n (ALL_REDUCE or REDUCE_SCATTER with SUM,
+ *  ALL_GATHER, BROADCAST) for its data input, given its cotangent g in
+ *  n's sizes: all_reduce(g, SUM); reduce_scatter(g, SUM) along the rank
+ *  dim; all_gather(g) along dim 0; on the root all_reduce(g, SUM), zeros
+ *  elsewhere (the collective is recorded on every rank all the same). A
+ *  collective itself: every rank must differentiate the same graph. NULL
+ *  and KILN_ERR_UNSUPPORTED for MAX, MIN and PROD. */
+kiln_tensor *api_dist_grad(const graph_node *n, kiln_tensor *g);
+
 /* ---- views.c ---- */
 
 /** Lazy contiguous copy of t converted to dtype: a CAST node whose one

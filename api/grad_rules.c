@@ -296,6 +296,9 @@ static kiln_tensor *r_scatter(grad_inputs *in, int k, kiln_tensor *g) {
   return gm && at ? api_gather(gm, &gm->view, dim, at, &at->view, "kiln_grad") : NULL;
 }
 
+/* A collective's gradient is another collective (api/dist.c). */
+static kiln_tensor *r_collective(grad_inputs *in, int k, kiln_tensor *g) { return api_dist_grad(in->n, g); }
+
 /* ------------------------------------------------------------- table */
 
 static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
@@ -313,14 +316,17 @@ static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
     [GRAPH_OP_SUM] = r_sum,           [GRAPH_OP_PROD] = r_prod,     [GRAPH_OP_AMAX] = r_extremum,
     [GRAPH_OP_AMIN] = r_extremum,     [GRAPH_OP_CUMSUM] = r_cumsum, [GRAPH_OP_CUMPROD] = r_cumprod,
     [GRAPH_OP_ASSIGN] = r_assign,     [GRAPH_OP_MATMUL] = r_matmul, [GRAPH_OP_GATHER] = r_gather,
-    [GRAPH_OP_SCATTER] = r_scatter,
+    [GRAPH_OP_SCATTER] = r_scatter,   [GRAPH_OP_ALL_REDUCE] = r_collective,
+    [GRAPH_OP_ALL_GATHER] = r_collective, [GRAPH_OP_REDUCE_SCATTER] = r_collective,
+    [GRAPH_OP_BROADCAST] = r_collective,
 };
 
 grad_rule_fn grad_rule_of(graph_op op) { return (unsigned)op < GRAPH_OP_COUNT ? rules[op] : NULL; }
 
 bool grad_edge(const graph_node *n, int k) {
   const graph_node *in = n->inputs[k].node;
-  if (n->no_grad || !in || n->inputs[k].no_grad || !graph_is_float(in->dtype) || !graph_is_float(n->dtype))
+  if (n->no_grad || !in || n->inputs[k].no_grad || n->inputs[k].order_only || !graph_is_float(in->dtype) ||
+      !graph_is_float(n->dtype))
     return false;
   if (n->opaque) return true; /* followed so that kiln_grad can say it has no derivative */
   if (!graph_op_is_differentiable(n->op)) return false;

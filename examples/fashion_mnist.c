@@ -26,6 +26,13 @@
  * parameters' storages. After the first step every kernel is a cache
  * hit; the program counts compiles per epoch to show it. Deterministic
  * for a given seed and thread count (KILN_NUM_THREADS).
+ *
+ * Data-parallel under mpirun (docs/distributed.md): `mpirun -n P
+ * fashion_mnist` shards each global batch of B images into P slices of
+ * B / P (every rank draws the same shuffle and takes its slice), averages
+ * the gradients with kiln_all_reduce_ (MEAN, bucketed, fused into the
+ * update), and checks at the end that the parameters are bit-identical on
+ * every rank. Rank 0 prints. Without mpirun it runs on one process.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
@@ -40,6 +47,9 @@
 #define IMG FASHION_IMG
 #define HID 256
 #define CLS FASHION_CLASSES
+
+static kiln_group *world; /* kiln_dist_init(NULL): size 1 without mpirun */
+static int rank, nranks;
 
 typedef struct options {
   int epochs, batch;
@@ -131,9 +141,12 @@ static int train_step(model *m, kiln_tensor *x, kiln_tensor *labels, const optio
   int st = KILN_OK;
   if (o->manual) {
     manual_grads(m, x, h_pre, h, logp, onehot, grads);
+    st = kiln_all_reduce_(grads, 4, KILN_REDUCE_MEAN, world);
     for (int i = 0; i < 4; i++) sgd(ps[i], m->v[i], grads[i], o);
   } else {
     st = kiln_grad(&loss, NULL, 1, ps, 4, grads);
+    /* data-parallel: the mean of the ranks' gradients (a no-op on one) */
+    if (st == KILN_OK) st = kiln_all_reduce_(grads, 4, KILN_REDUCE_MEAN, world);
     if (st == KILN_OK) st = kiln_optimizer_step(m->opt, grads);
   }
   kiln_tensor *force[] = {m->w1, m->b1, m->w2, m->b2, loss, correct, m->v[0], m->v[1], m->v[2], m->v[3]};
@@ -163,6 +176,39 @@ static int64_t evaluate(const model *m, const dataset *ds) {
 
 /* ------------------------------------------------------------- training */
 
+/* The epoch's statistics over every rank: the mean loss and the total
+ * of correct predictions. */
+static int sum_over_ranks(double *loss, int64_t *correct) {
+  kiln_scope_begin();
+  double v[2] = {*loss / nranks, (double)*correct};
+  kiln_tensor *all = kiln_all_reduce(kiln_from_data(KILN_F64, 1, (int64_t[]){2}, v), KILN_REDUCE_SUM, world);
+  int st = kiln_read(all, v, sizeof v);
+  kiln_scope_end();
+  *loss = v[0];
+  *correct = (int64_t)v[1];
+  return st;
+}
+
+/* True when every element of p (F32) is the same, bit for bit, on every
+ * rank: the MAX and MIN over the ranks of its bits (read as I32) equal
+ * its own. */
+static bool same_on_all_ranks(kiln_tensor *p) {
+  int64_t n = kiln_numel(p);
+  float *host = malloc(sizeof *host * (size_t)n);
+  if (!host || kiln_read(p, host, sizeof *host * (size_t)n) != KILN_OK) {
+    free(host);
+    return false;
+  }
+  kiln_scope_begin();
+  kiln_tensor *bits = kiln_from_data(KILN_I32, 1, &n, host); /* the same bytes */
+  kiln_tensor *hi = kiln_all_reduce(bits, KILN_REDUCE_MAX, world), *lo = kiln_all_reduce(bits, KILN_REDUCE_MIN, world);
+  kiln_tensor *same = kiln_logical_and(kiln_eq(hi, bits), kiln_eq(lo, bits));
+  bool ok = kiln_item(kiln_all(same, 0, NULL, false)) != 0 && kiln_last_status() == KILN_OK;
+  kiln_scope_end();
+  free(host);
+  return ok;
+}
+
 /* One epoch over the shuffled training set. */
 static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *perm, uint64_t *rng,
                        float *xb, int64_t *yb, double *loss, int64_t *correct) {
@@ -170,14 +216,15 @@ static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *p
   *loss = 0;
   *correct = 0;
   int64_t steps = 0;
+  int64_t lb = o->batch / nranks, first = rank * lb; /* this rank's slice of each batch */
   for (int64_t start = 0; start + o->batch <= tr->n; start += o->batch, steps++) {
-    for (int64_t i = 0; i < o->batch; i++) {
-      memcpy(xb + i * IMG, tr->images + perm[start + i] * IMG, sizeof(float) * IMG);
-      yb[i] = tr->labels[perm[start + i]];
+    for (int64_t i = 0; i < lb; i++) {
+      memcpy(xb + i * IMG, tr->images + perm[start + first + i] * IMG, sizeof(float) * IMG);
+      yb[i] = tr->labels[perm[start + first + i]];
     }
     kiln_scope_begin();
-    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){o->batch, IMG}, xb);
-    kiln_tensor *y = kiln_from_data(KILN_I64, 1, (int64_t[]){o->batch}, yb);
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){lb, IMG}, xb);
+    kiln_tensor *y = kiln_from_data(KILN_I64, 1, (int64_t[]){lb}, yb);
     step_out so;
     int st = train_step(m, x, y, o, &so);
     kiln_scope_end();
@@ -186,7 +233,7 @@ static int train_epoch(model *m, const dataset *tr, const options *o, int64_t *p
     *correct += so.correct;
   }
   *loss /= steps ? (double)steps : 1;
-  return KILN_OK;
+  return nranks > 1 ? sum_over_ranks(loss, correct) : KILN_OK;
 }
 
 static int train(const options *o, const dataset *tr, const dataset *te) {
@@ -217,15 +264,23 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
     kiln_profile_end();
     if (st != KILN_OK) break;
     int compiles = fashion_count_compiles();
+    if (rank != 0) continue; /* rank 0 evaluates and prints */
     acc = (double)evaluate(&m, te) / (double)te->n;
     printf("epoch %d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.0f images/s  elapsed %.1f s  "
            "(%d kernels compiled this epoch)\n",
            e, o->epochs, loss, 100.0 * correct / (double)seen, 100.0 * acc, seen / dt, fashion_seconds() - t0, compiles);
     fflush(stdout);
   }
-  if (st != KILN_OK) fprintf(stderr, "fashion_mnist: training failed: %s\n", kiln_last_error());
-  else printf("final test accuracy %.2f%%\n", 100.0 * acc);
-  if (st == KILN_OK) st = fashion_report_profile("fashion_mnist", o->trace);
+  if (st != KILN_OK) fprintf(stderr, "fashion_mnist: training failed on rank %d: %s\n", rank, kiln_last_error());
+  if (st == KILN_OK && nranks > 1) {
+    kiln_tensor *ps[4] = {m.w1, m.b1, m.w2, m.b2};
+    bool same = true;
+    for (int i = 0; i < 4; i++) same = same_on_all_ranks(ps[i]) && same;
+    if (rank == 0) printf("parameters %s on all %d ranks\n", same ? "bit-identical" : "DIFFER", nranks);
+    if (!same) st = KILN_ERR_SHAPE;
+  }
+  if (st == KILN_OK && rank == 0) printf("final test accuracy %.2f%%\n", 100.0 * acc);
+  if (st == KILN_OK && rank == 0) st = fashion_report_profile("fashion_mnist", o->trace);
   model_free(&m);
   free(perm), free(yb), free(xb);
   return st == KILN_OK ? 0 : 1;
@@ -265,14 +320,24 @@ int main(int argc, char **argv) {
                .data_dir = FASHION_DIR};
   int bad = parse(argc, argv, &o);
   if (bad) return bad;
+  if (kiln_dist_init(NULL, &world) != KILN_OK) {
+    fprintf(stderr, "fashion_mnist: %s\n", kiln_last_error());
+    return 1;
+  }
+  rank = kiln_group_rank(world);
+  nranks = kiln_group_size(world);
+  if (o.batch % nranks != 0) return usage("the batch must be divisible by the number of ranks");
   dataset tr = {0}, te = {0};
   if (!fashion_load("fashion_mnist", o.data_dir, "train", &tr) || !fashion_load("fashion_mnist", o.data_dir, "t10k", &te))
     return 1;
-  printf("Fashion-MNIST: %lld training and %lld test images; MLP 784-256-10, batch %d, lr %g, momentum %g, "
-         "seed %llu, %s\n",
-         (long long)tr.n, (long long)te.n, o.batch, o.lr, o.momentum, (unsigned long long)o.seed,
-         o.manual ? "hand-written backward" : "kiln_grad + kiln_sgd");
+  if (rank == 0)
+    printf("Fashion-MNIST: %lld training and %lld test images; MLP 784-256-10, batch %d, lr %g, momentum %g, "
+           "seed %llu, %s%s\n",
+           (long long)tr.n, (long long)te.n, o.batch, o.lr, o.momentum, (unsigned long long)o.seed,
+           o.manual ? "hand-written backward" : "kiln_grad + kiln_sgd", nranks > 1 ? ", data-parallel" : "");
+  if (rank == 0 && nranks > 1) printf("%d ranks, %d images each per step\n", nranks, o.batch / nranks);
   int rc = train(&o, &tr, &te);
+  if (kiln_dist_finalize() != KILN_OK) rc = 1;
   fashion_free(&tr), fashion_free(&te);
   return rc;
 }

@@ -221,6 +221,10 @@ typedef struct graph_input {
   graph_view view;
   bool no_grad; /* no gradient flows along this edge: it bypasses a DETACH
                    (passes/algebra.c), which must not change a recipe */
+  bool order_only; /* an ordering edge (a collective's previous one in its
+                      group, api/dist.c): the input is realized first, its
+                      value is never read, no gradient flows along it, and
+                      a realized node's recipe does not keep it */
 } graph_input;
 
 /** Where buffer memory comes from: the runtime installs its caching

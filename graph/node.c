@@ -238,6 +238,13 @@ void graph_node_settle(graph_node *n) {
   bool keep = keeps_recipe(n);
   n->n_inputs = 0;
   if (keep) {
+    /* ordering edges (always last) are not part of the recipe: a kept
+     * chain of them would hold every earlier collective's result */
+    while (n->n_hist > 0 && n->inputs[n->n_hist - 1].order_only) {
+      graph_node_release(n->inputs[n->n_hist - 1].node);
+      n->inputs[n->n_hist - 1] = (graph_input){0};
+      n->n_hist--;
+    }
     graph_history_settled(n);
     return;
   }

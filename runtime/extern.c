@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "device.h"
+#include "dist.h"
 #include "pool.h"
 #include "runtime.h"
 
@@ -72,6 +73,26 @@ static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *
   r->threads = cublas ? 1 : openblas_get_num_threads();
 }
 
+/* Name and bytes of a collective (runtime/dist.c): "mpi_all_reduce_4096". */
+static void describe_dist(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
+  char op[32];
+  snprintf(op, sizeof op, "%s", graph_ops[n->op].name);
+  for (char *c = op; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+  bool recv = n->op == GRAPH_OP_RECV;
+  int64_t in = recv ? 0 : graph_view_numel(&n->inputs[0].view);
+  int in_size = graph_dtypes[recv ? n->dtype : n->inputs[0].node->dtype].size; /* SEND's result is one U8 */
+  snprintf(name, len, "mpi_%s_%lld", op, (long long)(in ? in : n->numel));
+  *r = (kiln_kernel_record){.name = name,
+                            .backend = "mpi",
+                            .n_ops = 1,
+                            .numel = n->numel,
+                            .bytes_read = in * in_size,
+                            .bytes_written = n->numel * graph_dtypes[n->dtype].size,
+                            .run_ns = r->run_ns,
+                            .cache_hit = true,
+                            .threads = 1};
+}
+
 /* The extern ops: one entry per op of kind EXTERN (graph/ops.def). A new
  * library call or host loop is one row and its functions. `host` runs it
  * on host memory (in[i]: input i's buffer data); `describe` fills the
@@ -87,6 +108,12 @@ static const extern_impl externs[] = {
     {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true},
     {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false},
     {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false},
+    {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, false},
+    {GRAPH_OP_ALL_GATHER, rt_dist_run, describe_dist, false},
+    {GRAPH_OP_REDUCE_SCATTER, rt_dist_run, describe_dist, false},
+    {GRAPH_OP_BROADCAST, rt_dist_run, describe_dist, false},
+    {GRAPH_OP_SEND, rt_dist_run, describe_dist, false},
+    {GRAPH_OP_RECV, rt_dist_run, describe_dist, false},
 };
 
 static const extern_impl *impl_of(graph_op op) {

@@ -10,6 +10,7 @@ PACKAGES=(
   python3-numpy python3-pytest python3-hypothesis python3-torch
   dataset-fashion-mnist graphviz
   clang-19 libclang-rt-19-dev
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

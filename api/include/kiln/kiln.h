@@ -1572,6 +1572,9 @@ typedef enum kiln_dot_flags {
  *  (cannot write; no partial file is left), KILN_ERR_OOM. */
 KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *path, int flags);
 
+/* Collectives across processes (MPI): kiln_group, kiln_all_reduce, ... */
+#include "kiln/dist.h"
+
 #ifdef __cplusplus
 }
 #endif

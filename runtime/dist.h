@@ -1,0 +1,60 @@
+/*
+ * dist.h — process groups and the collective extern ops (dist.c), over the
+ * MPI plugin (dist_plugin.h) loaded at run time. Internal; the API
+ * (api/dist.c) records the nodes, the runtime runs them.
+ */
+#ifndef KILN_RT_DIST_H
+#define KILN_RT_DIST_H
+
+#include <stddef.h>
+
+#include "graph.h"
+
+/* Reductions a node carries in its scalar attribute (MEAN is recorded as
+ * SUM and a lazy scale by the API). */
+typedef enum rt_dist_reduce { RT_REDUCE_SUM = 0, RT_REDUCE_MAX = 1, RT_REDUCE_MIN = 2, RT_REDUCE_PROD = 3 } rt_dist_reduce;
+
+/** A group of ranks (the public kiln_group). Owned by the runtime's group
+ *  table until kiln_dist_finalize. `last` is the group's most recently
+ *  recorded collective (a reference, or NULL): the next one takes it as
+ *  its ordering input, and finalize forces it. */
+struct kiln_group {
+  int id;       /* index in the group table; a node's scalar2 */
+  void *comm;   /* the plugin's communicator; NULL for backend "none" */
+  int rank, size;
+  graph_node *last;
+};
+
+/** Loads MPI ("mpi") or not ("none"; "auto"/NULL: MPI when started by
+ *  mpirun/mpiexec and the plugin loads) and makes the world group.
+ *  KILN_ERR_UNSUPPORTED when "mpi" cannot be loaded (the reason in err),
+ *  KILN_ERR_ARG for an unknown backend or after rt_dist_finalize. A second
+ *  call returns the same world. */
+int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size_t errlen);
+/** Frees the groups and finalizes MPI; collectives are refused after it
+ *  (the caller forced the pending ones). */
+int rt_dist_finalize(char *err, size_t errlen);
+/** True between a successful rt_dist_init and rt_dist_finalize. */
+bool rt_dist_active(void);
+/** The live group with id `id` (a node's scalar2), or NULL. */
+struct kiln_group *rt_dist_group_by_id(int id);
+/** True when rt_dist_finalize ran. */
+bool rt_dist_finalized(void);
+/** g is a live group of this process. */
+bool rt_dist_group_valid(const struct kiln_group *g);
+/** Groups made so far (ids 0 .. count-1; rt_dist_group_by_id), for
+ *  finalize. */
+int rt_dist_group_count(void);
+/** MPI_Comm_split of g: *out a new group, or NULL when color < 0. */
+int rt_dist_split(struct kiln_group *g, int color, int key, struct kiln_group **out, char *err, size_t errlen);
+
+/** The extern host function of ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER,
+ *  BROADCAST, SEND and RECV (extern.c's table): in[0] the packed input
+ *  (contiguous from its view's offset), out the result buffer. Checks
+ *  first that every rank issues the same collective (op, dtype, sizes,
+ *  root): a disagreement is KILN_ERR_SHAPE on every rank naming both. */
+int rt_dist_run(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** KILN_DIST_TIMEOUT (seconds, default 300). */
+double rt_dist_timeout(void);
+
+#endif /* KILN_RT_DIST_H */
