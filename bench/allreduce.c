@@ -9,7 +9,8 @@
  * convention of nccl-tests: what each rank's link moves in a ring
  * all-reduce, so figures compare across rank counts. Columns: MPI_SUM is
  * MPI_Allreduce itself; kiln SUM is kiln_all_reduce(SUM) forced (an
- * allgather and a sum in rank order: bit-identical on every rank); kiln
+ * alltoall of blocks, a rank-order sum of each rank's block, an allgather:
+ * bit-identical on every rank); kiln
  * MAX goes through MPI_Iallreduce (Kiln's overhead alone: the node, the
  * agreement exchange, the polling). Rank 0 prints; the time of an
  * iteration is the slowest rank's.

@@ -13,9 +13,10 @@
  * dtype, sizes, root) with one allgather, so ranks that disagree get
  * KILN_ERR_SHAPE, each naming its own and the other's, instead of a hang
  * or a truncated buffer. Float SUM and PROD are reduced here in rank
- * order from an allgather of every rank's data, so every rank and every
- * run gets bit-identical values whatever algorithm Open MPI picks (at P
- * times the memory of a ring all-reduce; docs/distributed.md). Integer
+ * order (an alltoall of blocks, a rank-order sum of this rank's block,
+ * an allgather: a ring all-reduce's traffic), so every rank and every
+ * run gets bit-identical values whatever algorithm Open MPI picks
+ * (docs/distributed.md). Integer
  * and bool reductions, MAX and MIN are exact in any order: MPI reduces
  * them.
  */
@@ -319,30 +320,62 @@ static int too_big(int64_t bytes, char *err, size_t errlen) {
   return KILN_ERR_UNSUPPORTED;
 }
 
-/* Float SUM/PROD: allgather everything, then reduce the block
- * [at, at + count) in rank order into out. */
-static int gather_reduce(struct kiln_group *g, const graph_node *n, const void *in, int64_t numel, int64_t at,
-                         int64_t count, void *out, const char *what, char *err, size_t errlen) {
+/* Float SUM/PROD in rank order, moving what a ring all-reduce moves: the
+ * input [size blocks of `block` elements] goes through one alltoall, so
+ * each rank holds every rank's copy of its own block; it reduces them in
+ * rank order into `mine` (block elements). Every element is then
+ * op(rank 0's, rank 1's, ...) as computed on any rank: bit-identical. */
+static int alltoall_reduce(struct kiln_group *g, const graph_node *n, const void *in, int64_t block, void *mine,
+                           const char *what, char *err, size_t errlen) {
   int esz = graph_dtypes[n->dtype].size;
-  int st = too_big(numel * esz, err, errlen);
+  int st = too_big(block * esz * g->size, err, errlen);
   if (st != KILN_OK) return st;
-  void *all = malloc((size_t)(numel * esz * g->size) + 1);
-  if (!all) {
-    snprintf(err, errlen, "out of memory gathering %lld bytes", (long long)(numel * esz * g->size));
+  void *got = malloc((size_t)(block * esz * g->size) + 1);
+  if (!got) {
+    snprintf(err, errlen, "out of memory receiving %lld bytes", (long long)(block * esz * g->size));
     return KILN_ERR_OOM;
   }
-  if (plugin->allgather(g->comm, in, all, (int)(numel * esz), rt_dist_timeout(), what, err, errlen) != 0)
+  if (plugin->alltoall(g->comm, in, got, (int)(block * esz), rt_dist_timeout(), what, err, errlen) != 0)
     st = KILN_ERR_DEVICE;
   else
-    reduce_in_order(n->dtype, (int)graph_attr_scalar(n), all, numel, at, count, g->size, out);
-  free(all);
+    reduce_in_order(n->dtype, (int)graph_attr_scalar(n), got, block, 0, block, g->size, mine);
+  free(got);
+  return st;
+}
+
+/* All-reduce in rank order: alltoall_reduce of blocks of ⌈numel / size⌉
+ * (the input padded to size whole blocks when it does not divide), then
+ * an allgather of the reduced blocks into out. */
+static int ordered_all_reduce(struct kiln_group *g, const graph_node *n, const void *in, void *out, const char *what,
+                              char *err, size_t errlen) {
+  int esz = graph_dtypes[n->dtype].size;
+  int64_t numel = n->numel, block = (numel + g->size - 1) / g->size, padded = block * g->size;
+  int st = too_big(padded * esz, err, errlen);
+  if (st != KILN_OK) return st;
+  bool pad = padded != numel;
+  char *src = pad ? calloc((size_t)(padded * esz) + 1, 1) : NULL, *dst = pad ? malloc((size_t)(padded * esz) + 1) : NULL;
+  char *mine = malloc((size_t)(block * esz) + 1);
+  if (!mine || (pad && (!src || !dst))) {
+    st = KILN_ERR_OOM;
+    snprintf(err, errlen, "out of memory for an all-reduce of %lld bytes", (long long)(padded * esz));
+  } else {
+    if (pad) memcpy(src, in, (size_t)(numel * esz));
+    st = alltoall_reduce(g, n, pad ? src : in, block, mine, what, err, errlen);
+    if (st == KILN_OK && plugin->allgather(g->comm, mine, pad ? dst : out, (int)(block * esz), rt_dist_timeout(), what,
+                                           err, errlen) != 0)
+      st = KILN_ERR_DEVICE;
+    if (st == KILN_OK && pad) memcpy(out, dst, (size_t)(numel * esz));
+  }
+  free(src);
+  free(dst);
+  free(mine);
   return st;
 }
 
 static int run_all_reduce(struct kiln_group *g, const graph_node *n, const void *in, void *out, const char *what,
                           char *err, size_t errlen) {
   int r = (int)graph_attr_scalar(n);
-  if (rank_ordered(n->dtype, r)) return gather_reduce(g, n, in, n->numel, 0, n->numel, out, what, err, errlen);
+  if (rank_ordered(n->dtype, r)) return ordered_all_reduce(g, n, in, out, what, err, errlen);
   int st = too_big(n->numel * graph_dtypes[n->dtype].size, err, errlen);
   if (st == KILN_OK && plugin->allreduce(g->comm, in, out, (int)n->numel, mpi_dtype(n->dtype), mpi_reduce(r, n->dtype),
                                          rt_dist_timeout(), what, err, errlen) != 0)
@@ -354,7 +387,7 @@ static int run_reduce_scatter(struct kiln_group *g, const graph_node *n, const v
                               char *err, size_t errlen) {
   int r = (int)graph_attr_scalar(n);
   int64_t block = n->numel, total = graph_view_numel(&n->inputs[0].view);
-  if (rank_ordered(n->dtype, r)) return gather_reduce(g, n, in, total, g->rank * block, block, out, what, err, errlen);
+  if (rank_ordered(n->dtype, r)) return alltoall_reduce(g, n, in, block, out, what, err, errlen);
   int st = too_big(total * graph_dtypes[n->dtype].size, err, errlen);
   if (st == KILN_OK && plugin->reduce_scatter(g->comm, in, out, (int)block, mpi_dtype(n->dtype), mpi_reduce(r, n->dtype),
                                               rt_dist_timeout(), what, err, errlen) != 0)

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#define RT_MPI_PLUGIN_VERSION 1
+#define RT_MPI_PLUGIN_VERSION 2
 
 /* Element types of the reducing calls. */
 enum { RT_MPI_I8, RT_MPI_U8, RT_MPI_I16, RT_MPI_I32, RT_MPI_I64, RT_MPI_F32, RT_MPI_F64 };
@@ -50,6 +50,10 @@ typedef struct rt_mpi_plugin {
   int (*recv)(void *comm, void *buf, int bytes, int src, int tag, int *got, double timeout_s, const char *what,
               char *err, size_t len);
   void (*abort)(void *comm, int code);
+  /* every rank sends block k (`bytes` at in + k * bytes) to rank k; out
+   * holds the blocks received, in rank order (size * bytes) */
+  int (*alltoall)(void *comm, const void *in, void *out, int bytes, double timeout_s, const char *what, char *err,
+                  size_t len);
 } rt_mpi_plugin;
 
 #endif /* KILN_DIST_PLUGIN_H */

@@ -167,6 +167,12 @@ static int km_allgather(void *comm, const void *in, void *out, int bytes, double
   RUN(MPI_Iallgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, c, &req));
 }
 
+static int km_alltoall(void *comm, const void *in, void *out, int bytes, double timeout, const char *what,
+                       char *err, size_t len) {
+  MPI_Comm c = *(MPI_Comm *)comm;
+  RUN(MPI_Ialltoall(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, c, &req));
+}
+
 static int km_reduce_scatter(void *comm, const void *in, void *out, int count, int dt, int op, double timeout,
                              const char *what, char *err, size_t len) {
   MPI_Comm c = *(MPI_Comm *)comm;
@@ -217,4 +223,5 @@ KILN_MPI_EXPORT const rt_mpi_plugin kiln_mpi_plugin_v1 = {
     .send = km_send,
     .recv = km_recv,
     .abort = km_abort,
+    .alltoall = km_alltoall,
 };
