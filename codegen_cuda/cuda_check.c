@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
+#include "graph.h"
 
 extern char **environ;
 
@@ -27,17 +28,6 @@ static int temp_file(char *path, size_t len, const char *what, const char *suffi
   const char *dir = getenv("TMPDIR");
   snprintf(path, len, "%s/kiln_%s_XXXXXX%s", dir && *dir ? dir : "/tmp", what, suffix);
   return mkstemps(path, (int)strlen(suffix));
-}
-
-static bool write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= (size_t)w;
-  }
-  return true;
 }
 
 /* Up to len-1 bytes of the file at fd (from its start) into buf. */
@@ -60,7 +50,7 @@ static int run_ptxas(const char *ptx, size_t len, const char *sm, const char *na
   }
   while (len > 0 && ptx[len - 1] == 0) len--; /* NVRTC's PTX size counts the NUL */
   int st = KILN_OK;
-  if (!write_all(ptx_fd, ptx, len)) {
+  if (!graph_write_all(ptx_fd, ptx, len)) {
     snprintf(err, errlen, "ptxas check of %s: cannot write %s: %s", name, ptx_path, strerror(errno));
     st = KILN_ERR_IO;
   }

@@ -45,6 +45,10 @@ int64_t graph_env_int(const char *name, int64_t min, int64_t fallback, const cha
  *  blanks allowed, into *out; false for anything else. */
 bool graph_env_parse_int(const char *s, int64_t min, int64_t *out);
 
+/** Writes n bytes of data to fd, retrying short writes and EINTR; false
+ *  on any other failure (errno tells). graph/file.c. */
+bool graph_write_all(int fd, const void *data, size_t n);
+
 /** Name of a status code, e.g. "KILN_ERR_SHAPE" (static string): what
  *  kiln_status_name returns, for layers below the API. */
 const char *graph_status_name(kiln_status s);

@@ -418,17 +418,6 @@ static void account(int64_t added) {
 
 /* ------------------------------------------------------------ writes */
 
-static bool write_all(int fd, const unsigned char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
-
 /* Writes e's entry (object obj [obj_len]) atomically: temporary file,
  * then rename over any old entry. */
 static void store_entry(const entry_name *e, const void *obj, size_t obj_len) {
@@ -447,7 +436,7 @@ static void store_entry(const entry_name *e, const void *obj, size_t obj_len) {
     put_u64(buf + 24, checksum(e->key, e->key_len, obj, obj_len));
     memcpy(buf + HEADER, e->key, e->key_len);
     memcpy(buf + HEADER + e->key_len, obj, obj_len);
-    ok = write_all(fd, buf, size);
+    ok = graph_write_all(fd, buf, size);
     ok = close(fd) == 0 && ok;
     ok = ok && rename(tmp, e->path) == 0;
   }

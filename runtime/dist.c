@@ -288,25 +288,24 @@ static int mpi_reduce(int r, kiln_dtype d) {
 
 /* out[i] = op over ranks r = 0..size-1, in rank order, of
  * all[r * stride + at + i] for i < count. F32 or F64. */
+#define REDUCE_IN_ORDER(T)                                    \
+  do {                                                        \
+    const T *a = all;                                         \
+    T *o = out;                                               \
+    for (int64_t i = 0; i < count; i++) {                     \
+      T acc = a[at + i];                                      \
+      for (int k = 1; k < size; k++) {                        \
+        T x = a[k * stride + at + i];                         \
+        acc = r == RT_REDUCE_PROD ? acc * x : acc + x;        \
+      }                                                       \
+      o[i] = acc;                                             \
+    }                                                         \
+  } while (0)
+
 static void reduce_in_order(kiln_dtype d, int r, const void *all, int64_t stride, int64_t at, int64_t count,
                             int size, void *out) {
-  if (d == KILN_F32) {
-    const float *a = all;
-    float *o = out;
-    for (int64_t i = 0; i < count; i++) {
-      float acc = a[at + i];
-      for (int k = 1; k < size; k++) acc = r == RT_REDUCE_PROD ? acc * a[k * stride + at + i] : acc + a[k * stride + at + i];
-      o[i] = acc;
-    }
-  } else {
-    const double *a = all;
-    double *o = out;
-    for (int64_t i = 0; i < count; i++) {
-      double acc = a[at + i];
-      for (int k = 1; k < size; k++) acc = r == RT_REDUCE_PROD ? acc * a[k * stride + at + i] : acc + a[k * stride + at + i];
-      o[i] = acc;
-    }
-  }
+  if (d == KILN_F32) REDUCE_IN_ORDER(float);
+  else REDUCE_IN_ORDER(double);
 }
 
 static bool rank_ordered(kiln_dtype d, int r) {
