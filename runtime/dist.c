@@ -329,16 +329,18 @@ static int alltoall_reduce(struct kiln_group *g, const graph_node *n, const void
   int esz = graph_dtypes[n->dtype].size;
   int st = too_big(block * esz * g->size, err, errlen);
   if (st != KILN_OK) return st;
-  void *got = malloc((size_t)(block * esz * g->size) + 1);
+  /* from the caching allocator: a fresh malloc of a large block would be
+   * zeroed by the kernel page by page on every call */
+  graph_buffer *got = graph_buffer_alloc(block * esz * g->size + 1);
   if (!got) {
     snprintf(err, errlen, "out of memory receiving %lld bytes", (long long)(block * esz * g->size));
     return KILN_ERR_OOM;
   }
-  if (plugin->alltoall(g->comm, in, got, (int)(block * esz), rt_dist_timeout(), what, err, errlen) != 0)
+  if (plugin->alltoall(g->comm, in, got->data, (int)(block * esz), rt_dist_timeout(), what, err, errlen) != 0)
     st = KILN_ERR_DEVICE;
   else
-    reduce_in_order(n->dtype, (int)graph_attr_scalar(n), got, block, 0, block, g->size, mine);
-  free(got);
+    reduce_in_order(n->dtype, (int)graph_attr_scalar(n), got->data, block, 0, block, g->size, mine);
+  graph_buffer_release(got);
   return st;
 }
 
@@ -352,22 +354,25 @@ static int ordered_all_reduce(struct kiln_group *g, const graph_node *n, const v
   int st = too_big(padded * esz, err, errlen);
   if (st != KILN_OK) return st;
   bool pad = padded != numel;
-  char *src = pad ? calloc((size_t)(padded * esz) + 1, 1) : NULL, *dst = pad ? malloc((size_t)(padded * esz) + 1) : NULL;
-  char *mine = malloc((size_t)(block * esz) + 1);
+  graph_buffer *src = pad ? graph_buffer_alloc(padded * esz) : NULL, *dst = pad ? graph_buffer_alloc(padded * esz) : NULL;
+  graph_buffer *mine = graph_buffer_alloc(block * esz + 1);
   if (!mine || (pad && (!src || !dst))) {
     st = KILN_ERR_OOM;
     snprintf(err, errlen, "out of memory for an all-reduce of %lld bytes", (long long)(padded * esz));
   } else {
-    if (pad) memcpy(src, in, (size_t)(numel * esz));
-    st = alltoall_reduce(g, n, pad ? src : in, block, mine, what, err, errlen);
-    if (st == KILN_OK && plugin->allgather(g->comm, mine, pad ? dst : out, (int)(block * esz), rt_dist_timeout(), what,
-                                           err, errlen) != 0)
+    if (pad) {
+      memcpy(src->data, in, (size_t)(numel * esz));
+      memset((char *)src->data + numel * esz, 0, (size_t)((padded - numel) * esz));
+    }
+    st = alltoall_reduce(g, n, pad ? src->data : in, block, mine->data, what, err, errlen);
+    if (st == KILN_OK && plugin->allgather(g->comm, mine->data, pad ? dst->data : out, (int)(block * esz),
+                                           rt_dist_timeout(), what, err, errlen) != 0)
       st = KILN_ERR_DEVICE;
-    if (st == KILN_OK && pad) memcpy(out, dst, (size_t)(numel * esz));
+    if (st == KILN_OK && pad) memcpy(out, dst->data, (size_t)(numel * esz));
   }
-  free(src);
-  free(dst);
-  free(mine);
+  if (src) graph_buffer_release(src);
+  if (dst) graph_buffer_release(dst);
+  if (mine) graph_buffer_release(mine);
   return st;
 }
 

@@ -102,18 +102,20 @@ typedef struct extern_impl {
   int (*host)(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
   void (*describe)(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len);
   bool blas; /* runs OpenBLAS: its thread count follows the pool's */
+  bool hold; /* runs under rt_pool_hold: idle pool workers sleep rather than spin meanwhile (OpenBLAS's
+              * threads, or MPI progress and peer ranks sharing the cores) */
 } extern_impl;
 
 static const extern_impl externs[] = {
-    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true},
-    {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false},
-    {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false},
-    {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, false},
-    {GRAPH_OP_ALL_GATHER, rt_dist_run, describe_dist, false},
-    {GRAPH_OP_REDUCE_SCATTER, rt_dist_run, describe_dist, false},
-    {GRAPH_OP_BROADCAST, rt_dist_run, describe_dist, false},
-    {GRAPH_OP_SEND, rt_dist_run, describe_dist, false},
-    {GRAPH_OP_RECV, rt_dist_run, describe_dist, false},
+    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true, true},
+    {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false, false},
+    {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false, false},
+    {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, false, true},
+    {GRAPH_OP_ALL_GATHER, rt_dist_run, describe_dist, false, true},
+    {GRAPH_OP_REDUCE_SCATTER, rt_dist_run, describe_dist, false, true},
+    {GRAPH_OP_BROADCAST, rt_dist_run, describe_dist, false, true},
+    {GRAPH_OP_SEND, rt_dist_run, describe_dist, false, true},
+    {GRAPH_OP_RECV, rt_dist_run, describe_dist, false, true},
 };
 
 static const extern_impl *impl_of(graph_op op) {
@@ -148,14 +150,12 @@ static int run_on_host(const extern_impl *x, graph_node *n, graph_buffer **out, 
   const void *in[GRAPH_MAX_INPUTS] = {0};
   graph_buffer *staged[GRAPH_MAX_INPUTS] = {0};
   int st = host_inputs(n, in, staged, err, errlen);
-  if (x->blas) { /* OpenBLAS's threads get the cores: no parallel kernel meanwhile */
-    rt_pool_hold();
-    match_blas_threads();
-  }
+  if (x->hold) rt_pool_hold(); /* the library's threads or peers get the cores: no parallel kernel meanwhile */
+  if (x->blas) match_blas_threads();
   *t0 = rt_now_ns();
   if (st == KILN_OK) st = x->host(n, in, *out, err, errlen);
   *t1 = rt_now_ns();
-  if (x->blas) rt_pool_release();
+  if (x->hold) rt_pool_release();
   for (int i = 0; i < n->n_inputs; i++) graph_buffer_release(staged[i]);
   return st;
 }
