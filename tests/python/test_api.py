@@ -14,8 +14,10 @@ import kiln_ctypes as K
 import oracle as O
 from conftest import examples
 
-HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                      "api", "include", "kiln", "kiln.h")
+_INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "api", "include", "kiln")
+# The headers the binding covers: kiln.h and the layers it includes
+# (kiln/dist.h, the collectives, is not bound: they run under mpirun).
+HEADERS = [os.path.join(_INCLUDE, h) for h in ("kiln.h", "nn.h")]
 
 _CODE = {"kiln_tensor *": "T", "const kiln_tensor *": "T",
          "kiln_storage *": "S", "const kiln_storage *": "S", "int": "i",
@@ -32,7 +34,8 @@ _CODE = {"kiln_tensor *": "T", "const kiln_tensor *": "T",
 
 
 def header_signatures():
-    src = re.sub(r"/\*.*?\*/", "", open(HEADER).read(), flags=re.S)
+    text = "".join(open(h).read() for h in HEADERS)
+    src = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     out = {}
     for ret, args in re.findall(r"KILN_API\s+([^;]*?)\s*\(([^;]*?)\)\s*;",
                                 src, flags=re.S):
