@@ -174,6 +174,14 @@ kiln_tensor *kiln_all_reduce(kiln_tensor *t, kiln_reduce_op op, kiln_group *g) {
   return api_track(r);
 }
 
+/* perm moving dim d to the front (front) or back from the front. */
+static void move_perm(int nd, int d, bool front, int *perm) {
+  for (int i = 0; i < nd; i++) {
+    if (front) perm[i] = i == 0 ? d : i <= d ? i - 1 : i;
+    else perm[i] = i < d ? i + 1 : i == d ? 0 : i;
+  }
+}
+
 kiln_tensor *kiln_all_gather(kiln_tensor *t, int dim, kiln_group *g) {
   static const char fn[] = "kiln_all_gather";
   if (!api_check(t, fn, "t") || !group_ok(g, fn)) return NULL;
@@ -197,7 +205,7 @@ kiln_tensor *kiln_all_gather(kiln_tensor *t, int dim, kiln_group *g) {
   if (r) { /* [P, s0, ..] -> [s0, .., P, s_d, ..] -> [s0, .., P * s_d, ..] */
     int perm[KILN_MAX_DIMS];
     int64_t cat[KILN_MAX_DIMS];
-    for (int i = 0; i < nd + 1; i++) perm[i] = i < d ? i + 1 : i == d ? 0 : i;
+    move_perm(nd + 1, d, false, perm);
     for (int i = 0; i < nd; i++) cat[i] = i == d ? (int64_t)g->size * t->view.sizes[i] : t->view.sizes[i];
     kiln_tensor *p = kiln_permute(r, nd + 1, perm);
     out = p ? kiln_reshape(p, nd, cat) : NULL;
@@ -207,14 +215,6 @@ kiln_tensor *kiln_all_gather(kiln_tensor *t, int dim, kiln_group *g) {
   kiln_release(r);
   api_untracked_end();
   return api_track(out);
-}
-
-/* perm moving dim d to the front (front) or back from the front. */
-static void move_perm(int nd, int d, bool front, int *perm) {
-  for (int i = 0; i < nd; i++) {
-    if (front) perm[i] = i == 0 ? d : i <= d ? i - 1 : i;
-    else perm[i] = i < d ? i + 1 : i == d ? 0 : i;
-  }
 }
 
 kiln_tensor *kiln_reduce_scatter(kiln_tensor *t, kiln_reduce_op op, int dim, kiln_group *g) {
