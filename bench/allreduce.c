@@ -11,9 +11,11 @@
  * MPI_Allreduce itself; kiln SUM is kiln_all_reduce(SUM) forced (an
  * alltoall of blocks, a rank-order sum of each rank's block, an allgather:
  * bit-identical on every rank); kiln
- * MAX goes through MPI_Iallreduce (Kiln's overhead alone: the node, the
- * agreement exchange, the polling). Rank 0 prints; the time of an
- * iteration is the slowest rank's.
+ * MAX goes through MPI_Allreduce (Kiln's overhead alone: the node, the
+ * agreement exchange). Rank 0 prints. Each iteration runs the three
+ * after a barrier, interleaved; a figure is the median over iterations
+ * of the slowest rank's time, so a burst of load from elsewhere (two
+ * ranks busy-polling on two cores are sensitive to it) moves it little.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -27,32 +29,53 @@ static int iterations(int64_t bytes, bool quick) {
   return (int)(it < 3 ? 3 : it > 200 ? 200 : it);
 }
 
-/* Seconds per MPI_Allreduce (the slowest rank's mean). */
-static double time_mpi(const float *in, float *out, int64_t n, int iters) {
-  MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* warm up */
+/* One timed run of each variant: after a barrier, so every rank starts
+ * together. */
+static double run_mpi(const float *in, float *out, int64_t n) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; i++) MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  double t = (MPI_Wtime() - t0) / iters, worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  return MPI_Wtime() - t0;
 }
 
-/* Seconds per forced kiln_all_reduce of x (the slowest rank's mean). */
-static double time_kiln(kiln_tensor *x, kiln_reduce_op op, kiln_group *g, int iters) {
-  kiln_tensor *y = kiln_all_reduce(x, op, g);
-  kiln_realize(y); /* warm up */
-  kiln_release(y);
+static double run_kiln(kiln_tensor *x, kiln_reduce_op op, kiln_group *g) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
+  kiln_tensor *y = kiln_all_reduce(x, op, g);
+  if (kiln_realize(y) != KILN_OK) fprintf(stderr, "kiln_bench_allreduce: %s\n", kiln_last_error());
+  kiln_release(y);
+  return MPI_Wtime() - t0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median over iterations of the slowest rank's time (t [iters] is
+ * this rank's; overwritten). */
+static double median_of_slowest(double *t, int iters) {
+  MPI_Allreduce(MPI_IN_PLACE, t, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  qsort(t, (size_t)iters, sizeof *t, cmp_double);
+  return t[iters / 2];
+}
+
+/* Times MPI_Allreduce, Kiln SUM and Kiln MAX on x's data, interleaved
+ * (iteration i runs all three), so that load from other processes falls
+ * on all three alike; median of each. */
+static void time_all(kiln_tensor *x, const float *in, float *out, int64_t n, kiln_group *g, int iters,
+                     double sec[3]) {
+  double *t = malloc(sizeof *t * 3 * (size_t)iters);
+  run_mpi(in, out, n); /* warm up: first touches, the schedule cache */
+  run_kiln(x, KILN_REDUCE_SUM, g);
+  run_kiln(x, KILN_REDUCE_MAX, g);
   for (int i = 0; i < iters; i++) {
-    y = kiln_all_reduce(x, op, g);
-    if (kiln_realize(y) != KILN_OK) fprintf(stderr, "kiln_bench_allreduce: %s\n", kiln_last_error());
-    kiln_release(y);
+    t[i] = run_mpi(in, out, n);
+    t[iters + i] = run_kiln(x, KILN_REDUCE_SUM, g);
+    t[2 * iters + i] = run_kiln(x, KILN_REDUCE_MAX, g);
   }
-  double t = (MPI_Wtime() - t0) / iters, worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  for (int k = 0; k < 3; k++) sec[k] = median_of_slowest(t + k * iters, iters);
+  free(t);
 }
 
 int main(int argc, char **argv) {
@@ -71,22 +94,22 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < max_bytes / 4; i++) in[i] = (float)((i + rank) % 7);
   if (rank == 0) {
     printf("all-reduce bus bandwidth, %d ranks, F32 (GB/s = bytes * 2(P-1)/P / time)\n", size);
-    printf("%10s %6s %12s %12s %12s %10s %10s %10s\n", "bytes", "iters", "MPI_SUM us", "kiln SUM us", "kiln MAX us",
-           "MPI GB/s", "SUM GB/s", "MAX GB/s");
+    printf("%10s %6s %12s %12s %12s %10s %10s %10s %8s %8s\n", "bytes", "iters", "MPI_SUM us", "kiln SUM us",
+           "kiln MAX us", "MPI GB/s", "SUM GB/s", "MAX GB/s", "SUM/MPI", "MAX/MPI");
   }
   for (int64_t bytes = 4 << 10; bytes <= max_bytes; bytes *= 4) {
     int64_t n = bytes / 4;
     int iters = iterations(bytes, quick);
     kiln_tensor *x = kiln_from_data(KILN_F32, 1, &n, in);
     kiln_realize(x);
-    double tm = time_mpi(in, out, n, iters);
-    double ts = time_kiln(x, KILN_REDUCE_SUM, world, iters);
-    double tx = time_kiln(x, KILN_REDUCE_MAX, world, iters);
+    double sec[3];
+    time_all(x, in, out, n, world, iters, sec);
+    double tm = sec[0], ts = sec[1], tx = sec[2];
     kiln_release(x);
     double bus = (double)bytes * 2.0 * (size - 1) / size / 1e9;
     if (rank == 0)
-      printf("%10lld %6d %12.1f %12.1f %12.1f %10.2f %10.2f %10.2f\n", (long long)bytes, iters, tm * 1e6, ts * 1e6,
-             tx * 1e6, bus / tm, bus / ts, bus / tx);
+      printf("%10lld %6d %12.1f %12.1f %12.1f %10.2f %10.2f %10.2f %8.2f %8.2f\n", (long long)bytes, iters, tm * 1e6,
+             ts * 1e6, tx * 1e6, bus / tm, bus / ts, bus / tx, ts / tm, tx / tm);
   }
   free(in);
   free(out);
