@@ -59,6 +59,11 @@ kiln_tensor *api_track(kiln_tensor *t);
  *  passes only its result to api_track. Nestable. */
 void api_untracked_begin(void);
 void api_untracked_end(void);
+/** Sets the untracked depth aside (returned) so that a helper called
+ *  while untracked can own its intermediates in a kiln_scope of its own;
+ *  api_untracked_resume puts it back. */
+int api_untracked_pause(void);
+void api_untracked_resume(int depth);
 /** New tensor over storage s with view v, tracked. NULL (+ KILN_ERR_OOM) on
  *  OOM. */
 kiln_tensor *api_tensor(kiln_storage *s, const graph_view *v, const char *fn);
@@ -217,7 +222,9 @@ kiln_tensor *api_scatter_sum(kiln_dtype dtype, int ndim, const int64_t *sizes, i
  *  accumulating: the adjoint of reading through v (kiln_grad) and the
  *  col2im of a transposed convolution. Injective v: one strided copy;
  *  a window view (a few kernel dims overlap the rest, as in conv and
- *  unfold): one strided in-place add per window offset; otherwise a
+ *  unfold) whose offsets shift one injective view by whole steps (a conv
+ *  of stride 1): one kernel summing c's shifted, masked slices; another
+ *  window view: one strided in-place add per window offset; otherwise a
  *  scatter-add kernel. New tracked tensor or NULL. */
 kiln_tensor *api_view_add(kiln_dtype dtype, int64_t numel, const graph_view *v, kiln_tensor *c, const char *fn);
 /** t[c with c[dim] = index[c]] += src[c] for every c of iv's sizes (index

@@ -20,8 +20,9 @@
  *
  *   conv_transpose: the GEMM W^T·x gives columns [G, Co/G·ΠK, N·ΠIn];
  *   they are added into the output through the same window view of its
- *   storage (col2im: the adjoint of a conv's window read, api_view_add,
- *   a scatter-add kernel), and the padding is cropped (a view).
+ *   storage (col2im: the adjoint of a conv's window read, api_view_add:
+ *   for stride 1 one kernel summing the columns' shifted slices, else
+ *   one strided add per kernel offset), and the padding is cropped (a view).
  *
  * The weight's gradient comes from the GEMM (columns^T), the input's from
  * the transposed GEMM and the adjoint of the window view — a

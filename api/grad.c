@@ -245,6 +245,14 @@ kiln_tensor *grad_input(grad_inputs *in, int k) {
   return in->x[k];
 }
 
+kiln_tensor *grad_output(grad_inputs *in) {
+  if (!in->y) {
+    graph_view v = graph_view_contiguous(in->n->ndim, in->n->sizes);
+    in->y = grad_wrap((graph_node *)in->n, &v);
+  }
+  return in->y;
+}
+
 /* n's cotangent in n's logical sizes. */
 static kiln_tensor *logical(const graph_node *n, kiln_tensor *cot) {
   return n->op == GRAPH_OP_ASSIGN ? cot : kiln_reshape(cot, n->ndim, n->sizes);

@@ -14,12 +14,13 @@
 
 #include "api_internal.h"
 
-/** The inputs a gradient rule reads: n's inputs as tensors (input k read
- *  through its recorded view), made on first use; all owned by the
- *  kiln_grad call's scope. */
+/** The values a gradient rule reads: n's inputs as tensors (input k read
+ *  through its recorded view) and n's own result, made on first use; all
+ *  owned by the kiln_grad call's scope. */
 typedef struct grad_inputs {
   const graph_node *n;
   kiln_tensor *x[GRAPH_MAX_INPUTS];
+  kiln_tensor *y; /* grad_output's */
 } grad_inputs;
 
 /** A tensor over node n's flat contents read through view v: the way a
@@ -27,6 +28,18 @@ typedef struct grad_inputs {
 kiln_tensor *grad_wrap(graph_node *n, const graph_view *v);
 /** Input k of in->n as a tensor (grad_wrap of the input, cached). */
 kiln_tensor *grad_input(grad_inputs *in, int k);
+/** Whether n's own result can still be read: n is pending, or realized
+ *  and still holds its buffer. A realized node whose buffer a later
+ *  version took for an in-place write (`overwritten`) keeps only its
+ *  recipe; its inputs can always be read. A buffer that still has other
+ *  readers is never written in place (realize.c copies it first), so a
+ *  result read here is the value the forward produced. */
+static inline bool grad_has_output(const graph_node *n) { return n->buffer || !n->overwritten; }
+/** in->n's result as a tensor of its logical sizes (n->ndim, n->sizes:
+ *  an elementwise node's contiguous result), cached; for rules whose
+ *  formula reads the result, as Torch's do (threshold_backward,
+ *  sigmoid_backward). Only when grad_has_output(in->n). */
+kiln_tensor *grad_output(grad_inputs *in);
 
 /** The contribution of cotangent g (n's logical sizes: its node sizes)
  *  to input k of n, in the sizes of input k's view; NULL with the error

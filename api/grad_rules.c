@@ -4,8 +4,10 @@
  * a DIFF op without one). A rule returns the contribution of cotangent g
  * to one input, in the sizes of the view that input was read through,
  * built from ordinary lazy ops so that it fuses like any other node.
- * Rules read the inputs (grad_input), never the node's own result: a
- * forced result may have been overwritten since, its inputs cannot.
+ * Rules read the inputs (grad_input); a rule may read the node's own
+ * result (grad_output) only while grad_has_output says it is still there
+ * (a forced result may have been overwritten in place since, its inputs
+ * cannot), and must fall back to its inputs otherwise.
  * Formulas and their NaN handling are Torch's (derivatives.yaml, 1.13).
  */
 #include <math.h>
@@ -56,7 +58,15 @@ static kiln_tensor *r_sigmoid(grad_inputs *in, int k, kiln_tensor *g) {
   kiln_tensor *s = kiln_sigmoid(X0);
   return kiln_mul(g, kiln_mul(s, one_minus(s)));
 }
-static kiln_tensor *r_relu(grad_inputs *in, int k, kiln_tensor *g) { return keep(kiln_gt_scalar(X0, 0), g); }
+/* Torch's threshold_backward(g, relu(x), 0): 0 where relu(x) <= 0, else
+ * g — so a NaN input passes the gradient, as in Torch. It reads the
+ * result (contiguous) rather than the input (often a strided view, e.g. a
+ * conv's GEMM output plus bias); relu(x) <= 0 exactly where x <= 0, NaN
+ * included (relu keeps NaN), so the input serves when the result is gone. */
+static kiln_tensor *r_relu(grad_inputs *in, int k, kiln_tensor *g) {
+  kiln_tensor *y = grad_has_output(in->n) ? grad_output(in) : X0;
+  return kiln_where(kiln_le_scalar(y, 0), zero_like(g), g);
+}
 static kiln_tensor *r_gelu(grad_inputs *in, int k, kiln_tensor *g) {
   kiln_tensor *x = X0;
   kiln_tensor *cdf = kiln_mul_scalar(kiln_add_scalar(kiln_erf(kiln_mul_scalar(x, M_SQRT1_2)), 1), 0.5);

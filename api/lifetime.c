@@ -37,6 +37,12 @@ static api_scope *scope_at(int k) { return k < INLINE_SCOPES ? &inline_scopes[k]
 
 void api_untracked_begin(void) { untracked_depth++; }
 void api_untracked_end(void) { untracked_depth--; }
+int api_untracked_pause(void) {
+  int d = untracked_depth;
+  untracked_depth = 0;
+  return d;
+}
+void api_untracked_resume(int depth) { untracked_depth = depth; }
 
 /* Takes one entry of t out of the open scopes, innermost first: that
  * reference is the caller's from now on (kiln_escape), or is the one the

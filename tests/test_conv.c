@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "api_internal.h"
 #include "test_util.h"
 #include "grad_check.h"
 
@@ -207,6 +208,70 @@ static void gradients(void **state) {
   gc_report("test_conv");
 }
 
+/* ---------------------------------------------------------------- col2im */
+
+/* api_view_add (col2im: a conv's input gradient, conv_transpose) against
+ * the sum it stands for, in F32 and in its order: zeros, then each
+ * window offset's slice added in turn (offsets row-major over the window
+ * dims). Exact: the one-kernel path (stride 1) sums in that order too;
+ * stride 2 and a window view whose shifted reads would leave c's storage
+ * take the per-offset path. */
+static void col2im_sums_in_order(void **state) {
+  (void)state;
+  static const struct {
+    int ndim;
+    int64_t numel, offset, sizes[9], strides[9];
+    uint32_t window;
+  } cases[] = {
+      /* (the channels are many enough, C·ΠK > 64, that api_view_add's
+       * window dims are the kernel's, the offsets this loop counts) */
+      /* [N 2, C 8, 6, 6] as [G 1, C 8, K 3, K 3, N 2, 4, 4]: 3x3, pad 1 */
+      {7, 576, 0, {1, 8, 3, 3, 2, 4, 4}, {288, 36, 6, 1, 288, 6, 1}, 0x0c},
+      /* dilation 2: [N 1, C 8, 7, 7], K 3 -> out 3 */
+      {7, 392, 0, {1, 8, 3, 3, 1, 3, 3}, {392, 49, 14, 2, 392, 7, 1}, 0x0c},
+      /* stride 2 (the per-offset path): [N 2, C 8, 7, 7], K 3 -> out 3 */
+      {7, 784, 0, {1, 8, 3, 3, 2, 3, 3}, {392, 49, 7, 1, 392, 14, 2}, 0x0c},
+      /* 1-D, K 2: [N 2, C 1, 9] -> out 8 */
+      {5, 18, 0, {1, 1, 2, 2, 8}, {9, 9, 1, 9, 1}, 0x04},
+      /* unfold(0, 3, 1) of 6 (the window dim is the first, of 4) */
+      {2, 6, 0, {4, 3}, {1, 1}, 0x01},
+      /* 3-D, K 2x2x2: [N 1, C 1, 3, 4, 3] */
+      {9, 36, 0, {1, 1, 2, 2, 2, 1, 2, 3, 2}, {36, 36, 12, 3, 1, 36, 12, 3, 1}, 0x1c},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    graph_view v = {.ndim = cases[k].ndim, .offset = cases[k].offset};
+    memcpy(v.sizes, cases[k].sizes, sizeof v.sizes);
+    memcpy(v.strides, cases[k].strides, sizeof v.strides);
+    int64_t n = graph_view_numel(&v), numel = cases[k].numel, idx[9];
+    float *c = malloc(sizeof *c * (size_t)n), *want = calloc((size_t)numel, sizeof *want), got[1024];
+    double *r = randoms(n);
+    for (int64_t i = 0; i < n; i++) c[i] = (float)r[i];
+    int64_t taps = 1;
+    for (int d = 0; d < v.ndim; d++)
+      if (cases[k].window & (1u << d)) taps *= v.sizes[d];
+    for (int64_t t = 0; t < taps; t++)
+      for (int64_t i = 0; i < n; i++) {
+        int64_t rest = i, pos = v.offset, tap = 0;
+        for (int d = v.ndim - 1; d >= 0; d--) idx[d] = rest % v.sizes[d], rest /= v.sizes[d];
+        for (int d = 0; d < v.ndim; d++) {
+          pos += idx[d] * v.strides[d];
+          if (cases[k].window & (1u << d)) tap = tap * v.sizes[d] + idx[d];
+        }
+        if (tap == t) want[pos] += c[i];
+      }
+    kiln_scope_begin();
+    kiln_tensor *ct = kiln_from_data(KILN_F32, v.ndim, v.sizes, c);
+    kiln_tensor *z = api_view_add(KILN_F32, numel, &v, ct, "test");
+    assert_non_null(z);
+    assert_int_equal(kiln_read(z, got, sizeof got), KILN_OK);
+    for (int64_t i = 0; i < numel; i++)
+      if (got[i] != want[i]) fail_msg("case %zu: element %lld is %.9g, the ordered sum is %.9g", k, (long long)i, got[i], want[i]);
+    kiln_scope_end();
+    free(c), free(want), free(r);
+  }
+  expect_no_error();
+}
+
 /* --------------------------------------------------------------- errors */
 
 static void errors(void **state) {
@@ -254,7 +319,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(values_against_host_loop), cmocka_unit_test(strided_and_unbatched),
       cmocka_unit_test(transpose_is_adjoint),     cmocka_unit_test(gradients),
-      cmocka_unit_test(errors),
+      cmocka_unit_test(col2im_sums_in_order),     cmocka_unit_test(errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -98,6 +98,30 @@ static void branch_not_taken(void **state) {
   expect_no_error();
 }
 
+/* relu's rule reads the forward's result: NaN passes the gradient (Torch's
+ * threshold_backward), and a result overwritten in place since is not
+ * read — the rule falls back to the input, the same mask. */
+static void relu_reads_its_result(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *x = vec(6, (double[]){NAN, -0.0, 1, -INFINITY, INFINITY, 0});
+  check1("relu at NaN, +-0, +-inf", kiln_relu(x), x, (double[]){1, 0, 1, 0, 1, 0});
+  kiln_tensor *y = kiln_relu(x);
+  assert_int_equal(kiln_realize(y), KILN_OK); /* forced: its buffer is read */
+  check1("relu forced", y, x, (double[]){1, 0, 1, 0, 1, 0});
+  /* forced, then written in place: the relu's buffer goes to the write */
+  x = vec(4, (double[]){-1, 2, 3, -4});
+  y = kiln_relu(x);
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  graph_node *r = y->storage->version;
+  assert_int_equal(kiln_fill_(kiln_narrow(y, 0, 2, 2), 7), KILN_OK);
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  assert_true(r->overwritten && !grad_has_output(r));
+  check1("relu overwritten in place", y, x, (double[]){0, 1, 0, 0});
+  kiln_scope_end();
+  expect_no_error();
+}
+
 /* sqrt and pow at 0 keep their infinite derivative (as Torch); norm and
  * std at 0 give 0 (Torch masks them). */
 static void zero_points(void **state) {
@@ -205,6 +229,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_diff_op_has_a_rule), cmocka_unit_test(branch_not_taken), cmocka_unit_test(zero_points),
       cmocka_unit_test(minus_inf),                cmocka_unit_test(cumprod_long_scans),
+      cmocka_unit_test(relu_reads_its_result),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
