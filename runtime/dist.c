@@ -286,32 +286,42 @@ static int mpi_reduce(int r, kiln_dtype d) {
   return r == RT_REDUCE_MAX ? RT_MPI_MAX : r == RT_REDUCE_MIN ? RT_MPI_MIN : r == RT_REDUCE_PROD ? RT_MPI_PROD : RT_MPI_SUM;
 }
 
-/* o[i] = o[i] op y[i] for i < count, in blocks of 16 that GCC's -O2
- * vectorizer takes (a fixed trip count, no aliasing). */
-#define ACCUMULATE(T, OP, NAME)                                                     \
-  static void NAME(T *restrict o, const T *restrict y, int64_t count) {             \
+/* o[i] = x[i] op y[i] for i < count, in blocks of 16 that GCC's -O2
+ * vectorizer takes (a fixed trip count, no aliasing); x may be o. */
+#define COMBINE(T, OP, NAME)                                                        \
+  static void NAME##_into(T *restrict o, const T *restrict x, const T *restrict y, int64_t count) { \
+    int64_t i = 0;                                                                  \
+    for (; i + 16 <= count; i += 16)                                                \
+      for (int j = 0; j < 16; j++) o[i + j] = x[i + j] OP y[i + j];                 \
+    for (; i < count; i++) o[i] = x[i] OP y[i];                                     \
+  }                                                                                 \
+  static void NAME##_acc(T *restrict o, const T *restrict y, int64_t count) {       \
     int64_t i = 0;                                                                  \
     for (; i + 16 <= count; i += 16)                                                \
       for (int j = 0; j < 16; j++) o[i + j] = o[i + j] OP y[i + j];                 \
     for (; i < count; i++) o[i] = o[i] OP y[i];                                     \
+  }                                                                                 \
+  static void NAME(void *o, const void *x, const void *y, int64_t count) {          \
+    if (o == x) NAME##_acc(o, y, count);                                            \
+    else NAME##_into(o, x, y, count);                                               \
   }
-ACCUMULATE(float, +, add_f32)
-ACCUMULATE(float, *, mul_f32)
-ACCUMULATE(double, +, add_f64)
-ACCUMULATE(double, *, mul_f64)
+COMBINE(float, +, add_f32)
+COMBINE(float, *, mul_f32)
+COMBINE(double, +, add_f64)
+COMBINE(double, *, mul_f64)
 
 /* out[i] = op over ranks k = 0..size-1, in rank order, of
  * all[k * stride + i] for i < count (F32 or F64; out does not overlap
  * all). Rank by rank over the whole block: each element still sees rank
- * 0, then 1, ..., and every pass is a vectorized stream. */
+ * 0, then 1, ..., and every pass is one vectorized stream. */
 static void reduce_in_order(kiln_dtype d, int r, const void *all, int64_t stride, int64_t count, int size,
                             void *out) {
   int esz = graph_dtypes[d].size;
-  memcpy(out, all, (size_t)(count * esz));
+  if (size == 1) memcpy(out, all, (size_t)(count * esz));
   for (int k = 1; k < size; k++) {
-    const void *y = (const char *)all + k * stride * esz;
-    if (d == KILN_F32) (r == RT_REDUCE_PROD ? mul_f32 : add_f32)(out, y, count);
-    else (r == RT_REDUCE_PROD ? mul_f64 : add_f64)(out, y, count);
+    const void *x = k == 1 ? all : out, *y = (const char *)all + k * stride * esz;
+    if (d == KILN_F32) (r == RT_REDUCE_PROD ? mul_f32 : add_f32)(out, x, y, count);
+    else (r == RT_REDUCE_PROD ? mul_f64 : add_f64)(out, x, y, count);
   }
 }
 
@@ -352,8 +362,8 @@ static int alltoall_reduce(struct kiln_group *g, const graph_node *n, const void
 }
 
 /* All-reduce in rank order: alltoall_reduce of blocks of ⌈numel / size⌉
- * (the input padded to size whole blocks when it does not divide), then
- * an allgather of the reduced blocks into out. */
+ * (the input padded to size whole blocks when it does not divide) into
+ * this rank's block of the result, then an allgather in place. */
 static int ordered_all_reduce(struct kiln_group *g, const graph_node *n, const void *in, void *out, const char *what,
                               char *err, size_t errlen) {
   int esz = graph_dtypes[n->dtype].size;
@@ -362,8 +372,7 @@ static int ordered_all_reduce(struct kiln_group *g, const graph_node *n, const v
   if (st != KILN_OK) return st;
   bool pad = padded != numel;
   graph_buffer *src = pad ? graph_buffer_alloc(padded * esz) : NULL, *dst = pad ? graph_buffer_alloc(padded * esz) : NULL;
-  graph_buffer *mine = graph_buffer_alloc(block * esz + 1);
-  if (!mine || (pad && (!src || !dst))) {
+  if (pad && (!src || !dst)) {
     st = KILN_ERR_OOM;
     snprintf(err, errlen, "out of memory for an all-reduce of %lld bytes", (long long)(padded * esz));
   } else {
@@ -371,15 +380,15 @@ static int ordered_all_reduce(struct kiln_group *g, const graph_node *n, const v
       memcpy(src->data, in, (size_t)(numel * esz));
       memset((char *)src->data + numel * esz, 0, (size_t)((padded - numel) * esz));
     }
-    st = alltoall_reduce(g, n, pad ? src->data : in, block, mine->data, what, err, errlen);
-    if (st == KILN_OK && plugin->allgather(g->comm, mine->data, pad ? dst->data : out, (int)(block * esz),
-                                           rt_dist_timeout(), what, err, errlen) != 0)
+    char *result = pad ? dst->data : out;
+    st = alltoall_reduce(g, n, pad ? src->data : in, block, result + g->rank * block * esz, what, err, errlen);
+    if (st == KILN_OK &&
+        plugin->allgather(g->comm, NULL, result, (int)(block * esz), rt_dist_timeout(), what, err, errlen) != 0)
       st = KILN_ERR_DEVICE;
     if (st == KILN_OK && pad) memcpy(out, dst->data, (size_t)(numel * esz));
   }
   if (src) graph_buffer_release(src);
   if (dst) graph_buffer_release(dst);
-  if (mine) graph_buffer_release(mine);
   return st;
 }
 

@@ -36,7 +36,9 @@ typedef struct rt_mpi_plugin {
   void (*free)(void *comm);
   int (*allreduce)(void *comm, const void *in, void *out, int count, int dt, int op, double timeout_s,
                    const char *what, char *err, size_t len);
-  /* every rank contributes `bytes`; out holds size * bytes, in rank order */
+  /* every rank contributes `bytes`; out holds size * bytes, in rank order.
+   * in NULL: in place (MPI_IN_PLACE), this rank's block already at
+   * out + rank * bytes */
   int (*allgather)(void *comm, const void *in, void *out, int bytes, double timeout_s, const char *what, char *err,
                    size_t len);
   /* in: size * count elements; out: this rank's reduced block of count */

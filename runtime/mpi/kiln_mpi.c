@@ -203,7 +203,7 @@ static int km_allreduce(void *comm, const void *in, void *out, int count, int dt
 static int km_allgather(void *comm, const void *in, void *out, int bytes, double timeout, const char *what,
                         char *err, size_t len) {
   MPI_Comm *c = comm;
-  RUN(MPI_Allgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, *c));
+  RUN(MPI_Allgather(in ? in : MPI_IN_PLACE, bytes, MPI_BYTE, out, bytes, MPI_BYTE, *c));
 }
 
 static int km_alltoall(void *comm, const void *in, void *out, int bytes, double timeout, const char *what,
