@@ -456,7 +456,34 @@ static int add_shifted(kiln_dtype dtype, int64_t numel, const graph_view *v, uin
   return ok ? KILN_OK : api_status();
 }
 
+/* v covers all of [0, numel) exactly once: a permutation of a
+ * contiguous layout (e.g. the [N, C, H, W] view of a conv's GEMM
+ * output [C, N·H·W]). */
+static bool is_permutation(const graph_view *v, int64_t numel) {
+  if (v->offset != 0 || graph_view_numel(v) != numel || !graph_view_injective(v)) return false;
+  for (int d = 0; d < v->ndim; d++)
+    if (v->strides[d] < 0) return false;
+  return true;
+}
+
+/* api_view_add for a permutation view: c read in storage order (a
+ * permuted read the sum's producers fuse into), no zeros and no strided
+ * write. A new untracked reference; its intermediates in a scope of its
+ * own (with the caller's untracked depth set aside). */
+static kiln_tensor *add_permuted(kiln_dtype dtype, int64_t numel, const graph_view *v, kiln_tensor *c) {
+  int depth = api_untracked_pause();
+  kiln_scope_begin();
+  kiln_tensor *r = kiln_escape(place(dtype, numel, v, kiln_to_dtype(kiln_reshape(c, v->ndim, v->sizes), dtype)));
+  kiln_scope_end();
+  api_untracked_resume(depth);
+  return r;
+}
+
 kiln_tensor *api_view_add(kiln_dtype dtype, int64_t numel, const graph_view *v, kiln_tensor *c, const char *fn) {
+  if (is_permutation(v, numel)) {
+    kiln_tensor *r = add_permuted(dtype, numel, v, c);
+    return r ? api_track(r) : NULL;
+  }
   bool injective = graph_view_injective(v);
   uint32_t mask = injective ? 0 : window_dims(v);
   kiln_tensor *out = NULL;
