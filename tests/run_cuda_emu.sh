@@ -30,7 +30,10 @@ start=$(date +%s)
 # the allocator and the runtime's limits, not the backend, and under
 # cuda-emu (a NVRTC + host compile per kernel, emulated threads) they
 # would take hours.
-KILN_BACKEND=cuda-emu ctest --test-dir "$build" --output-on-failure -V \
+# The tests are independent processes (NVRTC and host-compiler bound): one
+# per core.
+jobs=${KILN_EMU_JOBS:-$(nproc)}
+KILN_BACKEND=cuda-emu ctest --test-dir "$build" --output-on-failure -V -j"$jobs" \
   -E 'numpy|cuda_emu_suite|main_job|bench|install|profiling|_unfused$|^alloc_faults$|^limits$' "$@" >"$log" 2>&1
 status=$?
 grep -E '^[0-9]+% tests passed|^Total Test time|^The following tests FAILED|^[[:space:]]+[0-9]+ - .*\(' "$log"
