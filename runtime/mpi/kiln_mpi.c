@@ -79,8 +79,11 @@ static struct {
   char what[192];
 } watch = {.once = PTHREAD_ONCE_INIT};
 
-/* Runs on the watchdog thread while the calling thread blocks in MPI:
- * only MPI_Abort, which Open MPI allows from any thread. */
+/* Runs on the watchdog thread while the calling thread blocks in MPI,
+ * and makes one MPI call: MPI_Abort. The MPI standard only promises that
+ * from the thread level MPI_THREAD_MULTIPLE; Open MPI's MPI_Abort has the
+ * runtime kill the job from any thread, which the hang test
+ * (tests/run_mpi.sh hang) checks. */
 static void report_and_abort(MPI_Comm c) {
   fprintf(stderr,
           "kiln: %s did not complete within KILN_DIST_TIMEOUT=%g s on rank %d of %d (a peer is slow, gone, "
