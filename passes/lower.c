@@ -105,20 +105,34 @@ static int view_index(kir_kernel *k, const graph_view *v, const int *idx, int of
 }
 
 /* The producer's coordinates when the reader's view walks it dim by dim:
- * every non-broadcast reader dim has the stride of a distinct producer dim
- * and stays inside it, and the offset splits into per-dim starts. */
+ * every non-broadcast reader dim steps inside one producer dim (its
+ * stride a multiple of that dim's contiguous stride, less than the next
+ * outer one's), the offset splits into per-dim starts, and no producer
+ * coordinate can leave its dim. Several reader dims may step in one
+ * producer dim (a reshape that splits it: [N, C, H·W] read as [N, C, H,
+ * W]); that coordinate is then the sum of their terms — the exact mixed-
+ * radix split of the flat index, without a division. */
 typedef struct shape {
   int ndim;
   const int64_t *sizes;
 } shape;
 
+/* The producer dim reader stride `stride` steps in: the innermost j of
+ * size > 1 with cs[j] dividing it and stride / cs[j] < sizes[j]; -1 for
+ * none. */
+static int stepped_dim(const shape *src, const int64_t *cs, int64_t stride) {
+  for (int j = src->ndim - 1; j >= 0; j--)
+    if (src->sizes[j] > 1 && stride % cs[j] == 0 && stride / cs[j] < src->sizes[j]) return j;
+  return -1;
+}
+
 static bool map_by_strides(kir_kernel *k, const graph_view *v, const shape *src, const int *idx, int *out) {
-  int64_t cs[KILN_MAX_DIMS], start[KILN_MAX_DIMS], off = v->offset;
-  bool used[KILN_MAX_DIMS] = {false};
+  int64_t cs[KILN_MAX_DIMS], start[KILN_MAX_DIMS], reach[KILN_MAX_DIMS], off = v->offset;
   graph_contiguous_strides(src->ndim, src->sizes, cs);
   for (int j = 0; j < src->ndim; j++) {
     start[j] = src->sizes[j] > 1 ? off / cs[j] : 0;
     off -= start[j] * cs[j];
+    reach[j] = start[j];
     if (start[j] >= (src->sizes[j] > 1 ? src->sizes[j] : 1)) return false;
   }
   if (off != 0) return false;
@@ -126,19 +140,23 @@ static bool map_by_strides(kir_kernel *k, const graph_view *v, const shape *src,
   for (int d = 0; d < v->ndim; d++) {
     pick[d] = -1;
     if (v->sizes[d] == 1 || v->strides[d] == 0) continue;
-    for (int j = 0; j < src->ndim && pick[d] < 0; j++)
-      if (!used[j] && src->sizes[j] > 1 && cs[j] == v->strides[d] && start[j] + v->sizes[d] <= src->sizes[j]) pick[d] = j;
-    if (pick[d] < 0) return false;
-    used[pick[d]] = true;
+    if (v->strides[d] < 0 || (pick[d] = stepped_dim(src, cs, v->strides[d])) < 0) return false;
+    reach[pick[d]] += (v->sizes[d] - 1) * (v->strides[d] / cs[pick[d]]);
   }
-  for (int j = 0; j < src->ndim; j++) out[j] = -1;
-  for (int d = 0; d < v->ndim; d++)
-    if (pick[d] >= 0) {
-      int j = pick[d];
-      out[j] = start[j] ? pass_alu2(k, KIR_ADD, idx[d], kir_const_i(k, KIR_INDEX, start[j])) : idx[d];
-    }
   for (int j = 0; j < src->ndim; j++)
+    if (reach[j] >= (src->sizes[j] > 1 ? src->sizes[j] : 1)) return false;
+  for (int j = 0; j < src->ndim; j++) out[j] = -1;
+  for (int d = 0; d < v->ndim; d++) {
+    if (pick[d] < 0) continue;
+    int j = pick[d];
+    int64_t step = v->strides[d] / cs[j];
+    int term = step == 1 ? idx[d] : pass_alu2(k, KIR_MUL, idx[d], kir_const_i(k, KIR_INDEX, step));
+    out[j] = out[j] < 0 ? term : pass_alu2(k, KIR_ADD, out[j], term);
+  }
+  for (int j = 0; j < src->ndim; j++) {
     if (out[j] < 0) out[j] = kir_const_i(k, KIR_INDEX, start[j]);
+    else if (start[j]) out[j] = pass_alu2(k, KIR_ADD, out[j], kir_const_i(k, KIR_INDEX, start[j]));
+  }
   return true;
 }
 
