@@ -182,6 +182,44 @@ static void reduction_dims_merge(void **state) {
   rt_set_fusion(-1);
 }
 
+/* The uops of op in the kernel that would compute t. */
+static int count_op(kiln_tensor *t, kir_op op) {
+  kir_kernel k;
+  lower_for_test(t, &k);
+  int n = 0;
+  for (int i = 0; i < k.n_uops; i++) n += k.uops[i].op == op;
+  kir_free(&k);
+  return n;
+}
+
+/* A fused producer [N, C, H·W] read as [N, C, H, W] beside a transposed
+ * operand (so H and W cannot merge): both reader dims step inside the
+ * producer's H·W dim, and its coordinate is h·W + w — no division or
+ * remainder of a flat index (passes/lower.c map_by_strides). */
+static void split_dim_reads_without_division(void **state) {
+  enum { N = 3, C = 4, H = 5, W = 6 };
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  /* a: F64 data cast to F32, the cast fused into y's kernel (the CNN's
+   * bias gradient reads its F64 cotangent so) */
+  kiln_tensor *a64 = kiln_to_dtype(ramp(3, (int64_t[]){N, C, H * W}, 1), KILN_F64);
+  kiln_tensor *b = ramp(4, (int64_t[]){N, C, W, H}, 1000);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a64, b}, 2), KILN_OK);
+  kiln_tensor *a = kiln_to_dtype(a64, KILN_F32);
+  kiln_tensor *y = kiln_add(kiln_view(a, 4, (int64_t[]){N, C, H, W}), kiln_transpose(b, 2, 3));
+  assert_int_equal(count_op(y, KIR_DIV), 0);
+  assert_int_equal(count_op(y, KIR_MOD), 0);
+  static float got[N * C * H * W];
+  read_all(y, got, N * C * H * W);
+  for (int nc = 0; nc < N * C; nc++)
+    for (int h = 0; h < H; h++)
+      for (int w = 0; w < W; w++)
+        assert_float_equal(got[(nc * H + h) * W + w],
+                           (float)((nc * H + h) * W + w) + 1000.0f * (float)((nc * W + w) * H + h), 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
 /* A write through a transposed view loops with the destination's unit
  * stride innermost: x.t().copy_(y) into x [64, 96] runs its region loops
  * as [64, 96] (after the copy of the old contents), not [96, 64]; a
@@ -211,6 +249,7 @@ int main(void) {
       cmocka_unit_test(contiguous_merges_to_one_loop), cmocka_unit_test(broadcast_keeps_its_dim),
       cmocka_unit_test(strided_reads_keep_dims),       cmocka_unit_test(size_one_dims_drop),
       cmocka_unit_test(non_pointwise_group_unchanged), cmocka_unit_test(reduction_dims_merge),
+      cmocka_unit_test(split_dim_reads_without_division),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
