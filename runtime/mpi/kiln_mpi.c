@@ -60,8 +60,8 @@ static void mpi_message(int code, char *err, size_t len) {
 
 /* ------------------------------------------------------------ watchdog
  * Every data call is MPI's blocking one (Open MPI's tuned collectives:
- * its nonblocking ones, libnbc, took 1.6× as long for a 1 MiB
- * all-reduce on 2 ranks here). A watchdog thread enforces the deadline:
+ * its nonblocking ones, libnbc, run other, slower algorithms; see the
+ * kiln MAX column of bench/allreduce.c and docs/distributed.md). A watchdog thread enforces the deadline:
  * before a call, the calling thread publishes what it waits for and when
  * it must end; the watchdog wakes every WATCH_NS, and when a call is past
  * its deadline it reports it and aborts the job (the documented
