@@ -26,7 +26,14 @@ static kiln_tensor *one_minus(kiln_tensor *t) { return kiln_add_scalar(kiln_neg(
 
 static kiln_tensor *r_neg(grad_inputs *in, int k, kiln_tensor *g) { return kiln_neg(g); }
 static kiln_tensor *r_abs(grad_inputs *in, int k, kiln_tensor *g) { return kiln_mul(g, kiln_sign(X0)); }
-static kiln_tensor *r_exp(grad_inputs *in, int k, kiln_tensor *g) { return kiln_mul(g, kiln_exp(X0)); }
+/* The result while it is there (grad_has_output), else f(input): the
+ * rules below read it as Torch does, instead of computing f again. */
+static kiln_tensor *result_or(grad_inputs *in, kiln_tensor *(*f)(kiln_tensor *)) {
+  return grad_has_output(in->n) ? grad_output(in) : f(X0);
+}
+
+static kiln_tensor *r_exp(grad_inputs *in, int k, kiln_tensor *g) { return kiln_mul(g, result_or(in, kiln_exp)); }
+static kiln_tensor *r_expm1(grad_inputs *in, int k, kiln_tensor *g) { return kiln_mul(g, kiln_exp(X0)); }
 static kiln_tensor *r_exp2(grad_inputs *in, int k, kiln_tensor *g) {
   return kiln_mul(g, kiln_mul_scalar(kiln_exp2(X0), M_LN2));
 }
@@ -34,7 +41,7 @@ static kiln_tensor *r_log(grad_inputs *in, int k, kiln_tensor *g) { return kiln_
 static kiln_tensor *r_log2(grad_inputs *in, int k, kiln_tensor *g) { return kiln_div(g, kiln_mul_scalar(X0, M_LN2)); }
 static kiln_tensor *r_log1p(grad_inputs *in, int k, kiln_tensor *g) { return kiln_div(g, kiln_add_scalar(X0, 1)); }
 static kiln_tensor *r_sqrt(grad_inputs *in, int k, kiln_tensor *g) {
-  return kiln_div(g, kiln_mul_scalar(kiln_sqrt(X0), 2));
+  return kiln_div(g, kiln_mul_scalar(result_or(in, kiln_sqrt), 2));
 }
 static kiln_tensor *r_rsqrt(grad_inputs *in, int k, kiln_tensor *g) {
   kiln_tensor *x = X0;
@@ -50,12 +57,12 @@ static kiln_tensor *r_tan(grad_inputs *in, int k, kiln_tensor *g) {
   kiln_tensor *t = kiln_tan(X0);
   return kiln_mul(g, kiln_add_scalar(kiln_mul(t, t), 1));
 }
-static kiln_tensor *r_tanh(grad_inputs *in, int k, kiln_tensor *g) {
-  kiln_tensor *t = kiln_tanh(X0);
+static kiln_tensor *r_tanh(grad_inputs *in, int k, kiln_tensor *g) { /* Torch's tanh_backward */
+  kiln_tensor *t = result_or(in, kiln_tanh);
   return kiln_mul(g, one_minus(kiln_mul(t, t)));
 }
-static kiln_tensor *r_sigmoid(grad_inputs *in, int k, kiln_tensor *g) {
-  kiln_tensor *s = kiln_sigmoid(X0);
+static kiln_tensor *r_sigmoid(grad_inputs *in, int k, kiln_tensor *g) { /* Torch's sigmoid_backward */
+  kiln_tensor *s = result_or(in, kiln_sigmoid);
   return kiln_mul(g, kiln_mul(s, one_minus(s)));
 }
 /* Torch's threshold_backward(g, relu(x), 0): 0 where relu(x) <= 0, else
@@ -314,7 +321,7 @@ static kiln_tensor *r_collective(grad_inputs *in, int k, kiln_tensor *g) { retur
 static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
     [GRAPH_OP_CAST] = r_same,         [GRAPH_OP_NEG] = r_neg,       [GRAPH_OP_ABS] = r_abs,
     [GRAPH_OP_EXP] = r_exp,           [GRAPH_OP_EXP2] = r_exp2,     [GRAPH_OP_LOG] = r_log,
-    [GRAPH_OP_LOG2] = r_log2,         [GRAPH_OP_LOG1P] = r_log1p,   [GRAPH_OP_EXPM1] = r_exp,
+    [GRAPH_OP_LOG2] = r_log2,         [GRAPH_OP_LOG1P] = r_log1p,   [GRAPH_OP_EXPM1] = r_expm1,
     [GRAPH_OP_SQRT] = r_sqrt,         [GRAPH_OP_RSQRT] = r_rsqrt,   [GRAPH_OP_RECIPROCAL] = r_reciprocal,
     [GRAPH_OP_SIN] = r_sin,           [GRAPH_OP_COS] = r_cos,       [GRAPH_OP_TAN] = r_tan,
     [GRAPH_OP_TANH] = r_tanh,         [GRAPH_OP_SIGMOID] = r_sigmoid, [GRAPH_OP_RELU] = r_relu,

@@ -122,6 +122,49 @@ static void relu_reads_its_result(void **state) {
   expect_no_error();
 }
 
+static double d_exp(double x) { return exp(x); }
+static double d_sqrt(double x) { return 0.5 / sqrt(x); }
+static double d_tanh(double x) { return 1 - tanh(x) * tanh(x); }
+static double d_sigmoid(double x) { return exp(-x) / ((1 + exp(-x)) * (1 + exp(-x))); }
+
+/* exp, sqrt, tanh and sigmoid read their result as Torch's backward does
+ * while it is there (lazy or forced), and their input once a write in
+ * place replaced it: there the written NaN would make 0 * NaN = NaN
+ * where the cotangent is 0. */
+static void rules_read_their_results(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    kiln_tensor *(*f)(kiln_tensor *);
+    double (*d)(double);
+  } ops[] = {{"exp", kiln_exp, d_exp}, {"sqrt", kiln_sqrt, d_sqrt}, {"tanh", kiln_tanh, d_tanh},
+             {"sigmoid", kiln_sigmoid, d_sigmoid}};
+  const double xs[4] = {0.25, 1, 2, 4};
+  for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+    kiln_scope_begin();
+    double want[4], want_cut[4];
+    for (int i = 0; i < 4; i++) want[i] = ops[o].d(xs[i]), want_cut[i] = i < 2 ? want[i] : 0;
+    char what[64];
+    kiln_tensor *x = vec(4, xs);
+    snprintf(what, sizeof what, "%s lazy", ops[o].name);
+    check1(what, ops[o].f(x), x, want);
+    kiln_tensor *y = ops[o].f(x);
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    snprintf(what, sizeof what, "%s forced", ops[o].name);
+    check1(what, y, x, want);
+    y = ops[o].f(x);
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    graph_node *r = y->storage->version;
+    assert_int_equal(kiln_fill_(kiln_narrow(y, 0, 2, 2), NAN), KILN_OK);
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    assert_true(r->overwritten && !grad_has_output(r));
+    snprintf(what, sizeof what, "%s overwritten in place", ops[o].name);
+    check1(what, y, x, want_cut);
+    kiln_scope_end();
+  }
+  expect_no_error();
+}
+
 /* sqrt and pow at 0 keep their infinite derivative (as Torch); norm and
  * std at 0 give 0 (Torch masks them). */
 static void zero_points(void **state) {
@@ -230,6 +273,7 @@ int main(void) {
       cmocka_unit_test(every_diff_op_has_a_rule), cmocka_unit_test(branch_not_taken), cmocka_unit_test(zero_points),
       cmocka_unit_test(minus_inf),                cmocka_unit_test(cumprod_long_scans),
       cmocka_unit_test(relu_reads_its_result),
+      cmocka_unit_test(rules_read_their_results),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
