@@ -276,6 +276,33 @@ static void copies(void **state) {
   }
 }
 
+/* The gradient of overlapping windows whose shifted reads of the
+ * cotangent would leave it (unfold of 100 windows of 3, the window dim
+ * innermost: api_view_add's one-kernel sum does not apply, the per-tap
+ * adds do): d/dx[j] of sum(unfold(x) * w) is the sum of w[i][k] over
+ * i + k = j. */
+static void unfold_windows_past_the_cotangent(void **state) {
+  (void)state;
+  enum { L = 100, K = 3, N = L + K - 1 };
+  static double xv[N], wv[L * K], want[N];
+  for (int j = 0; j < N; j++) xv[j] = 0.5 * j - 7, want[j] = 0;
+  for (int i = 0; i < L; i++)
+    for (int k = 0; k < K; k++) {
+      wv[i * K + k] = (double)((i * 7 + k * 3) % 11) - 5;
+      want[i + k] += wv[i * K + k];
+    }
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_from_data(KILN_F64, 1, (int64_t[]){N}, xv);
+  kiln_tensor *w = kiln_from_data(KILN_F64, 2, (int64_t[]){L, K}, wv);
+  kiln_tensor *s = kiln_sum(kiln_mul(kiln_unfold(x, 0, K, 1), w), 0, NULL, false), *g = NULL;
+  assert_int_equal(kiln_grad(&s, NULL, 1, &x, 1, &g), KILN_OK);
+  double got[N];
+  assert_int_equal(kiln_read(g, got, sizeof got), KILN_OK);
+  for (int j = 0; j < N; j++)
+    if (got[j] != want[j]) fail_msg("d/dx[%d] is %g, want %g", j, got[j], want[j]);
+  kiln_scope_end();
+}
+
 /* A wrt that is a view of an intermediate's storage region, and a wrt
  * read only through an in-place write into another tensor. */
 static void wrt_through_writes(void **state) {
@@ -304,7 +331,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(views),  cmocka_unit_test(indexing),           cmocka_unit_test(index_add_duplicates),
       cmocka_unit_test(joins),  cmocka_unit_test(copies),             cmocka_unit_test(wrt_through_writes),
-      cmocka_unit_test(report),
+      cmocka_unit_test(unfold_windows_past_the_cotangent), cmocka_unit_test(report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
