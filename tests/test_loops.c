@@ -256,14 +256,17 @@ static void count_flags(kiln_tensor *t, int *skews, int *streams) {
 }
 
 /* y = a^T + b[None, :] over [nb, r, w] (nb = 0: 2-D) in dtype dt, a =
- * ramp / 8 (exact in F16 for the small F16 case), read back as F64 and
+ * ramp / 8 and b = ramp / 2 (I32: ramp, 3 ramp; exact in F16 for the
+ * small F16 case), read back as F64 and
  * checked against the same sums in double, rounded to dt (kiln_to_dtype
  * of the expected values). Returns the kernel's skew uops and streaming stores. */
 static void check_ragged_transpose(int64_t nb, int64_t r, int64_t w, kiln_dtype dt, int *skews, int *streams) {
   kiln_scope_begin();
   int64_t n = (nb ? nb : 1) * r * w, as[3] = {nb, w, r};
-  kiln_tensor *a = kiln_to_dtype(nb ? ramp(3, as, 0.125) : ramp(2, as + 1, 0.125), dt);
-  kiln_tensor *b = kiln_to_dtype(ramp(1, (int64_t[]){w}, 0.5), dt);
+  bool ints = dt == KILN_I32;
+  double sa = ints ? 1 : 0.125, sb = ints ? 3 : 0.5; /* exact in dt */
+  kiln_tensor *a = kiln_to_dtype(nb ? ramp(3, as, sa) : ramp(2, as + 1, sa), dt);
+  kiln_tensor *b = kiln_to_dtype(ramp(1, (int64_t[]){w}, sb), dt);
   assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, b}, 2), KILN_OK);
   kiln_tensor *y = kiln_add(nb ? kiln_transpose(a, 1, 2) : kiln_t(a), kiln_unsqueeze(b, 0));
   count_flags(y, skews, streams);
@@ -272,7 +275,7 @@ static void check_ragged_transpose(int64_t nb, int64_t r, int64_t w, kiln_dtype 
   for (int64_t q = 0; q < (nb ? nb : 1); q++)
     for (int64_t i = 0; i < r; i++)
       for (int64_t j = 0; j < w; j++)
-        exact[(q * r + i) * w + j] = (double)((q * w + j) * r + i) * 0.125 + (double)j * 0.5;
+        exact[(q * r + i) * w + j] = (double)((q * w + j) * r + i) * sa + (double)j * sb;
   int64_t ys[3] = {nb, r, w};
   kiln_tensor *wt = kiln_to_dtype(kiln_from_data(KILN_F64, nb ? 3 : 2, nb ? ys : ys + 1, exact), dt);
   assert_int_equal(kiln_read(kiln_to_dtype(wt, KILN_F64), want, sizeof(double) * (size_t)n), KILN_OK);
@@ -289,13 +292,13 @@ static void check_ragged_transpose(int64_t nb, int64_t r, int64_t w, kiln_dtype 
 /* A transposed read with a last dim that is not a multiple of KIR_TILE
  * is lowered in skewed tiles (passes/lower.c lower_skewed) plus edge
  * loops: every element right, ragged in either or both dims, batched,
- * F32/F64/F16; a large output streams its stores. */
+ * F32/F64/F16/I32; a large output streams its stores. */
 static void ragged_transpose_skews_tiles(void **state) {
   rt_set_fusion(1);
   static const struct { int64_t nb, r, w; kiln_dtype dt; } cases[] = {
       {0, 33, 47, KILN_F32},  {0, 47, 33, KILN_F32}, {0, 32, 33, KILN_F32},  {0, 100, 100, KILN_F64},
       {0, 63, 1001, KILN_F32}, {0, 40, 50, KILN_F16}, {3, 37, 51, KILN_F32}, {2, 64, 33, KILN_F64},
-      {2, 517, 95, KILN_F32},  {0, 1500, 1501, KILN_F32},
+      {2, 517, 95, KILN_F32},  {0, 50, 77, KILN_I32},  {0, 1500, 1501, KILN_F32},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     int skews, streams;
