@@ -57,14 +57,18 @@ typedef struct llvm_tile_env {
 } llvm_tile_env;
 /** For the tile whose outer RANGE is uop `tile`: emits at e->b the staged
  *  block of every transposed read in its body (see llvm_tile.c) and sets
- *  staged[u] for each such LOAD uop u; returns how many. */
-int llvm_tile_stage(const llvm_tile_env *e, int tile, LLVMValueRef *staged);
+ *  staged[u] for each such LOAD uop u; returns how many. *load_skew gets
+ *  the skew uop the reads' block index takes (llvm_tile_index), or -1. */
+int llvm_tile_stage(const llvm_tile_env *e, int tile, LLVMValueRef *staged, int *load_skew);
 /** At e->b, inside the tile's outer loop (whose index is ti): tells LLVM
  *  that each nontemporal store of the body starts a vector-aligned row
  *  at tj = 0 (kir.h's promise), so they can stream. False when the
  *  assume intrinsic is missing. */
 bool llvm_tile_align_rows(const llvm_tile_env *e, LLVMModuleRef mod, int tile, LLVMValueRef ti);
-/** Element index ti * KIR_TILE + tj of a staged block. */
-LLVMValueRef llvm_tile_index(LLVMBuilderRef b, LLVMContextRef ctx, LLVMValueRef ti, LLVMValueRef tj);
+/** Element index ti * KIR_TILE + tj of a staged block; of a skewed
+ *  tile's (skew: the value of its skew uop), ti * 2*KIR_TILE + skew + tj. */
+LLVMValueRef llvm_tile_index(LLVMBuilderRef b, LLVMContextRef ctx, LLVMValueRef ti, LLVMValueRef tj, LLVMValueRef skew);
+/** The skew uop of the tile whose outer RANGE is `tile` (kir_tile_skew), or -1. */
+int llvm_tile_skew(const kir_kernel *k, int tile);
 
 #endif /* KILN_LLVM_INTERNAL_H */

@@ -47,6 +47,8 @@ typedef struct lower_ctx {
   bool failed;        /* an intrinsic was missing (a bug in this file) */
   LLVMValueRef *staged; /* per LOAD uop: its tile's staged block (llvm_tile.c), or NULL */
   int tile;             /* outer RANGE of the tile being lowered */
+  int skew;             /* its skew uop (kir_tile_skew) while inside it, else -1 */
+  int load_skew;        /* the skew its staged reads index by (llvm_tile_stage), or -1 */
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
 } lower_ctx;
 
@@ -272,8 +274,9 @@ static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
   int i = (int)(u - c->k->uops);
   llvm_tile_env e = {.k = c->k, .ctx = c->ctx, .b = c->b, .ab = c->ab, .vals = c->vals};
   if (u->tile) {
-    llvm_tile_stage(&e, i, c->staged);
+    llvm_tile_stage(&e, i, c->staged, &c->load_skew);
     c->tile = i;
+    c->skew = llvm_tile_skew(c->k, i);
   } else if (i > 0 && c->k->uops[i - 1].tile && !llvm_tile_align_rows(&e, c->mod, i - 1, c->vals[i - 1])) {
     c->failed = true;
   }
@@ -374,6 +377,7 @@ static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
   LLVMValueRef br = LLVMBuildBr(c->b, l->header);
   int r = u->src[0], e = (int)(u - c->k->uops);
+  if (c->k->uops[r].tile) c->skew = -1;
   if (r > 0 && c->k->uops[r - 1].tile) /* a tile's inner loop: vectorised whole, not unrolled first */
     set_loop_hints(c, br, 1, KIR_TILE, "llvm.loop.unroll.disable");
   else if (c->k->uops[r].tile) /* the outer one: unrolled, so the staged block's loads have fixed offsets */
@@ -408,7 +412,8 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef p, block = c->staged[u - c->k->uops];
   if (block) { /* a transposed read of a tile */
     mt = mem_type(c, u->type);
-    LLVMValueRef idx = llvm_tile_index(c->b, c->ctx, c->vals[c->tile], c->vals[c->tile + 1]);
+    LLVMValueRef skew = c->load_skew >= 0 ? c->vals[c->load_skew] : NULL;
+    LLVMValueRef idx = llvm_tile_index(c->b, c->ctx, c->vals[c->tile], c->vals[c->tile + 1], skew);
     p = LLVMBuildInBoundsGEP2(c->b, mt, block, &idx, 1, "");
   } else {
     p = element_ptr(c, u, &mt);
@@ -418,9 +423,21 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   return v;
 }
 
+/* A nontemporal store of a skewed tile starts an aligned row at tj = 0
+ * (kir.h); LLVM cannot prove it from the skew's arithmetic, so its index
+ * is written (idx - tj) & -KIR_TILE + tj, the same value, whose
+ * alignment LLVM's known bits see. */
+static LLVMValueRef skewed_store_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
+  *mt = mem_type(c, c->k->uops[u->src[0]].elem);
+  LLVMValueRef tj = c->vals[c->tile + 1];
+  LLVMValueRef row = LLVMBuildAnd(c->b, LLVMBuildSub(c->b, val(c, u->src[1]), tj, ""), cint(c->i64, (unsigned long long)-KIR_TILE), "");
+  LLVMValueRef idx = LLVMBuildAdd(c->b, row, tj, "");
+  return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
+}
+
 static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
-  LLVMValueRef p = element_ptr(c, u, &mt);
+  LLVMValueRef p = u->nontemporal && c->skew >= 0 ? skewed_store_ptr(c, u, &mt) : element_ptr(c, u, &mt);
   LLVMValueRef v = val(c, u->src[2]);
   if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
@@ -607,7 +624,7 @@ static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
 
 LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const char *fname, char *err,
                                size_t errlen) {
-  lower_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod)};
+  lower_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod), .skew = -1};
   size_t n = (size_t)k->n_uops + 1;
   c.vals = calloc(n, sizeof *c.vals);
   c.loops = calloc(n, sizeof *c.loops);

@@ -213,6 +213,11 @@ int kir_range_tile(kir_kernel *k, int *inner) {
   return outer;
 }
 
+int kir_tile_skew(kir_kernel *k, int off) {
+  if (off >= 0) k->uops[off].skew = true;
+  return off;
+}
+
 void kir_end(kir_kernel *k, int range) { push_src(k, KIR_END, KIR_VOID, range, -1, -1); }
 
 int kir_acc(kir_kernel *k, kiln_dtype type, int init) {
@@ -306,7 +311,7 @@ static void print_uop(kir_strbuf *sb, int i, const kir_uop *u) {
     break;
   default: break;
   }
-  kir_sb_printf(sb, "%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "");
+  kir_sb_printf(sb, "%s%s%s\n", u->reassoc ? " reassoc" : "", u->nontemporal ? " nontemporal" : "", u->skew ? " skew" : "");
 }
 
 char *kir_to_string(const kir_kernel *k) {

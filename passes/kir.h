@@ -76,6 +76,8 @@ typedef struct kir_uop {
   double cval;      /* CONST (floats, BOOL) */
   bool parallel;    /* RANGE */
   bool tile;        /* RANGE: opens a transpose tile (kir_range_tile) */
+  bool skew;        /* INDEX value in a tile: its row's column offset
+                       (kir_tile_skew) */
   bool reassoc;     /* float ALU: may be reassociated (reduction updates,
                        so the backend can vectorise them: the order of a
                        sum then depends on the vector width, never on
@@ -117,9 +119,26 @@ void kir_end(kir_kernel *k, int range);
  *  and transposes it in registers before the loops (llvm_tile.c). Other
  *  backends run the loops as written. A nontemporal STORE in the body
  *  must have index base + ti*s + tj with base and s multiples of
- *  KIR_TILE (whole rows of a tile are vector-aligned). */
+ *  KIR_TILE (whole rows of a tile are vector-aligned), unless the tile
+ *  is skewed (kir_tile_skew). */
 #define KIR_TILE 16
 int kir_range_tile(kir_kernel *k, int *inner);
+/** Flags INDEX value `off`, computed in a tile's body from ti alone and
+ *  in [0, KIR_TILE], as the tile's skew: row ti of the tile reads and
+ *  writes columns L + off + tj (L before the tile). A read in the body
+ *  whose index is base + ti + (tj + off)*s then reads, over the tile, a
+ *  parallelogram inside the 2*KIR_TILE rows base + r*s, r in
+ *  [0, 2*KIR_TILE), which must lie in its view; the CPU backend loads
+ *  and transposes those rows as two blocks (llvm_tile.c). A nontemporal
+ *  STORE in a skewed tile must have an index that is a multiple of
+ *  KIR_TILE at tj = 0 (lowering picks off so: the rows' chunks are
+ *  aligned in the flat output, passes/lower.c lower_skewed). The tile's
+ *  enclosing ranges are a column-block range J (not parallel) and, inside
+ *  it, a band range: when J steps by one, a read's rows [T, 2T) become
+ *  its rows [0, T) for the same band, and the CPU backend keeps them
+ *  instead of loading them again. One skew per tile; other backends
+ *  compute it as written. Returns off. */
+int kir_tile_skew(kir_kernel *k, int off);
 int kir_acc(kir_kernel *k, kiln_dtype type, int init);
 void kir_acc_set(kir_kernel *k, int acc, int value);
 int kir_load(kir_kernel *k, int param, int index);

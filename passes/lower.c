@@ -59,7 +59,7 @@ typedef struct lower_ctx {
   const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
   bool spill_stored;       /* the epilogue loads spill from the output */
   bool tiled;              /* lower_elementwise's tiled loops */
-  bool ragged_tiles;       /* tiled, the last dim not a multiple of KIR_TILE: no streaming stores (kir.h) */
+  bool plain_stores;       /* the edge loops of skewed tiles (lower_skewed): no streaming stores */
   char name[96];
   int name_len;
 } lower_ctx;
@@ -563,7 +563,7 @@ static void store_node(lower_ctx *c, const graph_node *n, int param, const int *
   graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
   int idx = view_index(c->k, &flat, ranges, -1);
   value = pass_cast_to(c->k, n->dtype, value);
-  if (streams(c, n) && !c->spill_stored && !c->ragged_tiles) kir_store_streaming(c->k, param, idx, value);
+  if (streams(c, n) && !c->spill_stored && !c->plain_stores) kir_store_streaming(c->k, param, idx, value);
   else kir_store(c->k, param, idx, value);
 }
 
@@ -621,6 +621,105 @@ static int tile_base(kir_kernel *k, int b, int64_t size) {
   return pass_alu2(k, KIR_MIN, base, kir_const_i(k, KIR_INDEX, size - KIR_TILE));
 }
 
+/* The value of the root and the further outputs at `ranges`, stored. */
+static int store_all(lower_ctx *c, const int *ranges) {
+  int res = value_at(c, c->root, ranges);
+  if (res < 0) return KILN_ERR_UNSUPPORTED;
+  store_contiguous(c, ranges, res);
+  return store_outputs(c, ranges);
+}
+
+/* Skewed tiles for a last dim W that is not a multiple of KIR_TILE.
+ * Plain tiles would write each row's KIR_TILE elements across two cache
+ * lines, each line partly, in two column-block passes far apart, and
+ * could not stream. Here row ti of column block m (1 <= m <= W/TILE - 1)
+ * takes columns [L + off, L + off + TILE), L = TILE*(m-1) and off in
+ * [1, TILE] chosen so that the row's chunk starts at a multiple of TILE
+ * of the flat output (off = TILE - (X & (TILE-1)), X the flat index of
+ * column L): every store of the interior is a whole aligned vector and
+ * may stream. Row ti's source rows lie in [L, L + 2*TILE)
+ * (kir_tile_skew). Loops: groups of up to SKEW_BANDS row bands (the
+ * parallel range when there is no batch dim), column blocks, the bands
+ * of the group, the tile: the source rows [L + TILE, L + 2*TILE) a band
+ * reads are the ones it reads first at the next column block, a few
+ * tiles later, and the CPU backend keeps them (kir.h). Reading them
+ * again instead cost about as much as the aligned stores saved (16-row
+ * bands of the source, 4095 floats apart, conflict in the caches).
+ * Bands start at multiples of TILE (so X & (TILE-1) depends on ti alone
+ * in a 2-D kernel, and LLVM folds each row's offset); the last
+ * rows % TILE rows are left to a plain loop nest. The interior covers
+ * columns [TILE, TILE*(W/TILE - 1) + 1) of every row at least; the edge
+ * columns [0, TILE) and [TILE*(W/TILE-1) + 1, W) are written by another
+ * (both: store_edge, after the group's tiles, source reads contiguous
+ * along its rows). Elements two nests cover are stored twice with the
+ * same value (so, like all tiles, not for in-place kernels).
+ * docs/internals.md "Transposed reads" has the measurements. */
+#define SKEW_BANDS 16
+
+/* Stores the root (and further outputs) at rows outer + ro and columns
+ * col, in a plain loop nest over `n_cols` x `n_rows` (columns outside:
+ * the transposed source is read along its rows), plain stores. */
+static int store_edge(lower_ctx *c, int *ranges, int64_t n_cols, int64_t n_rows, int col_base, int64_t col_jump,
+                      int row_base, int64_t row_max, int64_t col_max) {
+  kir_kernel *k = c->k;
+  int nd = c->root->ndim;
+  int e = kir_range(k, n_cols, false), rr = kir_range(k, n_rows, false);
+  int col = pass_alu2(k, KIR_ADD, col_base, e);
+  if (col_jump) { /* the left edge's TILE columns, then the right edge */
+    int left = pass_cmp(k, KIR_CMPLT, e, kir_const_i(k, KIR_INDEX, KIR_TILE));
+    col = pass_where(k, left, e, pass_alu2(k, KIR_ADD, e, kir_const_i(k, KIR_INDEX, col_jump)));
+  }
+  ranges[nd - 1] = pass_alu2(k, KIR_MIN, col, kir_const_i(k, KIR_INDEX, col_max));
+  ranges[nd - 2] = pass_alu2(k, KIR_MIN, pass_alu2(k, KIR_ADD, row_base, rr), kir_const_i(k, KIR_INDEX, row_max));
+  c->n_memo = 0; /* values of another nest are out of scope here */
+  bool tiled = c->tiled;
+  c->tiled = false;
+  c->plain_stores = true;
+  int st = store_all(c, ranges);
+  c->tiled = tiled;
+  c->plain_stores = false;
+  kir_end(k, rr);
+  kir_end(k, e);
+  return st;
+}
+
+static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
+  kir_kernel *k = c->k;
+  const graph_node *r = c->root;
+  int nd = r->ndim, t = KIR_TILE, tj;
+  int64_t rows = r->sizes[nd - 2], cols = r->sizes[nd - 1], blocks = cols / t - 1, bands = rows / t;
+  int64_t per = bands < SKEW_BANDS ? bands : SKEW_BANDS, groups = (bands + per - 1) / per;
+  graph_view flat = graph_view_contiguous(nd, r->sizes);
+  int bg = loops[n_loops++] = kir_range(k, groups, nd == 2);
+  int bj = kir_range(k, blocks, false), bb = kir_range(k, per, false);
+  int band = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, bg, kir_const_i(k, KIR_INDEX, per)), bb);
+  band = pass_alu2(k, KIR_MIN, band, kir_const_i(k, KIR_INDEX, bands - 1));
+  int i0 = pass_alu2(k, KIR_MUL, band, kir_const_i(k, KIR_INDEX, t));
+  int col0 = pass_alu2(k, KIR_MUL, bj, kir_const_i(k, KIR_INDEX, t));
+  int ti = kir_range_tile(k, &tj);
+  ranges[nd - 2] = pass_alu2(k, KIR_ADD, i0, ti);
+  ranges[nd - 1] = col0;
+  int x = pass_alu2(k, KIR_AND, view_index(k, &flat, ranges, -1), kir_const_i(k, KIR_INDEX, t - 1));
+  int off = kir_tile_skew(k, pass_alu2(k, KIR_SUB, kir_const_i(k, KIR_INDEX, t), x));
+  ranges[nd - 1] = pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_ADD, col0, off), tj);
+  int st = store_all(c, ranges);
+  kir_end(k, tj);
+  kir_end(k, ti);
+  kir_end(k, bb);
+  kir_end(k, bj);
+  /* the group's rows at the edge columns: TILE on the left, W - TILE*blocks - 1 on the right */
+  int zero = kir_const_i(k, KIR_INDEX, 0);
+  int row0 = pass_alu2(k, KIR_MUL, bg, kir_const_i(k, KIR_INDEX, per * t));
+  if (st >= 0) st = store_edge(c, ranges, cols - t * blocks - 1 + t, per * t, zero, t * blocks + 1 - t, row0, bands * t - 1, cols - 1);
+  /* the last rows % TILE rows, every column, a slice of the columns a group */
+  int64_t slice = (cols + groups - 1) / groups;
+  int col_base = pass_alu2(k, KIR_MUL, bg, kir_const_i(k, KIR_INDEX, slice));
+  if (st >= 0 && rows % t)
+    st = store_edge(c, ranges, slice, rows % t, col_base, 0, kir_const_i(k, KIR_INDEX, bands * t), rows - 1, cols - 1);
+  close_ranges(k, n_loops, loops);
+  return st;
+}
+
 /* Loops over the root's sizes; with tiles, the last two dims run as
  * KIR_TILE x KIR_TILE blocks: the loop over column blocks (j) outside the
  * one over row blocks (i), so the transposed source, contiguous along i,
@@ -637,8 +736,8 @@ static int lower_elementwise(lower_ctx *c) {
   } else {
     int64_t rows = r->sizes[nd - 2], cols = r->sizes[nd - 1], t = KIR_TILE;
     c->tiled = true;
-    c->ragged_tiles = cols % t != 0;
     for (int d = 0; d < nd - 2; d++) loops[n_loops++] = ranges[d] = kir_range(k, r->sizes[d], d == 0);
+    if (cols % t) return lower_skewed(c, ranges, loops, n_loops);
     int bj = loops[n_loops++] = kir_range(k, (cols + t - 1) / t, nd == 2);
     int bi = loops[n_loops++] = kir_range(k, (rows + t - 1) / t, false);
     int i0 = tile_base(k, bi, rows), j0 = tile_base(k, bj, cols), tj;

@@ -243,13 +243,83 @@ static void transposed_write_is_unit_stride(void **state) {
   kiln_scope_end();
 }
 
+/* The uops flagged skew / the nontemporal STOREs of the kernel of t. */
+static void count_flags(kiln_tensor *t, int *skews, int *streams) {
+  kir_kernel k;
+  lower_for_test(t, &k);
+  *skews = *streams = 0;
+  for (int i = 0; i < k.n_uops; i++) {
+    *skews += k.uops[i].skew;
+    *streams += k.uops[i].op == KIR_STORE && k.uops[i].nontemporal;
+  }
+  kir_free(&k);
+}
+
+/* y = a^T + b[None, :] over [nb, r, w] (nb = 0: 2-D) in dtype dt, a =
+ * ramp / 8 and b = ramp / 2 (I32: ramp, 3 ramp; exact in F16 for the
+ * small F16 case), read back as F64 and
+ * checked against the same sums in double, rounded to dt (kiln_to_dtype
+ * of the expected values). Returns the kernel's skew uops and streaming stores. */
+static void check_ragged_transpose(int64_t nb, int64_t r, int64_t w, kiln_dtype dt, int *skews, int *streams) {
+  kiln_scope_begin();
+  int64_t n = (nb ? nb : 1) * r * w, as[3] = {nb, w, r};
+  bool ints = dt == KILN_I32;
+  double sa = ints ? 1 : 0.125, sb = ints ? 3 : 0.5; /* exact in dt */
+  kiln_tensor *a = kiln_to_dtype(nb ? ramp(3, as, sa) : ramp(2, as + 1, sa), dt);
+  kiln_tensor *b = kiln_to_dtype(ramp(1, (int64_t[]){w}, sb), dt);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, b}, 2), KILN_OK);
+  kiln_tensor *y = kiln_add(nb ? kiln_transpose(a, 1, 2) : kiln_t(a), kiln_unsqueeze(b, 0));
+  count_flags(y, skews, streams);
+  double *exact = malloc(sizeof(double) * (size_t)n), *want = malloc(sizeof(double) * (size_t)n);
+  double *got = malloc(sizeof(double) * (size_t)n);
+  for (int64_t q = 0; q < (nb ? nb : 1); q++)
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < w; j++)
+        exact[(q * r + i) * w + j] = (double)((q * w + j) * r + i) * sa + (double)j * sb;
+  int64_t ys[3] = {nb, r, w};
+  kiln_tensor *wt = kiln_to_dtype(kiln_from_data(KILN_F64, nb ? 3 : 2, nb ? ys : ys + 1, exact), dt);
+  assert_int_equal(kiln_read(kiln_to_dtype(wt, KILN_F64), want, sizeof(double) * (size_t)n), KILN_OK);
+  assert_int_equal(kiln_read(kiln_to_dtype(y, KILN_F64), got, sizeof(double) * (size_t)n), KILN_OK);
+  for (int64_t e = 0; e < n; e++)
+    if (got[e] != want[e]) fail_msg("[%lld, %lld, %lld] %s: element %lld is %g, want %g", (long long)nb, (long long)r,
+                                    (long long)w, kiln_dtype_name(dt), (long long)e, got[e], want[e]);
+  free(exact);
+  free(want);
+  free(got);
+  kiln_scope_end();
+}
+
+/* A transposed read with a last dim that is not a multiple of KIR_TILE
+ * is lowered in skewed tiles (passes/lower.c lower_skewed) plus edge
+ * loops: every element right, ragged in either or both dims, batched,
+ * F32/F64/F16/I32; a large output streams its stores. */
+static void ragged_transpose_skews_tiles(void **state) {
+  rt_set_fusion(1);
+  static const struct { int64_t nb, r, w; kiln_dtype dt; } cases[] = {
+      {0, 33, 47, KILN_F32},  {0, 47, 33, KILN_F32}, {0, 32, 33, KILN_F32},  {0, 100, 100, KILN_F64},
+      {0, 63, 1001, KILN_F32}, {0, 40, 50, KILN_F16}, {3, 37, 51, KILN_F32}, {2, 64, 33, KILN_F64},
+      {2, 517, 95, KILN_F32},  {0, 50, 77, KILN_I32},  {0, 1500, 1501, KILN_F32},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int skews, streams;
+    check_ragged_transpose(cases[c].nb, cases[c].r, cases[c].w, cases[c].dt, &skews, &streams);
+    assert_int_equal(skews, 1);
+    if (cases[c].r == 1500) assert_int_equal(streams, 1); /* 9 MB: the tile's store streams, the edges' do not */
+  }
+  int skews, streams; /* a last dim that is a multiple of the tile: plain tiles, streaming */
+  check_ragged_transpose(0, 1501, 1504, KILN_F32, &skews, &streams);
+  assert_int_equal(skews, 0);
+  assert_int_equal(streams, 1);
+  rt_set_fusion(-1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(transposed_write_is_unit_stride),
       cmocka_unit_test(contiguous_merges_to_one_loop), cmocka_unit_test(broadcast_keeps_its_dim),
       cmocka_unit_test(strided_reads_keep_dims),       cmocka_unit_test(size_one_dims_drop),
       cmocka_unit_test(non_pointwise_group_unchanged), cmocka_unit_test(reduction_dims_merge),
-      cmocka_unit_test(split_dim_reads_without_division),
+      cmocka_unit_test(split_dim_reads_without_division), cmocka_unit_test(ragged_transpose_skews_tiles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
