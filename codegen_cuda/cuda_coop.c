@@ -271,6 +271,8 @@ int cuda_coop_plan(const kir_kernel *k, cuda_coop *p) {
     if (p->parallel < 0 && k->uops[i].op == KIR_RANGE && k->uops[i].parallel) p->parallel = i;
   }
   if (p->parallel >= 0 && !kir_splittable(k)) goto done;
+  for (int i = 0; i < k->n_uops; i++) /* a LOCAL is per thread: not shared by a block */
+    if (k->uops[i].op == KIR_LOCAL) goto done;
   int lo = p->parallel >= 0 ? p->parallel + 1 : 0, hi = p->parallel >= 0 ? p->end[p->parallel] : k->n_uops;
   if (plan_level(k, p, &sc, lo, hi) > 0 && p->reduce_extent >= CUDA_COOP_MIN_EXTENT) {
     p->on = true;

@@ -5,6 +5,8 @@
  * `const` locals; an ACC is a mutable local, so a use of it reads its
  * current value, as kir.h says), in uop order:
  *  - PARAM i: a typed alias of the kernel parameter p<i>;
+ *  - LOCAL: a local array `T v<index>[n]` (per thread; CUDA puts it in
+ *    local memory), declared where the uop stands;
  *  - RANGE/END: `for (...) {` / `}`, so a value defined in a loop is only
  *    visible inside it (kir_verify's scoping rule makes that valid C++);
  *  - the first parallel RANGE iterates [max(start,0), min(end,extent)).
@@ -570,6 +572,10 @@ static void print_uop(print_ctx *c, int i) {
     indent(c);
     kir_sb_printf(b, "%s%s *const v%d = (%s%s *)p%lld;\n", c->k->param_written[u->ival] ? "" : "const ", mtype(u->elem), i,
         c->k->param_written[u->ival] ? "" : "const ", mtype(u->elem), (long long)u->ival);
+    return;
+  case KIR_LOCAL:
+    indent(c);
+    kir_sb_printf(b, "%s v%d[%lld];\n", mtype(u->elem), i, (long long)u->ival);
     return;
   case KIR_ACC:
     indent(c);

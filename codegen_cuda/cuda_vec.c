@@ -97,7 +97,7 @@ int cuda_vec_plan(const kir_kernel *k, bool split, cuda_vec *v) {
   if (!split) return KILN_OK;
   for (int i = 0; i < k->n_uops; i++) {
     const kir_uop *u = &k->uops[i];
-    if (u->op == KIR_ACC) return KILN_OK;
+    if (u->op == KIR_ACC || u->op == KIR_LOCAL) return KILN_OK;
     if (u->op == KIR_RANGE) {
       if (v->range >= 0 || !u->parallel) return KILN_OK; /* not the only loop */
       v->range = i;

@@ -6,7 +6,9 @@
  * rules (defined before use, loop values used only inside their loop) make
  * that valid SSA. Layout of the generated code:
  *  - entry block: one alloca per ACC (promoted to registers by the O2
- *    pipeline's SROA/mem2reg), then a branch to the first code block;
+ *    pipeline's SROA/mem2reg) and per LOCAL (an array on the stack, 64-byte
+ *    aligned, that no pointer escapes: LLVM knows the kernel's buffers do
+ *    not alias it), then a branch to the first code block;
  *  - RANGE: a header block with an i64 phi (lo from the preheader, i+1 from
  *    the latch), `i < hi` branching to the body or the exit; END adds the
  *    latch and continues in the exit block. The first RANGE flagged
@@ -395,6 +397,13 @@ static LLVMValueRef lower_acc(lower_ctx *c, const kir_uop *u) {
   return slot;
 }
 
+static LLVMValueRef lower_local(lower_ctx *c, const kir_uop *u) {
+  LLVMTypeRef t = LLVMArrayType2(mem_type(c, u->elem), (uint64_t)u->ival);
+  LLVMValueRef slot = LLVMBuildAlloca(c->ab, t, "local");
+  LLVMSetAlignment(slot, 64);
+  return slot;
+}
+
 static LLVMValueRef lower_acc_set(lower_ctx *c, const kir_uop *u) {
   LLVMBuildStore(c->b, val(c, u->src[1]), c->vals[u->src[0]]);
   return NULL;
@@ -529,6 +538,7 @@ static LLVMValueRef lower_math(lower_ctx *c, const kir_uop *u) {
 
 static const op_lowering lowerings[KIR_OP_COUNT] = {
     [KIR_PARAM] = {.fn = lower_param},
+    [KIR_LOCAL] = {.fn = lower_local},
     [KIR_CONST] = {.fn = lower_const},
     [KIR_RANGE] = {.fn = lower_range},
     [KIR_END] = {.fn = lower_end},
@@ -572,7 +582,7 @@ static const op_lowering lowerings[KIR_OP_COUNT] = {
     [KIR_POW] = INTRIN("llvm.pow"),
     [KIR_ATAN2] = LIBM("atan2"),
 };
-_Static_assert(KIR_OP_COUNT == 43, "lowerings must list every kir_op");
+_Static_assert(KIR_OP_COUNT == 44, "lowerings must list every kir_op");
 
 /* ------------------------------------------------------------- function */
 

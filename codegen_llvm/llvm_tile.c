@@ -96,7 +96,8 @@ int llvm_tile_skew(const kir_kernel *k, int tile) {
  * or in a skewed tile base + ti + (tj + skew)*s. */
 static bool transposed(const kir_kernel *k, int tile, int u, bool skewed, int64_t *s) {
   const kir_uop *x = &k->uops[u];
-  if (x->op != KIR_LOAD || k->param_written[k->uops[x->src[0]].ival]) return false;
+  const kir_uop *buf = x->op == KIR_LOAD ? &k->uops[x->src[0]] : NULL;
+  if (!buf || buf->op != KIR_PARAM || k->param_written[buf->ival]) return false;
   affine a = affine_of(k, tile, x->src[1], 0);
   *s = a.cj;
   return a.ok && a.ci == 1 && a.cj != 0 && a.cj != 1 && a.cs == (skewed ? a.cj : 0);

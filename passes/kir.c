@@ -9,8 +9,10 @@
  *  - RANGE/END nest like brackets, all RANGEs are closed at the end, and a
  *    value defined inside a loop (including the loop variable) is used only
  *    while that loop is open;
- *  - types: PARAM is KIR_PTR, RANGE is KIR_INDEX, LOAD/STORE index operands
- *    are KIR_INDEX, loaded/stored values have the PARAM's element dtype, ALU
+ *  - types: PARAM and LOCAL are KIR_PTR, RANGE is KIR_INDEX, LOAD/STORE
+ *    index operands are KIR_INDEX, loaded/stored values have the PARAM's
+ *    (LOCAL's) element dtype; a LOCAL holds a compute type (not F16/BF16)
+ *    within KIR_LOCAL_MAX bytes and is never stored to nontemporally; ALU
  *    operands match the result type (CMP: result BOOL, WHERE: BOOL
  *    condition) and are never F16/BF16, float math is F32/F64 only.
  * kir_to_string prints only the fields each op reads, so it is canonical:
@@ -38,6 +40,7 @@ typedef struct op_info {
 
 static const op_info op_table[KIR_OP_COUNT] = {
     [KIR_PARAM] = {"param", 0, 0},
+    [KIR_LOCAL] = {"local", 0, 0},
     [KIR_CONST] = {"const", 0, 0},
     [KIR_RANGE] = {"range", 0, 0},
     [KIR_END] = {"end", 1, 0},
@@ -81,7 +84,7 @@ static const op_info op_table[KIR_OP_COUNT] = {
     [KIR_POW] = {"pow", 2, C_FLOAT},
     [KIR_ATAN2] = {"atan2", 2, C_FLOAT},
 };
-_Static_assert(KIR_OP_COUNT == 43, "op_table must list every kir_op");
+_Static_assert(KIR_OP_COUNT == 44, "op_table must list every kir_op");
 
 static bool op_valid(kir_op op) { return (unsigned)op < KIR_OP_COUNT; }
 
@@ -228,9 +231,21 @@ void kir_acc_set(kir_kernel *k, int acc, int value) {
   push_src(k, KIR_ACC_SET, KIR_VOID, acc, value, -1);
 }
 
+int kir_local(kir_kernel *k, kiln_dtype elem, int64_t n) {
+  int i = push(k, KIR_LOCAL, KIR_PTR);
+  if (i < 0) return -1;
+  k->uops[i].elem = elem;
+  k->uops[i].ival = n;
+  return i;
+}
+
+static bool is_buffer(const kir_kernel *k, int u) {
+  return u >= 0 && u < k->n_uops && (k->uops[u].op == KIR_PARAM || k->uops[u].op == KIR_LOCAL);
+}
+
 int kir_load(kir_kernel *k, int param, int index) {
   kiln_dtype t = KIR_VOID;
-  if (param >= 0 && param < k->n_uops && k->uops[param].op == KIR_PARAM) t = k->uops[param].elem;
+  if (is_buffer(k, param)) t = k->uops[param].elem;
   return push_src(k, KIR_LOAD, t, param, index, -1);
 }
 
@@ -306,6 +321,7 @@ static void print_uop(kir_strbuf *sb, int i, const kir_uop *u) {
   for (int s = 0; s < (arity < 0 ? 3 : arity); s++) kir_sb_printf(sb, " %%%d", u->src[s]);
   switch (u->op) {
   case KIR_PARAM: kir_sb_printf(sb, " p%" PRId64 " %s", u->ival, kir_type_name(u->elem)); break;
+  case KIR_LOCAL: kir_sb_printf(sb, " %s[%" PRId64 "]", kir_type_name(u->elem), u->ival); break;
   case KIR_CONST: print_const(sb, u); break;
   case KIR_RANGE: kir_sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : u->tile ? " tile" : "");
     break;
@@ -384,14 +400,34 @@ static const char *check_param(const vstate *v, int i, const kir_uop *u) {
   return NULL;
 }
 
+/* Bytes in memory of an element of compute type t (not half). */
+static int64_t elem_bytes(kiln_dtype t) {
+  switch ((int)t) {
+  case KILN_BOOL: case KILN_U8: case KILN_I8: return 1;
+  case KILN_I16: return 2;
+  case KILN_I32: case KILN_F32: return 4;
+  default: return 8;
+  }
+}
+
+static const char *check_local(int i, const kir_uop *u) {
+  if (u->type != KIR_PTR) return fail(i, u, "type must be ptr");
+  if (!is_dtype(u->elem) || !type_class(u->elem)) return fail(i, u, "element dtype is not a compute type");
+  if (u->ival <= 0 || u->ival > KIR_LOCAL_MAX / elem_bytes(u->elem))
+    return fail(i, u, "length not in 1..KIR_LOCAL_MAX bytes");
+  return NULL;
+}
+
 static const char *check_memory(const vstate *v, int i, const kir_uop *u) {
   const kir_uop *p = &v->k->uops[u->src[0]];
-  if (p->op != KIR_PARAM) return fail(i, u, "src[0] is not a PARAM");
+  bool local = p->op == KIR_LOCAL;
+  if (p->op != KIR_PARAM && !local) return fail(i, u, "src[0] is not a PARAM or LOCAL");
   if (src_type(v, u, 1) != KIR_INDEX) return fail(i, u, "index operand is not KIR_INDEX");
   if (u->op == KIR_LOAD && u->type != p->elem) return fail(i, u, "type differs from the param's dtype");
   if (u->op == KIR_STORE) {
     if (src_type(v, u, 2) != p->elem) return fail(i, u, "stored value type differs from the param's dtype");
-    if (!v->k->param_written[p->ival]) return fail(i, u, "store to a param not flagged written");
+    if (!local && !v->k->param_written[p->ival]) return fail(i, u, "store to a param not flagged written");
+    if (local && u->nontemporal) return fail(i, u, "nontemporal store to a LOCAL");
   }
   return NULL;
 }
@@ -448,6 +484,7 @@ static const char *check_alu(const vstate *v, int i, const kir_uop *u) {
 static const char *check_types(vstate *v, int i, const kir_uop *u) {
   switch (u->op) {
   case KIR_PARAM: return check_param(v, i, u);
+  case KIR_LOCAL: return check_local(i, u);
   case KIR_CONST: return is_value_type(u->type) ? NULL : fail(i, u, "invalid type");
   case KIR_RANGE:
   case KIR_END: return check_loop(v, i, u);
@@ -512,7 +549,7 @@ bool kir_splittable(const kir_kernel *k) {
     const kir_uop *u = &k->uops[i];
     if (par < 0 && u->op == KIR_RANGE && u->parallel) par = i;
     else if (par >= 0 && end < 0 && u->op == KIR_END && u->src[0] == par) end = i;
-    else if (u->op == KIR_STORE && (par < 0 || end >= 0)) return false;
+    else if (u->op == KIR_STORE && k->uops[u->src[0]].op == KIR_PARAM && (par < 0 || end >= 0)) return false;
     else if (u->op == KIR_ACC_SET && u->src[0] < par) return false;
   }
   return par >= 0;

@@ -8,11 +8,15 @@
  * and a value defined inside a loop is used only inside that loop.
  * Accumulators (ACC) are the only mutable values: defined before their loop,
  * updated with ACC_SET inside it, read after it (a use of an ACC index reads
- * its current value).
+ * its current value). A LOCAL is a small array private to the thread running
+ * the kernel (a stack array on the CPU, a local array in CUDA): LOAD and
+ * STORE take it in place of a PARAM. Its contents are undefined each time
+ * its definition is reached, so a kernel writes an element before reading
+ * it (kir_local).
  *
  * Types are kiln_dtype values plus KIR_INDEX (int64 index arithmetic) and
- * KIR_PTR (a buffer parameter). Values of BOOL type are 1-bit truths in
- * registers and 1 byte (0/1) in memory. ALU uops never take F16 or BF16
+ * KIR_PTR (a buffer parameter or a LOCAL). Values of BOOL type are 1-bit
+ * truths in registers and 1 byte (0/1) in memory. ALU uops never take F16 or BF16
  * operands: lowering casts them to F32 (CAST to and from F16/BF16 rounds to
  * nearest even).
  *
@@ -39,14 +43,16 @@
 typedef enum kir_op {
   /* definitions */
   KIR_PARAM,   /* arg = param index; type KIR_PTR; elem = element dtype */
+  KIR_LOCAL,   /* per-thread array of ival elements of dtype elem; type
+                  KIR_PTR (kir_local) */
   KIR_CONST,   /* cval (floats/bool) or ival (ints, KIR_INDEX) of `type` */
   KIR_RANGE,   /* loop var 0..ival-1 (type KIR_INDEX); `parallel` flag */
   KIR_END,     /* closes src[0] (a RANGE) */
   KIR_ACC,     /* mutable accumulator of `type`, initial value src[0] */
   KIR_ACC_SET, /* src[0] = ACC, src[1] = new value */
   /* memory */
-  KIR_LOAD,    /* src[0] = PARAM, src[1] = element index (KIR_INDEX) */
-  KIR_STORE,   /* src[0] = PARAM, src[1] = index, src[2] = value */
+  KIR_LOAD,    /* src[0] = PARAM or LOCAL, src[1] = element index (KIR_INDEX) */
+  KIR_STORE,   /* src[0] = PARAM or LOCAL, src[1] = index, src[2] = value */
   /* conversion */
   KIR_CAST,    /* src[0] converted to `type` (C semantics: float→int
                   truncates, →BOOL is != 0, BOOL→x is 0/1) */
@@ -70,9 +76,10 @@ typedef enum kir_op {
 typedef struct kir_uop {
   kir_op op;
   kiln_dtype type;  /* result type */
-  kiln_dtype elem;  /* PARAM: element dtype of the buffer */
+  kiln_dtype elem;  /* PARAM, LOCAL: element dtype of the buffer */
   int src[3];       /* operand uop indices, -1 if unused */
-  int64_t ival;     /* CONST (ints, KIR_INDEX), RANGE extent, PARAM index */
+  int64_t ival;     /* CONST (ints, KIR_INDEX), RANGE extent, PARAM index,
+                       LOCAL length */
   double cval;      /* CONST (floats, BOOL) */
   bool parallel;    /* RANGE */
   bool tile;        /* RANGE: opens a transpose tile (kir_range_tile) */
@@ -141,6 +148,14 @@ int kir_range_tile(kir_kernel *k, int *inner);
 int kir_tile_skew(kir_kernel *k, int off);
 int kir_acc(kir_kernel *k, kiln_dtype type, int init);
 void kir_acc_set(kir_kernel *k, int acc, int value);
+/** A LOCAL: an array of n elements of dtype elem (not F16/BF16),
+ *  private to the thread running the kernel, for a block of partial
+ *  results too wide for registers (a column reduction's accumulator row,
+ *  passes/lower.c). Indices 0..n-1; its contents are undefined each time
+ *  this uop is reached: write before reading. At most KIR_LOCAL_MAX bytes
+ *  (a CPU thread's stack, a CUDA thread's local memory). */
+#define KIR_LOCAL_MAX 32768
+int kir_local(kir_kernel *k, kiln_dtype elem, int64_t n);
 int kir_load(kir_kernel *k, int param, int index);
 void kir_store(kir_kernel *k, int param, int index, int value);
 /** A STORE flagged nontemporal, for outputs too large for the caches. The
@@ -172,8 +187,8 @@ typedef struct kir_strbuf {
 } kir_strbuf;
 void kir_sb_printf(kir_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/** True when every STORE of k lies inside its parallel range and no
- *  accumulator lives across it, so chunks of that range write disjoint
+/** True when every STORE of k to a PARAM lies inside its parallel range
+ *  and no accumulator lives across it, so chunks of that range write disjoint
  *  elements and may run on different threads (CPU pool chunks, CUDA
  *  grid-stride loops). A non-in-place ASSIGN copies the old contents in a
  *  parallel loop, then writes the region in a serial loop: not splittable. */

@@ -429,8 +429,9 @@ static void fused_rows(void **state) {
   assert_true(cooperative() - coop0 >= 1);
 }
 
-/* Column reductions (the 16-column lanes of a [R, 48] tensor, and plain
- * columns of [255, 5]) and whole-tensor sums (one block). */
+/* Column reductions (a [R, 48] tensor: a block of 48 columns with its
+ * accumulator row in a LOCAL; plain columns of [255, 5]) and whole-tensor
+ * sums (one block). */
 static void columns_and_total(void **state) {
   use_emu();
   int64_t coop0 = cooperative();

@@ -589,6 +589,69 @@ static void test_sum_acc(void **state) {
   kir_free(&k);
 }
 
+static void expect_broken(kir_kernel *k, const char *what);
+
+/* A LOCAL row of F64 partial sums (passes/lower.c's column reductions):
+ * out[c] = sum_r x[r, c] for C columns, the row set, updated two rows a
+ * pass, then stored; split over two column blocks as two threads would.
+ * The LOCAL prints as `local ptr f64[C]`; splittable (its stores are per
+ * thread). */
+static void test_local_row(void **state) {
+  (void)state;
+  enum { R = 7, C = 40, H = C / 2 };
+  double x[R * C], out[C];
+  for (int i = 0; i < R * C; i++) x[i] = sin(i) * 10.0;
+  kir_kernel k;
+  kir_init(&k, "local row");
+  int po = kir_param(&k, KILN_F64, true), px = kir_param(&k, KILN_F64, false);
+  int b = kir_range(&k, 2, true);
+  int base = kir_alu(&k, KIR_MUL, KIR_INDEX, b, idx_const(&k, H), -1);
+  int row = kir_local(&k, KILN_F64, H);
+  int c = kir_range(&k, H, false);
+  kir_store(&k, row, c, kir_const_f(&k, KILN_F64, 0.0));
+  kir_end(&k, c);
+  int r = kir_range(&k, R, false);
+  c = kir_range(&k, H, false);
+  int at = kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, C), -1),
+                   kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1), -1);
+  kir_store(&k, row, c, kir_alu(&k, KIR_ADD, KILN_F64, kir_load(&k, row, c), kir_load(&k, px, at), -1));
+  kir_end(&k, c);
+  kir_end(&k, r);
+  c = kir_range(&k, H, false);
+  kir_store(&k, po, kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1), kir_load(&k, row, c));
+  kir_end(&k, c);
+  kir_end(&k, b);
+  assert_null(kir_verify(&k));
+  assert_true(kir_splittable(&k));
+  char *txt = kir_to_string(&k);
+  assert_non_null(txt);
+  assert_non_null(strstr(txt, "5 local ptr f64[20]\n"));
+  free(txt);
+  llvm_kernel_fn fn = compile_ok(&k);
+  void *bufs[2] = {out, x};
+  fn(bufs, 0, 1);
+  fn(bufs, 1, 2);
+  for (int j = 0; j < C; j++) {
+    double s = 0.0;
+    for (int i = 0; i < R; i++) s += x[i * C + j];
+    assert_true(out[j] == s);
+  }
+  kir_free(&k);
+  /* broken LOCALs: no length, too large, half elements, a nontemporal store */
+  const int64_t lens[] = {0, KIR_LOCAL_MAX / 8 + 1, 4, 4};
+  const kiln_dtype types[] = {KILN_F64, KILN_F64, KILN_F16, KILN_F64};
+  for (int v = 0; v < 4; v++) {
+    kir_init(&k, "bad local");
+    int l = kir_local(&k, types[v], lens[v]), i = kir_range(&k, 1, false);
+    int one = kir_const_f(&k, types[v] == KILN_F16 ? KILN_F32 : KILN_F64, 1);
+    int val = types[v] == KILN_F16 ? kir_cast(&k, KILN_F16, one) : one;
+    if (v == 3) kir_store_streaming(&k, l, i, val);
+    else kir_store(&k, l, i, val);
+    kir_end(&k, i);
+    expect_broken(&k, "bad local");
+  }
+}
+
 /* Softmax's sum pass: exp of F32 values summed into an F64 accumulator
  * (reassociable). With 512-bit vectors the loop runs 16 lanes, so the F32
  * math is on whole vectors (<16 x float>), not the 8 lanes F64 would pick;
@@ -987,6 +1050,7 @@ int main(void) {
       cmocka_unit_test(test_math),            cmocka_unit_test(test_float_alu),
       cmocka_unit_test(test_casts),           cmocka_unit_test(test_half_conversions),
       cmocka_unit_test(test_bool),            cmocka_unit_test(test_sum_acc),
+      cmocka_unit_test(test_local_row),
       cmocka_unit_test(test_mixed_width),
       cmocka_unit_test(test_argmax),          cmocka_unit_test(test_parallel_chunks),
       cmocka_unit_test(test_verify_rejects),  cmocka_unit_test(test_tile_transpose),
