@@ -170,23 +170,6 @@ void rt_alloc_trim(void) {
 
 int64_t rt_alloc_cached_bytes(void) { return cached_bytes; }
 
-/* A block of this allocator's large classes whose first page is not
- * resident has never been written (a block handed out before was). */
-bool rt_alloc_is_fresh(void *p, int64_t bytes) {
-  unsigned char resident = 0;
-  return p && bytes > SMALL_MAX && mincore(p, 1, &resident) == 0 && !(resident & 1);
-}
-
-/* One atomic add of 0 per 4 KiB page: a write access, so each page
- * faults in writable with its contents unchanged. (madvise's
- * MADV_POPULATE_WRITE does the same, but holds the process's mmap lock
- * throughout: a compile on another thread that maps memory waits for it,
- * which made bench C1's compile 5-10 ms slower.) */
-void rt_alloc_prefault(void *p, int64_t bytes) {
-  unsigned char *c = p;
-  for (int64_t i = 0; i < bytes; i += 4096) __atomic_fetch_add(c + i, 0, __ATOMIC_RELAXED);
-}
-
 static void install(void) {
   static const graph_allocator a = {rt_alloc, rt_free};
   graph_set_allocator(&a);

@@ -296,82 +296,15 @@ static int compile(const kir_kernel *k, ready_kernel *rk, char *err, size_t errl
   return st;
 }
 
-/* A new kernel's first run writes a fresh output, whose pages the OS
- * faults in as the kernel first stores to them (a 64 MiB output: 3-4 ms
- * on huge pages, tens of ms when the host is slow to supply them). So
- * the output is allocated before the compile and, when it is a fresh
- * block, faulted in meanwhile: one thread compiles while the other
- * touches the output's pages, chunk by chunk, and the first to finish
- * helps the other with the chunks left (a compile cannot be shared). For
- * a CPU kernel writing a new buffer of at least EARLY_BYTES when the pool
- * has two threads. bench/ row C1 measures the first force. */
-#define EARLY_BYTES (INT64_C(4) << 20)
-#define PREFAULT_CHUNK (INT64_C(2) << 20)
-
-typedef struct early_job {
-  const kir_kernel *k;
-  ready_kernel *rk;
-  graph_buffer *out;
-  atomic_int_fast64_t next; /* the next chunk to fault in */
-  int status;
-  char err[512];
-} early_job;
-
-static void prefault_chunks(early_job *j) {
-  int64_t bytes = j->out->bytes, n = (bytes + PREFAULT_CHUNK - 1) / PREFAULT_CHUNK;
-  for (int64_t c; (c = atomic_fetch_add(&j->next, 1)) < n;) {
-    int64_t at = c * PREFAULT_CHUNK;
-    rt_alloc_prefault((char *)j->out->data + at, bytes - at < PREFAULT_CHUNK ? bytes - at : PREFAULT_CHUNK);
-  }
-}
-
-static void compile_or_prefault(void *const *bufs, int64_t start, int64_t end) {
-  early_job *j = bufs[0];
-  for (int64_t i = start; i < end; i++) {
-    if (i == 0) j->status = compile(j->k, j->rk, j->err, sizeof j->err);
-    prefault_chunks(j);
-  }
-}
-
-static bool output_early(const graph_node *n, const ready_kernel *rk) {
-  return !rk->k.in_place && n->device != KILN_CUDA && rt_pool_threads() >= 2 &&
-         n->numel * graph_dtypes[n->dtype].size >= EARLY_BYTES;
-}
-
-/* Compiles k into rk; with output_early, allocates n's output into *out
- * first and faults it in meanwhile when fresh (on failure *out stays
- * NULL). */
-static int compile_early(graph_node *n, const kir_kernel *k, ready_kernel *rk, graph_buffer **out, char *err,
-                         size_t errlen) {
-  if (!output_early(n, rk) || output_buffer(n, false, out, err, errlen) != KILN_OK) return compile(k, rk, err, errlen);
-  early_job j = {.k = k, .rk = rk, .out = *out, .status = KILN_OK};
-  int st;
-  if (!rt_alloc_is_fresh((*out)->data, (*out)->bytes)) {
-    st = compile(k, rk, err, errlen);
-  } else {
-    void *bufs[1] = {&j};
-    rt_pool_run(compile_or_prefault, bufs, 2, RT_POOL_MIN_WORK);
-    st = j.status;
-    if (st != KILN_OK) snprintf(err, errlen, "%s", j.err);
-  }
-  if (st != KILN_OK) {
-    graph_buffer_release(*out);
-    *out = NULL;
-  }
-  return st;
-}
-
-/* Lowers and compiles n's kernel into rk (and may allocate its output
- * into *out: compile_early). */
-static int prepare(graph_node *n, int pos, sched_run *run, ready_kernel *rk, graph_buffer **out, char *err,
-                   size_t errlen) {
+/* Lowers and compiles n's kernel into rk. */
+static int prepare(graph_node *n, int pos, sched_run *run, ready_kernel *rk, char *err, size_t errlen) {
   bool in_place = can_write_in_place(n);
   kir_kernel k;
   int st = lower(n, in_place, &k, &rk->k.binding, run, err, errlen);
   if (st != KILN_OK) return st;
   if (in_place && !can_write_in_place(n)) run->cacheable = false;
   describe(n, &k, pos, in_place && can_write_in_place(n), rk);
-  st = compile_early(n, &k, rk, out, err, errlen);
+  st = compile(&k, rk, err, errlen);
   if (st == KILN_OK && rt_debug_level() >= 3) debug_ir(&k);
   kir_free(&k);
   if (st == KILN_OK) remember(run, &rk->k);
@@ -558,11 +491,9 @@ static int launch_on_device(const rt_sched_kernel *k, graph_buffer *out, graph_b
   return st;
 }
 
-/* Runs rk's kernel into `early` (compile_early's output) or a buffer
- * output_buffer gives. */
-static int execute(graph_node *n, ready_kernel *rk, graph_buffer *early, char *err, size_t errlen) {
-  graph_buffer *out = early, *outs[PASS_MAX_OUTPUTS];
-  int st = early ? KILN_OK : output_buffer(n, rk->k.in_place, &out, err, errlen);
+static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
+  graph_buffer *out = NULL, *outs[PASS_MAX_OUTPUTS];
+  int st = output_buffer(n, rk->k.in_place, &out, err, errlen);
   int n_outs = 0; /* extra outputs held */
   if (st == KILN_OK) st = extra_outputs(&rk->k.binding, outs, err, errlen);
   if (st == KILN_OK) n_outs = rk->k.binding.n_outputs;
@@ -623,14 +554,11 @@ static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t er
   if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
   if (is_transfer(n) && n->inputs[0].node->buffer) return run_transfer(n, err, errlen);
   ready_kernel rk;
-  graph_buffer *early = NULL;
   if (!from_cache(n, pos, run, &rk, err, errlen) && !from_prefetch(n, pos, run, &rk)) {
-    int st = prepare(n, pos, run, &rk, &early, err, errlen);
+    int st = prepare(n, pos, run, &rk, err, errlen);
     if (st != KILN_OK) return st;
   }
-  if (run->status == KILN_OK) return execute(n, &rk, early, err, errlen);
-  graph_buffer_release(early);
-  return run->status;
+  return run->status != KILN_OK ? run->status : execute(n, &rk, err, errlen);
 }
 
 /* rt_realize calls made while a schedule runs (a lowering fallback, an

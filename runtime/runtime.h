@@ -222,13 +222,6 @@ int rt_sort_last_threads(void);
 void rt_alloc_install(void);
 /** Returns every cached free buffer to the system. */
 void rt_alloc_trim(void);
-/** Whether block p of `bytes` (from this allocator) is a large one (more
- *  than 1 MiB) never written since it was mapped: its first page is not
- *  resident. Thread-safe. */
-bool rt_alloc_is_fresh(void *p, int64_t bytes);
-/** Faults [p, p + bytes) in writable, contents unchanged, so a kernel
- *  writing it later pays no page faults. Thread-safe. */
-void rt_alloc_prefault(void *p, int64_t bytes);
 /** Bytes held in the cache (free, ready for reuse). */
 int64_t rt_alloc_cached_bytes(void);
 /** At most `bytes` of freed buffers are kept (overriding env
