@@ -247,8 +247,9 @@ static bool mod_tile(const kir_kernel *k, int tile, int u, int64_t ti, int64_t *
     return *m = ((x->op == KIR_ADD ? a + b : a - b) % T + T) % T, true;
   case KIR_MUL: {
     bool ka = mod_tile(k, tile, x->src[0], ti, &a, depth + 1), kb = mod_tile(k, tile, x->src[1], ti, &b, depth + 1);
-    if ((ka && a == 0) || (kb && b == 0)) return *m = 0, true;
-    return *m = (a * b) % T, ka && kb;
+    if ((ka && a == 0) || (kb && b == 0)) return *m = 0, true; /* a multiple of T times anything */
+    if (!ka || !kb) return false;
+    return *m = (a * b) % T, true;
   }
   default: return false;
   }

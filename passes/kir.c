@@ -400,7 +400,8 @@ static const char *check_param(const vstate *v, int i, const kir_uop *u) {
   return NULL;
 }
 
-/* Bytes in memory of an element of compute type t (not half). */
+/* Bytes in memory of an element of compute type t (not half); not
+ * graph_dtypes: kir.c builds without the graph layer (test_kir_llvm). */
 static int64_t elem_bytes(kiln_dtype t) {
   switch ((int)t) {
   case KILN_BOOL: case KILN_U8: case KILN_I8: return 1;

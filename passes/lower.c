@@ -856,7 +856,7 @@ static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ran
   }
 }
 
-#define COLS 16 /* scans: columns run together; column reductions: the fewest columns */
+#define COLS 16 /* scans: columns run together */
 
 /* Column reductions: the input's last dim is kept and unit-stride, so
  * neighbouring outputs are reduced together, a block of up to COL_MAX
@@ -875,11 +875,12 @@ static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ran
  * agree bitwise. */
 #define COL_MAX 1024  /* columns a block: 8 KiB of F64 accumulators */
 #define COL_MIN 32    /* narrowest block split off for parallelism */
+#define COL_FEWEST 16 /* fewer columns take the general path */
 #define COL_SPLIT 4   /* blocks wanted for the pool when few kept rows */
 #define ROW_GROUP 8   /* rows a pass */
 
 /* The block width for a column reduction of n, 0 when the pattern does not
- * apply: the last dim reduced or strided, fewer than COLS columns, an arg
+ * apply: the last dim reduced or strided, fewer than COL_FEWEST columns, an arg
  * reduction, or a CUDA tensor (a LOCAL is per thread, so a block would be
  * one GPU thread's work; the general path spreads the outputs over
  * threads or blocks). Blocks are as even as can be (the last one, shifted
@@ -894,7 +895,7 @@ static int64_t column_block(const graph_node *n) {
   bool arg = n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN;
   if (arg || n->device == KILN_CUDA || last < 1 || (mask & (1u << last)) || mask == 0) return 0;
   int64_t cols = v->sizes[last], kept = 1;
-  if (v->strides[last] != 1 || cols < COLS) return 0;
+  if (v->strides[last] != 1 || cols < COL_FEWEST) return 0;
   for (int d = 0; d < last; d++)
     if (!(mask & (1u << d))) kept *= v->sizes[d];
   int64_t blocks = (cols + COL_MAX - 1) / COL_MAX;
