@@ -21,6 +21,12 @@
  * gradient, a sum of [N, C, H, W] over N, H and W, loops over [N, C, H·W]
  * with a long contiguous inner loop instead of rows of W.
  *
+ * A fused pointwise producer may also be read through a reshape of its
+ * contiguous layout (a gradient's cotangent [1, N, C, H·W] read as
+ * [N, C, H, W]): when each of its own input views reshapes to the root's
+ * sizes too (graph_view_reshape: no copy), it joins the group as a copy
+ * over the root's sizes, so the bias gradient above still merges H and W.
+ *
  * The rewrite is done on shallow copies of the group's nodes with the
  * merged sizes and strides; lowering then runs unchanged on the copies.
  * Copies keep their schedule position, so bindings and the schedule cache
@@ -32,10 +38,13 @@
 #include "lower.h"
 
 #define MAX_GROUP 256
+#define MAX_RESHAPED 8 /* producers read through a reshape, a group */
 
 typedef struct group {
   const graph_node *nodes[MAX_GROUP]; /* the root first, then fused producers */
-  int n;
+  const graph_node *orig[MAX_GROUP];  /* the graph's node of each (nodes[m] may be a reshaped copy) */
+  graph_node reshaped[MAX_RESHAPED];  /* those copies, over the root's sizes */
+  int n, n_reshaped;
 } group;
 
 /* A reduction the loops of its input can be merged for. */
@@ -66,8 +75,32 @@ bool pass_plain_view(const graph_view *v, const graph_node *src) {
 
 static int find(const group *g, const graph_node *n) {
   for (int i = 0; i < g->n; i++)
-    if (g->nodes[i] == n) return i;
+    if (g->orig[i] == n) return i;
   return -1;
+}
+
+/* v reads all of src in order, with other sizes: a reshape of its
+ * contiguous layout. */
+static bool reshape_view(const graph_view *v, const graph_node *src) {
+  if (v->offset != 0 || graph_view_numel(v) != src->numel || pass_plain_view(v, src)) return false;
+  graph_view c = graph_view_contiguous(v->ndim, v->sizes);
+  return memcmp(v->strides, c.strides, sizeof c.strides[0] * (size_t)c.ndim) == 0;
+}
+
+/* A copy of pointwise src over the root's sizes, each input view
+ * reshaped to them; NULL when one does not reshape (or no room). */
+static const graph_node *reshaped_copy(group *g, const graph_node *src, const graph_node *root) {
+  int nd;
+  const int64_t *sizes = space(root, &nd);
+  if (!graph_op_is_pointwise(src->op) || g->n_reshaped == MAX_RESHAPED) return NULL;
+  graph_node *c = &g->reshaped[g->n_reshaped];
+  *c = *src;
+  c->ndim = nd;
+  memcpy(c->sizes, sizes, sizeof c->sizes[0] * (size_t)nd);
+  for (int i = 0; i < src->n_inputs; i++)
+    if (!graph_view_reshape(&src->inputs[i].view, nd, sizes, &c->inputs[i].view)) return NULL;
+  g->n_reshaped++;
+  return c;
 }
 
 /* Collects the pointwise group below n; false when it is not one. */
@@ -83,11 +116,18 @@ static bool collect(const pass_plan *p, group *g, const graph_node *n, const gra
     const graph_view *v = &n->inputs[i].view;
     if (!same_sizes(v, root)) return false;
     if (!pass_fused(p, in)) continue; /* an external read or an inlined source */
-    if (!pass_plain_view(v, in)) return false;
-    if (find(g, in) >= 0) continue;
-    if (g->n == MAX_GROUP) return false;
-    g->nodes[g->n++] = in;
-    if (!collect(p, g, in, root)) return false;
+    bool plain = pass_plain_view(v, in);
+    if (!plain && !reshape_view(v, in)) return false;
+    int at = find(g, in);
+    if (at >= 0) { /* read the same way by every consumer */
+      if (plain != (g->nodes[at] == in)) return false;
+      continue;
+    }
+    const graph_node *node = plain ? in : reshaped_copy(g, in, root);
+    if (!node || g->n == MAX_GROUP) return false;
+    g->orig[g->n] = in;
+    g->nodes[g->n++] = node;
+    if (!collect(p, g, node, root)) return false;
   }
   return true;
 }
@@ -159,8 +199,9 @@ bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *o
   memset(out, 0, sizeof *out);
   group *g = graph_malloc(sizeof *g);
   if (!g) return false;
-  g->nodes[0] = root;
+  g->nodes[0] = g->orig[0] = root;
   g->n = 1;
+  g->n_reshaped = 0;
   int first[KILN_MAX_DIMS], nd;
   int64_t sizes[KILN_MAX_DIMS];
   space(root, &nd);

@@ -184,6 +184,44 @@ static void reduction_dims_merge(void **state) {
   rt_set_fusion(-1);
 }
 
+/* A fused producer read through a reshape of its layout still merges:
+ * the CNN's bias gradient reads its cotangent, computed as [1, N, C, H·W]
+ * (here a cast of an F64 buffer and a multiply), as [N, C, H, W]; the sum
+ * over N, H, W loops over C, N, H·W as above. A producer that cannot be
+ * re-expressed over the reader's sizes (a transposed read that the
+ * reshape would have to merge) is not merged. Values against a host loop. */
+static void reshaped_producer_merges(void **state) {
+  enum { N = 3, C = 4, H = 5, W = 6 };
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  kiln_tensor *g64 = kiln_to_dtype(ramp(4, (int64_t[]){1, N, C, H * W}, 1), KILN_F64);
+  kiln_tensor *a = ramp(4, (int64_t[]){N, C, H, W}, 1);
+  kiln_tensor *bt = ramp(4, (int64_t[]){N, C, W, H}, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){g64, a, bt}, 3), KILN_OK);
+  kiln_tensor *cot = kiln_mul_scalar(kiln_to_dtype(g64, KILN_F32), 2); /* [1, N, C, H·W] */
+  kiln_tensor *masked = kiln_where(kiln_gt_scalar(kiln_fmod(a, kiln_scalar(KILN_F32, 3)), 0),
+                                   kiln_view(cot, 4, (int64_t[]){N, C, H, W}), kiln_scalar(KILN_F32, 0));
+  kiln_tensor *bias = kiln_sum(masked, 3, (int[]){0, 2, 3}, false);
+  expect_loops(bias, 3, (int64_t[]){C, N, H * W});
+  double want[C] = {0}, total = 0;
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < H * W; i++) {
+        int64_t at = (n * C + c) * H * W + i;
+        want[c] += (double)(at % 3) > 0 ? 2.0 * (double)at : 0;
+        total += (double)at;
+      }
+  expect_values_tol(bias, want, C, 0);
+  /* the producer [N, C, H, W] reads bt transposed; read as [N, C, H·W],
+   * its H and W would have to merge in bt, where they do not */
+  kiln_tensor *tr = kiln_add_scalar(kiln_transpose(bt, 2, 3), 0);
+  kiln_tensor *tsum = kiln_sum(kiln_view(tr, 3, (int64_t[]){N, C, H * W}), 3, (int[]){0, 1, 2}, false);
+  expect_loops(tsum, 3, (int64_t[]){N, C, H * W});
+  expect_values_tol(tsum, &total, 1, 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
 /* The uops of op in the kernel that would compute t. */
 static int count_op(kiln_tensor *t, kir_op op) {
   kir_kernel k;
@@ -321,6 +359,7 @@ int main(void) {
       cmocka_unit_test(contiguous_merges_to_one_loop), cmocka_unit_test(broadcast_keeps_its_dim),
       cmocka_unit_test(strided_reads_keep_dims),       cmocka_unit_test(size_one_dims_drop),
       cmocka_unit_test(non_pointwise_group_unchanged), cmocka_unit_test(reduction_dims_merge),
+      cmocka_unit_test(reshaped_producer_merges),
       cmocka_unit_test(split_dim_reads_without_division), cmocka_unit_test(ragged_transpose_skews_tiles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
