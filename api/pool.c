@@ -175,11 +175,26 @@ static kiln_tensor *axis(int64_t n, int64_t step, int at, int ndim, const kiln_t
   return kiln_view(api_track(a), ndim, sizes);
 }
 
-/* Tap t (row-major over the kernel dims) of w, whose nd kernel dims start
- * at dim first: the kernel dims selected away, a strided view. */
-static kiln_tensor *tap(kiln_tensor *w, const pool_geom *g, int64_t t, int first) {
+/* Max pooling's windows interleave the dims, [N, C, o0, k0, o1, k1, ...]:
+ * kernel dim i is dim KDIM(i). For windows that neither overlap nor
+ * leave gaps (stride == kernel, no padding) this is x's own layout, so
+ * the gradient to the window view is a reshape of the cotangent
+ * (grad.c adjoint) — no permutation, whose flat index the kernels
+ * would take apart with divisions. */
+#define KDIM(i) (3 + 2 * (i))
+
+/* win [N, C, *out, *kernel] as [N, C, o0, k0, o1, k1, ...]. */
+static kiln_tensor *interleave(kiln_tensor *win, int nd) {
+  int perm[8] = {0, 1};
+  for (int i = 0; i < nd; i++) perm[KDIM(i) - 1] = 2 + i, perm[KDIM(i)] = 2 + nd + i;
+  return kiln_permute(win, 2 + 2 * nd, perm);
+}
+
+/* Tap t (row-major over the kernel dims) of interleaved windows w: the
+ * kernel dims selected away, a strided view [N, C, *out]. */
+static kiln_tensor *tap(kiln_tensor *w, const pool_geom *g, int64_t t) {
   for (int i = g->nd - 1; i >= 0 && w; i--) {
-    w = kiln_select(w, first + i, t % g->k[i]);
+    w = kiln_select(w, KDIM(i), t % g->k[i]);
     t /= g->k[i];
   }
   return w;
@@ -203,7 +218,7 @@ static kiln_tensor *tap(kiln_tensor *w, const pool_geom *g, int64_t t, int first
 static kiln_tensor *chain_code(kiln_tensor *win, kiln_tensor *first, const pool_geom *g, int64_t k) {
   kiln_tensor *m = NULL, *code = first;
   for (int64_t t = 0; t < k; t++) {
-    kiln_tensor *w = tap(win, g, t, 2 + g->nd);
+    kiln_tensor *w = tap(win, g, t);
     kiln_tensor *neg = kiln_lt_scalar(kiln_reciprocal(w), 0);
     kiln_tensor *ct = kiln_where(neg, kiln_scalar(KILN_I8, (double)(-1 - t)), kiln_scalar(KILN_I8, (double)t));
     if (!m && !first) { /* tap 0 of an unpadded window: taken (a -inf gives code 0 too) */
@@ -246,46 +261,50 @@ static int first_taps(const pool_geom *g, const kiln_tensor *like, const char *f
   return any && !*out ? KILN_ERR_OOM : KILN_OK;
 }
 
-/* The flat tap number of each kernel position, an I64 tensor
- * [1, 1, 1 * nd, *kernel] (row-major over the kernel dims). */
+/* The flat tap number of each kernel position (row-major over the kernel
+ * dims), an I64 tensor [1, 1, 1, k0, 1, k1, ...]. */
 static kiln_tensor *tap_numbers(const pool_geom *g, const kiln_tensor *like) {
   int nd = g->nd;
   kiln_tensor *n = NULL;
   int64_t row = 1;
   for (int i = nd - 1; i >= 0; i--) {
-    kiln_tensor *a = axis(g->k[i], row, 2 + nd + i, 2 + 2 * nd, like);
+    kiln_tensor *a = axis(g->k[i], row, KDIM(i), 2 + 2 * nd, like);
     n = n ? kiln_add(n, a) : a;
     row *= g->k[i];
   }
   return n;
 }
 
-/* The output from the choice: sel [N, C, *out, *kernel] (true at the
- * chosen element) and neg [N, C, *out, 1...] (its value is negative or
- * -0). y = c · sum over the kernel dims of where(sel, c · win, 0), c = -1
- * where neg, else 1: the chosen value exactly (the sum adds zeros to it,
- * and c keeps a -0 maximum -0: -0 + 0 would be +0), and the gradient to
- * win is where(sel, c · g · c, 0) = where(sel, g, 0) — one cotangent
+/* The output from the choice: sel [N, C, o0, k0, ...] (true at the
+ * chosen element) and neg [N, C, o0, 1, ...] (its value is negative or
+ * -0). y = sum over the kernel dims of where(sel, c · win, 0) / c, c = -1
+ * where neg, else 1: the chosen value exactly (the sum adds zeros to it;
+ * c keeps a -0 maximum -0, where -0 + 0 would give +0), and the gradient
+ * to win is where(sel, g / c, 0) · c = where(sel, g, 0) — one cotangent
  * for the one window view, which api_view_add sends back to the input as
- * a permuted read (non-overlapping windows) or add_shifted's one kernel:
- * no scatter. */
+ * a permuted read (windows that do not overlap) or add_shifted's one
+ * kernel: no scatter. Dividing rather than multiplying by c matters for
+ * speed: g / c is not CHEAP (fuse.c rule 4), so the backward computes it
+ * once per output position into a buffer, instead of recomputing g's
+ * producers (e.g. the next conv's col2im) for each of the k window
+ * elements it is broadcast to. */
 static kiln_tensor *select_sum(kiln_tensor *win, kiln_tensor *sel, kiln_tensor *neg, const pool_geom *g) {
   kiln_dtype dt = kiln_dtype_of(win);
   int kdims[3];
-  for (int i = 0; i < g->nd; i++) kdims[i] = 2 + g->nd + i;
+  for (int i = 0; i < g->nd; i++) kdims[i] = KDIM(i);
   kiln_tensor *c = kiln_where(neg, kiln_scalar(dt, -1), kiln_scalar(dt, 1));
   kiln_tensor *s = kiln_sum(kiln_where(sel, kiln_mul(win, c), kiln_scalar(dt, 0)), g->nd, kdims, true);
-  return kiln_to_dtype(kiln_mul(s, c), dt);
+  return kiln_to_dtype(kiln_div(s, c), dt);
 }
 
 /* The fallback for windows of more than CHAIN_TAPS taps: amax of win,
  * then the chosen element's position as one more row reduction: amin of
  * key = -pos at a NaN (m is NaN then, and no element equals it), pos at a
  * maximum inside the input, else past every pos (KEY_MAX + pos) — minus
- * the last NaN's pos or the first maximum's. pos [*out, *kernel]: the
+ * the last NaN's pos or the first maximum's. pos [o0, k0, ...]: the
  * flat index into xp's spatial block, from aranges. With dilation a
  * window may hold padding only (no hit): its first pos, a padding
- * element (-inf, as the chain's tap 0). inside [*out, *kernel] (only
+ * element (-inf, as the chain's tap 0). inside [o0, k0, ...] (only
  * when padded): whether the element is an input element. Sets *sel and
  * *neg as select_sum takes them. */
 static void key_choice(kiln_tensor *win, const pool_geom *g, bool padded, const kiln_tensor *like, kiln_tensor **sel,
@@ -294,7 +313,7 @@ static void key_choice(kiln_tensor *win, const pool_geom *g, bool padded, const 
   kiln_tensor *pos = kiln_scalar(KILN_I64, 0), *inside = NULL;
   int64_t row = 1;
   for (int i = nd - 1; i >= 0; i--) {
-    kiln_tensor *c = kiln_add(axis(g->out[i], g->s[i], i, 2 * nd, like), axis(g->k[i], g->dil[i], nd + i, 2 * nd, like));
+    kiln_tensor *c = kiln_add(axis(g->out[i], g->s[i], 2 * i, 2 * nd, like), axis(g->k[i], g->dil[i], 2 * i + 1, 2 * nd, like));
     pos = kiln_add(pos, kiln_mul_scalar(c, (double)row));
     row *= g->in[i] + g->p[i] + g->right[i];
     if (!padded) continue;
@@ -302,12 +321,12 @@ static void key_choice(kiln_tensor *win, const pool_geom *g, bool padded, const 
     inside = inside ? kiln_logical_and(inside, in) : in;
   }
   bool dilated = false; /* else every window holds an input element (padding <= kernel / 2) */
-  for (int i = 0; i < nd; i++) kdims[i] = 2 + nd + i, dilated = dilated || g->dil[i] > 1;
+  for (int i = 0; i < nd; i++) kdims[i] = KDIM(i), dilated = dilated || g->dil[i] > 1;
   kiln_tensor *m = kiln_amax(win, nd, kdims, true);
   kiln_tensor *hit = kiln_eq(win, m);
   if (inside) hit = kiln_logical_and(hit, inside);
   kiln_tensor *key = kiln_where(kiln_ne(win, win), kiln_neg(pos), kiln_where(hit, pos, kiln_add_scalar(pos, KEY_MAX)));
-  kiln_tensor *at = kiln_abs(kiln_amin(key, nd, kdims, true)); /* [N, C, *out, 1...] */
+  kiln_tensor *at = kiln_abs(kiln_amin(key, nd, kdims, true)); /* [N, C, o0, 1, ...] */
   if (inside && dilated) at = kiln_where(kiln_ge_scalar(at, KEY_MAX), kiln_sub_scalar(at, KEY_MAX), at);
   *sel = kiln_eq(pos, at);
   *neg = kiln_any(kiln_logical_and(*sel, kiln_lt_scalar(kiln_reciprocal(win), 0)), nd, kdims, true);
@@ -324,16 +343,16 @@ KILN_API kiln_tensor *kiln_max_pool(kiln_tensor *input, int nd, const int64_t *k
   int64_t k = 1;
   for (int i = 0; i < nd; i++) padded = padded || g.p[i] || g.right[i], k *= g.k[i];
   kiln_tensor *xp = padded ? pad_input(x, &g, -INFINITY) : x;
-  kiln_tensor *win = windows(xp, &g);
+  kiln_tensor *win = interleave(windows(xp, &g), nd);
   if (!win) goto done;
   kiln_tensor *sel, *neg;
   if (k <= CHAIN_TAPS) {
     int64_t ksz[8];
-    memcpy(ksz, win->view.sizes, sizeof(int64_t) * (size_t)(2 + nd));
-    for (int i = 0; i < nd; i++) ksz[2 + nd + i] = 1;
+    memcpy(ksz, win->view.sizes, sizeof(int64_t) * (size_t)(2 + 2 * nd));
+    for (int i = 0; i < nd; i++) ksz[KDIM(i)] = 1;
     kiln_tensor *first = NULL;
     if (padded && first_taps(&g, x, fn, &first) != KILN_OK) goto done;
-    kiln_tensor *code = kiln_reshape(chain_code(win, first, &g, k), 2 + 2 * nd, ksz); /* [N, C, *out, 1...] */
+    kiln_tensor *code = kiln_reshape(chain_code(win, first, &g, k), 2 + 2 * nd, ksz); /* [N, C, o0, 1, ...] */
     neg = kiln_lt_scalar(code, 0);
     sel = kiln_eq(tap_numbers(&g, x), kiln_where(neg, kiln_sub_scalar(kiln_neg(code), 1), code));
   } else {
