@@ -210,9 +210,11 @@ static kiln_tensor *tap(kiln_tensor *w, const pool_geom *g, int64_t t) {
  *   every comparison, whatever the sign of a zero)
  * starting from m = -inf and code = first, the first input tap (padding
  * is -inf, so it never updates: no inside test per tap; a window of
- * padding only keeps tap 0, a -inf padding element). Each state value is
- * read by the next step only once more (fuse.c counts a fused value once
- * per reader). Returns the code [N, C, *out] I8: the chosen tap t, or
+ * padding only keeps tap 0, a -inf padding element). m is read twice a
+ * step and fuse.c counts a fused value's reads once per reader, so a
+ * long chain (or one whose input has producers fused in, e.g. a ReLU)
+ * splits into a few kernels; the lowering computes each value once.
+ * Returns the code [N, C, *out] I8: the chosen tap t, or
  * -1 - t when its value is negative or -0 (1/w < 0: see select_sum);
  * k <= CHAIN_TAPS keeps both in I8. */
 static kiln_tensor *chain_code(kiln_tensor *win, kiln_tensor *first, const pool_geom *g, int64_t k) {
@@ -281,9 +283,11 @@ static kiln_tensor *tap_numbers(const pool_geom *g, const kiln_tensor *like) {
  * where neg, else 1: the chosen value exactly (the sum adds zeros to it;
  * c keeps a -0 maximum -0, where -0 + 0 would give +0), and the gradient
  * to win is where(sel, g / c, 0) · c = where(sel, g, 0) — one cotangent
- * for the one window view, which api_view_add sends back to the input as
- * a permuted read (windows that do not overlap) or add_shifted's one
- * kernel: no scatter. Dividing rather than multiplying by c matters for
+ * for the one window view, which grad.c sends back to the input as a
+ * reshape (windows that cover the input without overlap, KDIM), a
+ * permuted read or a strided copy into zeros (other windows that do not
+ * overlap), or add_shifted's one kernel (overlapping windows): no
+ * scatter. Dividing rather than multiplying by c matters for
  * speed: g / c is not CHEAP (fuse.c rule 4), so the backward computes it
  * once per output position into a buffer, instead of recomputing g's
  * producers (e.g. the next conv's col2im) for each of the k window
