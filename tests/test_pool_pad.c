@@ -356,7 +356,8 @@ static void pool_grads(void **state) {
       {.kind = 0, .nd = 2, .k = {3, 2}, .s = {2, 1}, .p = {1, 1}, .d = {1, 2}, .ceil = true, .transpose = true},
       {.kind = 0, .nd = 1, .k = {3}, .s = {2}, .p = {1}, .d = {1}, .ceil = true},
       {.kind = 0, .nd = 3, .k = {2, 2, 2}, .s = {1, 2, 1}, .p = {1, 0, 1}, .d = {1, 1, 1}},
-      {.kind = 0, .nd = 2, .k = {5, 4}, .s = {1, 1}, .p = {2, 1}, .d = {1, 1}, .ceil = true}, /* 40 taps: fallback */
+      {.kind = 0, .nd = 2, .k = {5, 4}, .s = {1, 1}, .p = {2, 1}, .d = {1, 1}, .ceil = true}, /* overlapping: gather */
+      {.kind = 0, .nd = 2, .k = {5, 7}, .s = {5, 7}, .p = {2, 1}, .d = {1, 1}, .ceil = true}, /* 35 taps: key/amin */
       {.kind = 0, .nd = 3, .k = {3, 2, 2}, .s = {3, 2, 2}, .p = {0, 0, 0}, .d = {1, 1, 1}},
       {.kind = 1, .nd = 2, .k = {3, 3}, .s = {2, 2}, .p = {1, 1}, .ceil = true, .include = true},
       {.kind = 1, .nd = 2, .k = {3, 2}, .s = {2, 1}, .p = {1, 0}, .ceil = true, .transpose = true},
