@@ -232,29 +232,28 @@ static graph_view without(const graph_view *v, uint32_t mask) {
 /* The window dims of v: at most three dims, whose index combinations
  * number at most WINDOW_TERMS, without which v is injective — a kernel's
  * dims in a convolution's or unfold's windows, which overlap the output
- * positions' dims. Of all such sets the one with the fewest combinations
- * (the first found among equals): a max pool's windows [N, C, o0, k0,
- * o1, k1] are also injective without o0 and k1 (42 combinations for a
- * 3x3 kernel, where k0 and k1 give 9, and shifted copies only those).
- * A mask of dims, or 0 when there are none such. */
+ * positions' dims. A mask of dims, or 0 when there are none such. */
 static uint32_t window_dims(const graph_view *v) {
   int cand[KILN_MAX_DIMS], n = 0;
   for (int d = 0; d < v->ndim; d++)
     if (v->sizes[d] > 1 && v->sizes[d] <= WINDOW_TERMS) cand[n++] = d;
-  uint32_t best = 0;
-  int64_t best_terms = WINDOW_TERMS + 1;
-  for (int a = 0; a < n; a++)
-    for (int b = a; b < n; b++)
-      for (int e = b; e < n; e++) {
-        uint32_t m = 1u << cand[a] | 1u << cand[b] | 1u << cand[e];
-        int64_t terms = 1;
-        for (int d = 0; d < v->ndim; d++)
-          if (m & (1u << d)) terms *= v->sizes[d];
-        if (terms >= best_terms) continue;
-        graph_view r = without(v, m);
-        if (graph_view_injective(&r)) best = m, best_terms = terms;
+  for (int a = 0; a < n; a++) {
+    uint32_t ma = 1u << cand[a];
+    graph_view r = without(v, ma);
+    if (graph_view_injective(&r)) return ma;
+    for (int b = a + 1; b < n; b++) {
+      uint32_t mb = ma | 1u << cand[b];
+      if (v->sizes[cand[a]] * v->sizes[cand[b]] > WINDOW_TERMS) continue;
+      r = without(v, mb);
+      if (graph_view_injective(&r)) return mb;
+      for (int e = b + 1; e < n; e++) {
+        if (v->sizes[cand[a]] * v->sizes[cand[b]] * v->sizes[cand[e]] > WINDOW_TERMS) continue;
+        r = without(v, mb | 1u << cand[e]);
+        if (graph_view_injective(&r)) return mb | 1u << cand[e];
       }
-  return best;
+    }
+  }
+  return 0;
 }
 
 /* z (flat, zeros) += c through window view v, one window offset at a
