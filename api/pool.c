@@ -11,19 +11,23 @@
  *        strides stride * s and dilation * s (no copy, as kiln_unfold);
  *   avg  sum(win) over the kernel dims / a host-computed divisor per
  *        output position (Torch's rule, below);
- *   max  m = amax(win); the position of the element Torch picks — the
- *        first maximum in scan order, or the last NaN — as one more row
- *        reduction: amax of key = 2^41 + pos at a NaN, 2^40 - pos where
- *        win == m inside the input, -1 elsewhere (pos is the flat index
- *        into xp's spatial block, computed from aranges); and the value a
- *        gather of xp at that position. The gather's gradient is a
- *        scatter-add to that one element, as Torch's max_pool backward
- *        (amax's own gradient would split ties evenly).
- * Both reductions run over the last dims of win (rows), which the fusion
- * pass computes inside their reader: max pooling without padding is one
- * kernel. xp must have mergeable spatial dims for the gather (a flat
- * view); an input whose are not is copied once (kiln_contiguous).
- *
+ *   max  when the windows do not overlap: sel, a bool over win, true at
+ *        the element Torch picks — the first maximum in scan order, or
+ *        the last NaN, never padding when the window holds an input
+ *        element: an elementwise chain over the kernel's taps (each a
+ *        strided view of win), giving the chosen tap per output position
+ *        (I8), compared with each position's tap number; past CHAIN_TAPS
+ *        taps, amax and a key/amin reduction giving the chosen position
+ *        instead (key_at). The value is a sum over the kernel dims of
+ *        where(sel, win, 0) (with the sign of a -0 maximum kept:
+ *        select_sum), so the gradient is where(sel, g, 0) through the one
+ *        window view: a reshaped or permuted read of the cotangent, no
+ *        scatter (amax's own gradient would split ties evenly; Torch's
+ *        max_pool backward sends it to the one element). Overlapping
+ *        windows: key_at's position and a gather of xp there, whose
+ *        gradient is a scatter-add (gather_pool).
+ * Both pools reduce over the last dims of win (rows), which the fusion
+ * pass computes inside their reader.
  * Output size per dim (Torch's pooling_output_shape): floor or ceil of
  * (in + 2 p - d (k - 1) - 1) / s, plus 1; in ceil_mode, minus 1 when the
  * last window would start at or past in + p. Average divisor per dim
@@ -32,10 +36,19 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api_internal.h"
 
 #define KEY_MAX 4611686018427387904.0 /* 2^62: past every position */
+
+/* Windows of at most this many taps choose by the elementwise chain. Each
+ * tap is one more external read of the kernel (PASS_MAX_EDGES 63) and
+ * 5 (9 with padding) more nodes (PASS_MAX_GROUP 200): up to about 22
+ * taps fuse into one kernel, a few more split it in two; the code grows
+ * with the taps while the reduction's loop does not. 32 keeps 3x3x3
+ * windows (27) on the chain, and -1 - t in I8. */
+#define CHAIN_TAPS 32
 
 typedef struct pool_geom {
   int nd;
@@ -124,14 +137,6 @@ static kiln_tensor *check_pool(kiln_tensor *input, int nd, const int64_t *kernel
   return kiln_unsqueeze(input, 0);
 }
 
-/* Spatial dims [2, 2 + nd) of x merge into one (a flat view exists). */
-static bool spatial_mergeable(const kiln_tensor *x, int nd) {
-  const graph_view *v = &x->view;
-  for (int d = 2; d < 1 + nd; d++)
-    if (v->sizes[d + 1] != 1 && v->strides[d] != v->strides[d + 1] * v->sizes[d + 1]) return false;
-  return true;
-}
-
 /* x [N, C, *in] padded by g's left padding and right[] with value, or x
  * itself when nothing is padded. */
 static kiln_tensor *pad_input(kiln_tensor *x, const pool_geom *g, double value) {
@@ -172,55 +177,260 @@ static kiln_tensor *axis(int64_t n, int64_t step, int at, int ndim, const kiln_t
   return kiln_view(api_track(a), ndim, sizes);
 }
 
+/* Max pooling's windows interleave the dims, [N, C, o0, k0, o1, k1, ...]:
+ * kernel dim i is dim KDIM(i). For windows that neither overlap nor
+ * leave gaps (stride == kernel, no padding) this is x's own layout, so
+ * the gradient to the window view is a reshape of the cotangent
+ * (grad.c adjoint) — no permutation, whose flat index the kernels
+ * would take apart with divisions. */
+#define KDIM(i) (3 + 2 * (i))
+
+/* win [N, C, *out, *kernel] as [N, C, o0, k0, o1, k1, ...]. */
+static kiln_tensor *interleave(kiln_tensor *win, int nd) {
+  int perm[8] = {0, 1};
+  for (int i = 0; i < nd; i++) perm[KDIM(i) - 1] = 2 + i, perm[KDIM(i)] = 2 + nd + i;
+  return kiln_permute(win, 2 + 2 * nd, perm);
+}
+
+/* Tap t (row-major over the kernel dims) of interleaved windows w: the
+ * kernel dims selected away, a strided view [N, C, *out]. */
+static kiln_tensor *tap(kiln_tensor *w, const pool_geom *g, int64_t t) {
+  for (int i = g->nd - 1; i >= 0 && w; i--) {
+    w = kiln_select(w, KDIM(i), t % g->k[i]);
+    t /= g->k[i];
+  }
+  return w;
+}
+
+/* Torch's choice (MaxPoolKernel.cpp: over the window's input elements
+ * in scan order, take val when val > maxval or val is NaN, maxval
+ * starting at -inf and the index at the first input element) as an
+ * elementwise chain over the k taps of win, each a strided view
+ * [N, C, *out], so it vectorizes over the output positions:
+ *   upd_t = w_t > m or w_t != w_t;  code = where(upd_t, t, code);
+ *   m = maximum(m, w_t)  (NaN-propagating: equal to Torch's maxval for
+ *   every comparison, whatever the sign of a zero)
+ * starting from m = -inf and code = first, the first input tap (padding
+ * is -inf, so it never updates: no inside test per tap; a window of
+ * padding only keeps tap 0, a -inf padding element). m is read twice a
+ * step and fuse.c counts a fused value's reads once per reader, so a
+ * long chain (or one whose input has producers fused in, e.g. a ReLU)
+ * splits into a few kernels; the lowering computes each value once.
+ * Returns the code [N, C, *out] I8: the chosen tap t, or
+ * -1 - t when its value is negative or -0 (1/w < 0: see select_sum);
+ * k <= CHAIN_TAPS keeps both in I8. */
+static kiln_tensor *chain_code(kiln_tensor *win, kiln_tensor *first, const pool_geom *g, int64_t k) {
+  kiln_tensor *m = NULL, *code = first;
+  for (int64_t t = 0; t < k; t++) {
+    kiln_tensor *w = tap(win, g, t);
+    kiln_tensor *neg = kiln_lt_scalar(kiln_reciprocal(w), 0);
+    kiln_tensor *ct = kiln_where(neg, kiln_scalar(KILN_I8, (double)(-1 - t)), kiln_scalar(KILN_I8, (double)t));
+    if (!m && !first) { /* tap 0 of an unpadded window: taken (a -inf gives code 0 too) */
+      code = ct;
+    } else {
+      kiln_tensor *upd = kiln_logical_or(m ? kiln_gt(w, m) : kiln_gt_scalar(w, -INFINITY), kiln_ne(w, w));
+      code = kiln_where(upd, ct, code);
+    }
+    if (t + 1 < k) m = m ? kiln_maximum(m, w) : w;
+  }
+  return code;
+}
+
+/* The first input tap of each window (row-major over the kernel dims;
+ * 0 when it holds padding only): *out, an I8 tensor [*out] computed on
+ * the host, or NULL when it is 0 everywhere. Returns a status. */
+static int first_taps(const pool_geom *g, const kiln_tensor *like, const char *fn, kiln_tensor **out) {
+  int nd = g->nd;
+  int64_t q = 1, o[3] = {0, 0, 0};
+  for (int i = 0; i < nd; i++) q *= g->out[i];
+  int8_t *host = malloc((size_t)q);
+  *out = NULL;
+  if (!host) return api_error(KILN_ERR_OOM, fn, "out of memory");
+  bool any = false;
+  for (int64_t e = 0; e < q; e++) {
+    int64_t flat = 0;
+    bool empty = false;
+    for (int i = 0; i < nd; i++) {
+      int64_t j = 0, start = o[i] * g->s[i] - g->p[i]; /* input coordinate of kernel index 0 */
+      while (j < g->k[i] && start + j * g->dil[i] < 0) j++;
+      empty = empty || j == g->k[i] || start + j * g->dil[i] >= g->in[i];
+      flat = flat * g->k[i] + j;
+    }
+    host[e] = (int8_t)(empty ? 0 : flat);
+    any = any || host[e];
+    for (int i = nd - 1; i >= 0 && ++o[i] == g->out[i]; i--) o[i] = 0;
+  }
+  if (any) *out = kiln_view(api_host_const(KILN_I8, q, host, like, fn), nd, g->out);
+  free(host);
+  return any && !*out ? KILN_ERR_OOM : KILN_OK;
+}
+
+/* The flat tap number of each kernel position (row-major over the kernel
+ * dims), an I64 tensor [1, 1, 1, k0, 1, k1, ...]. */
+static kiln_tensor *tap_numbers(const pool_geom *g, const kiln_tensor *like) {
+  int nd = g->nd;
+  kiln_tensor *n = NULL;
+  int64_t row = 1;
+  for (int i = nd - 1; i >= 0; i--) {
+    kiln_tensor *a = axis(g->k[i], row, KDIM(i), 2 + 2 * nd, like);
+    n = n ? kiln_add(n, a) : a;
+    row *= g->k[i];
+  }
+  return n;
+}
+
+/* The output from the choice: sel [N, C, o0, k0, ...] (true at the
+ * chosen element) and neg [N, C, o0, 1, ...] (its value is negative or
+ * -0). y = sum over the kernel dims of where(sel, c · win, 0) / c, c = -1
+ * where neg, else 1: the chosen value exactly (the sum adds zeros to it;
+ * c keeps a -0 maximum -0, where -0 + 0 would give +0), and the gradient
+ * to win is where(sel, g / c, 0) · c = where(sel, g, 0) — one cotangent
+ * for the one window view, which grad.c sends back to the input as a
+ * reshape (windows that cover the input without overlap, KDIM), a
+ * permuted read or a strided copy into zeros (other windows that do not
+ * overlap), or add_shifted's one kernel (overlapping windows): no
+ * scatter. Dividing rather than multiplying by c matters for
+ * speed: g / c is not CHEAP (fuse.c rule 4), so the backward computes it
+ * once per output position into a buffer, instead of recomputing g's
+ * producers (e.g. the next conv's col2im) for each of the k window
+ * elements it is broadcast to. */
+static kiln_tensor *select_sum(kiln_tensor *win, kiln_tensor *sel, kiln_tensor *neg, const pool_geom *g) {
+  kiln_dtype dt = kiln_dtype_of(win);
+  int kdims[3];
+  for (int i = 0; i < g->nd; i++) kdims[i] = KDIM(i);
+  kiln_tensor *c = kiln_where(neg, kiln_scalar(dt, -1), kiln_scalar(dt, 1));
+  kiln_tensor *s = kiln_sum(kiln_where(sel, kiln_mul(win, c), kiln_scalar(dt, 0)), g->nd, kdims, true);
+  return kiln_to_dtype(kiln_div(s, c), dt);
+}
+
+/* Torch's choice by row reductions: amax of win, then amin of key =
+ * -pos at a NaN (m is NaN then, and no element equals it), pos at a
+ * maximum inside the input, else past every pos (KEY_MAX + pos) — minus
+ * the last NaN's pos or the first maximum's. pos: the flat index into
+ * xp's spatial block (row-major), from aranges, [*out, *kernel] or
+ * interleaved [o0, k0, ...] as win is (inter). With dilation a window may
+ * hold padding only (no hit): its first pos, a padding element (-inf, as
+ * the chain's tap 0). Returns at [N, C, *out, 1...] (or interleaved) and
+ * sets *pos. */
+static kiln_tensor *key_at(kiln_tensor *win, const pool_geom *g, bool padded, bool inter, const kiln_tensor *like,
+                           kiln_tensor **pos) {
+  int nd = g->nd, kdims[3];
+  kiln_tensor *inside = NULL;
+  int64_t row = 1;
+  bool dilated = false; /* else every window holds an input element (padding <= kernel / 2) */
+  *pos = kiln_scalar(KILN_I64, 0);
+  for (int i = nd - 1; i >= 0; i--) {
+    int od = inter ? 2 * i : i, kd = inter ? 2 * i + 1 : nd + i;
+    kiln_tensor *c = kiln_add(axis(g->out[i], g->s[i], od, 2 * nd, like), axis(g->k[i], g->dil[i], kd, 2 * nd, like));
+    *pos = kiln_add(*pos, kiln_mul_scalar(c, (double)row));
+    row *= g->in[i] + g->p[i] + g->right[i];
+    kdims[i] = inter ? KDIM(i) : 2 + nd + i, dilated = dilated || g->dil[i] > 1;
+    if (!padded) continue;
+    kiln_tensor *in = kiln_logical_and(kiln_ge_scalar(c, (double)g->p[i]), kiln_lt_scalar(c, (double)(g->p[i] + g->in[i])));
+    inside = inside ? kiln_logical_and(inside, in) : in;
+  }
+  kiln_tensor *m = kiln_amax(win, nd, kdims, true);
+  kiln_tensor *hit = kiln_eq(win, m);
+  if (inside) hit = kiln_logical_and(hit, inside);
+  kiln_tensor *key = kiln_where(kiln_ne(win, win), kiln_neg(*pos), kiln_where(hit, *pos, kiln_add_scalar(*pos, KEY_MAX)));
+  kiln_tensor *at = kiln_abs(kiln_amin(key, nd, kdims, true));
+  if (inside && dilated) at = kiln_where(kiln_ge_scalar(at, KEY_MAX), kiln_sub_scalar(at, KEY_MAX), at);
+  return at;
+}
+
+/* The fallback for windows of more than CHAIN_TAPS taps: key_at's
+ * position as sel and neg, as select_sum takes them. */
+static void key_choice(kiln_tensor *win, const pool_geom *g, bool padded, const kiln_tensor *like, kiln_tensor **sel,
+                       kiln_tensor **neg) {
+  int kdims[3];
+  kiln_tensor *pos;
+  for (int i = 0; i < g->nd; i++) kdims[i] = KDIM(i);
+  kiln_tensor *at = key_at(win, g, padded, true, like, &pos);
+  *sel = kiln_eq(pos, at);
+  *neg = kiln_any(kiln_logical_and(*sel, kiln_lt_scalar(kiln_reciprocal(win), 0)), g->nd, kdims, true);
+}
+
+/* Spatial dims [2, 2 + nd) of x merge into one (a flat view exists). */
+static bool spatial_mergeable(const kiln_tensor *x, int nd) {
+  const graph_view *v = &x->view;
+  for (int d = 2; d < 1 + nd; d++)
+    if (v->sizes[d + 1] != 1 && v->strides[d] != v->strides[d + 1] * v->sizes[d + 1]) return false;
+  return true;
+}
+
+/* Whether the windows overlap along no dim: then the window view's
+ * gradient is one elementwise kernel (api_view_add: a reshape or
+ * permutation of the input, or a strided copy into zeros), and
+ * select_sum's formulation pays. Overlapping windows would take
+ * add_shifted's kernel (stride 1, measured slower than the scatter: 3x3
+ * stride 1 on [128, 32, 28, 28] F32, backward 95-100 ms against 30) or
+ * one in-place add per tap (stride 2); they keep gather_pool. */
+static bool sum_path(const pool_geom *g) {
+  for (int i = 0; i < g->nd; i++) {
+    graph_view v = {.ndim = 2, .sizes = {g->out[i], g->k[i]}, .strides = {g->s[i], g->dil[i]}};
+    if (!graph_view_injective(&v)) return false;
+  }
+  return true;
+}
+
+/* Max pooling as a gather of xp [N, C, *padded] at key_at's positions
+ * (rows of win [N, C, *out, *kernel]: one fused kernel, then the gather);
+ * its gradient is a scatter-add. xp's spatial dims must merge (a copy
+ * when they do not). [N, C, q] (q = prod(out)). */
+static kiln_tensor *gather_pool(kiln_tensor *x, kiln_tensor *xp, bool padded, const pool_geom *g, const char *fn) {
+  int64_t q = 1;
+  for (int i = 0; i < g->nd; i++) q *= g->out[i];
+  if (!padded && !spatial_mergeable(xp, g->nd)) xp = kiln_contiguous(xp);
+  kiln_tensor *win = windows(xp, g), *pos;
+  kiln_tensor *at = win ? key_at(win, g, padded, false, x, &pos) : NULL;
+  kiln_tensor *plane = kiln_flatten(xp, 2, -1);
+  kiln_tensor *at3 = kiln_reshape(at, 3, (int64_t[]){x->view.sizes[0], x->view.sizes[1], q});
+  if (!plane || !at3) return NULL;
+  return api_gather(plane, &plane->view, 2, at3, &at3->view, fn);
+}
+
+/* The result's sizes: input's leading dims, then out (into sizes). */
+static const int64_t *out_shape(const kiln_tensor *input, const pool_geom *g, int64_t *sizes) {
+  int lead = input->view.ndim - g->nd;
+  for (int d = 0; d < lead; d++) sizes[d] = input->view.sizes[d];
+  for (int i = 0; i < g->nd; i++) sizes[lead + i] = g->out[i];
+  return sizes;
+}
+
 KILN_API kiln_tensor *kiln_max_pool(kiln_tensor *input, int nd, const int64_t *kernel, const int64_t *stride,
                                     const int64_t *padding, const int64_t *dilation, bool ceil_mode) {
   const char *fn = "kiln_max_pool";
   pool_geom g;
   kiln_scope_begin(); /* owns the intermediates */
   kiln_tensor *x = check_pool(input, nd, kernel, stride, padding, dilation, ceil_mode, &g, fn), *y = NULL;
+  int64_t out_sizes[5];
   if (!x) goto done;
   bool padded = false;
-  for (int i = 0; i < nd; i++) padded = padded || g.p[i] || g.right[i];
-  kiln_tensor *xp = padded ? pad_input(x, &g, -INFINITY) : spatial_mergeable(x, nd) ? x : kiln_contiguous(x);
-  kiln_tensor *win = windows(xp, &g);
-  if (!win) goto done;
-  int kdims[3];
-  for (int i = 0; i < nd; i++) kdims[i] = 2 + nd + i;
-  /* pos: flat index into xp's spatial block of each window element [*out, *kernel];
-   * inside: whether it is an input element (not padding) */
-  kiln_tensor *pos = kiln_scalar(KILN_I64, 0), *inside = NULL;
-  int64_t row = 1;
-  for (int i = nd - 1; i >= 0; i--) {
-    kiln_tensor *c = kiln_add(axis(g.out[i], g.s[i], i, 2 * nd, x), axis(g.k[i], g.dil[i], nd + i, 2 * nd, x));
-    pos = kiln_add(pos, kiln_mul_scalar(c, (double)row));
-    row *= g.in[i] + g.p[i] + g.right[i];
-    if (!padded) continue;
-    kiln_tensor *in = kiln_logical_and(kiln_ge_scalar(c, (double)g.p[i]), kiln_lt_scalar(c, (double)(g.p[i] + g.in[i])));
-    inside = inside ? kiln_logical_and(inside, in) : in;
+  int64_t k = 1;
+  for (int i = 0; i < nd; i++) padded = padded || g.p[i] || g.right[i], k *= g.k[i];
+  kiln_tensor *xp = padded ? pad_input(x, &g, -INFINITY) : x;
+  if (!sum_path(&g)) {
+    kiln_tensor *flat = gather_pool(x, xp, padded, &g, fn);
+    y = flat ? kiln_view(flat, input->view.ndim, out_shape(input, &g, out_sizes)) : NULL;
+    goto done;
   }
-  kiln_tensor *m = kiln_amax(win, nd, kdims, true);
-  kiln_tensor *hit = kiln_eq(win, m);
-  if (inside) hit = kiln_logical_and(hit, inside);
-  /* key: -pos at a NaN (m is NaN then, and no element equals it), pos at
-   * a maximum, else past every pos: its amin is minus the last NaN's pos
-   * or the first maximum's. With dilation a window may hold padding only
-   * (no hit): then KEY_MAX + its first pos, a padding element (Torch
-   * returns -inf there too, and its backward writes out of bounds) */
-  kiln_tensor *key = kiln_where(kiln_ne(win, win), kiln_neg(pos), kiln_where(hit, pos, kiln_add_scalar(pos, KEY_MAX)));
-  kiln_tensor *at = kiln_abs(kiln_amin(key, nd, kdims, true)); /* [N, C, *out, 1...] */
-  bool dilated = false; /* else every window holds an input element (padding <= kernel / 2) */
-  for (int i = 0; i < nd; i++) dilated = dilated || g.dil[i] > 1;
-  if (padded && dilated) at = kiln_where(kiln_ge_scalar(at, KEY_MAX), kiln_sub_scalar(at, KEY_MAX), at);
-  int64_t q = 1, out_sizes[5];
-  for (int i = 0; i < nd; i++) q *= g.out[i];
-  kiln_tensor *plane = kiln_flatten(xp, 2, -1);
-  kiln_tensor *at3 = kiln_reshape(at, 3, (int64_t[]){x->view.sizes[0], x->view.sizes[1], q});
-  if (!plane || !at3) goto done;
-  kiln_tensor *flat = api_gather(plane, &plane->view, 2, at3, &at3->view, fn);
-  int od = input->view.ndim, lead = od - nd;
-  for (int d = 0; d < lead; d++) out_sizes[d] = input->view.sizes[d];
-  for (int i = 0; i < nd; i++) out_sizes[lead + i] = g.out[i];
-  y = kiln_view(flat, od, out_sizes);
+  kiln_tensor *win = interleave(windows(xp, &g), nd);
+  if (!win) goto done;
+  kiln_tensor *sel, *neg;
+  if (k <= CHAIN_TAPS) {
+    int64_t ksz[8];
+    memcpy(ksz, win->view.sizes, sizeof(int64_t) * (size_t)(2 + 2 * nd));
+    for (int i = 0; i < nd; i++) ksz[KDIM(i)] = 1;
+    kiln_tensor *first = NULL;
+    if (padded && first_taps(&g, x, fn, &first) != KILN_OK) goto done;
+    kiln_tensor *code = kiln_reshape(chain_code(win, first, &g, k), 2 + 2 * nd, ksz); /* [N, C, o0, 1, ...] */
+    neg = kiln_lt_scalar(code, 0);
+    sel = kiln_eq(tap_numbers(&g, x), kiln_where(neg, kiln_sub_scalar(kiln_neg(code), 1), code));
+  } else {
+    key_choice(win, &g, padded, x, &sel, &neg);
+  }
+  kiln_tensor *pooled = select_sum(win, sel, neg, &g);
+  y = pooled ? kiln_view(pooled, input->view.ndim, out_shape(input, &g, out_sizes)) : NULL;
 done:
   kiln_keep(y);
   kiln_scope_end();

@@ -20,7 +20,7 @@
  *
  * Each convolution is a window view of its zero-padded input gathered
  * into columns (im2col, one kernel) and one OpenBLAS GEMM; its bias and
- * ReLU are the GEMM's epilogue kernel, which the max-pool reads. After the
+ * ReLU fuse into the max-pool's kernels, which read the GEMM's output. After the
  * first step every kernel is a cache hit. Deterministic for a given seed
  * and thread count (KILN_NUM_THREADS).
  */

@@ -161,12 +161,47 @@ static bool map_by_strides(kir_kernel *k, const graph_view *v, const shape *src,
   return true;
 }
 
+/* The producer's coordinates when each reader dim walks a run of
+ * adjacent producer dims of its own (a reshape that merges them: [N, C,
+ * 14, 2, 14, 2] read as [N, C, 28, 28]): coordinate j of the run is
+ * (idx · step / inner) % size[j], inner the product of the run's sizes
+ * inside j — divisions of one small index by small constants, which
+ * vectorize, instead of splitting the flat index. No offset, no
+ * negative strides, no producer dim walked by two reader dims. */
+static bool map_by_runs(kir_kernel *k, const graph_view *v, const shape *src, const int *idx, int *out) {
+  int64_t cs[KILN_MAX_DIMS];
+  bool taken[KILN_MAX_DIMS] = {false};
+  if (v->offset != 0) return false;
+  graph_contiguous_strides(src->ndim, src->sizes, cs);
+  for (int j = 0; j < src->ndim; j++) out[j] = -1;
+  for (int d = 0; d < v->ndim; d++) {
+    if (v->sizes[d] == 1 || v->strides[d] == 0) continue;
+    int j = v->strides[d] > 0 ? stepped_dim(src, cs, v->strides[d]) : -1;
+    if (j < 0) return false;
+    int64_t step = v->strides[d] / cs[j], top = (v->sizes[d] - 1) * step, inner = 1;
+    int q = step == 1 ? idx[d] : pass_alu2(k, KIR_MUL, idx[d], kir_const_i(k, KIR_INDEX, step));
+    for (; j >= 0 && top / inner > 0; j--) {
+      if (src->sizes[j] == 1) continue;
+      if (taken[j]) return false;
+      taken[j] = true;
+      int c = inner == 1 ? q : pass_alu2(k, KIR_DIV, q, kir_const_i(k, KIR_INDEX, inner));
+      if (top / inner >= src->sizes[j]) c = pass_alu2(k, KIR_MOD, c, kir_const_i(k, KIR_INDEX, src->sizes[j]));
+      out[j] = c;
+      inner *= src->sizes[j];
+    }
+    if (top / inner > 0) return false;
+  }
+  for (int j = 0; j < src->ndim; j++)
+    if (out[j] < 0) out[j] = kir_const_i(k, KIR_INDEX, 0);
+  return true;
+}
+
 /* The producer's multi-index [src->ndim] for the reader's index `idx`
  * through view v of a contiguous layout of the producer's sizes `src`
  * (its output; or a whole write's region, the same layout as its
  * storage). */
 static void map_index(kir_kernel *k, const graph_view *v, const shape *src, const int *idx, int *out) {
-  if (map_by_strides(k, v, src, idx, out)) return;
+  if (map_by_strides(k, v, src, idx, out) || map_by_runs(k, v, src, idx, out)) return;
   /* general case: split the flat index (a reshape of a strided view) */
   int flat = view_index(k, v, idx, v->offset ? kir_const_i(k, KIR_INDEX, v->offset) : -1);
   int64_t cs[KILN_MAX_DIMS];

@@ -219,9 +219,10 @@ static int kernels(kiln_tensor *y) {
   return kiln_profile_count();
 }
 
-/* max pooling without padding: the row reductions with the index as their
- * epilogue, then the gather (2 kernels); avg pooling: one. With fusion on (the KILN_FUSE=0 run
- * checks nothing here). */
+/* max pooling without padding: the choice (an elementwise chain over the
+ * taps), the masked sum over the kernel dims, and its division by c
+ * (api/pool.c select_sum): 3 kernels; avg pooling: one. With fusion on
+ * (the KILN_FUSE=0 run checks nothing here). */
 static void pool_kernels(void **state) {
   (void)state;
   const char *e = getenv("KILN_FUSE");
@@ -229,7 +230,7 @@ static void pool_kernels(void **state) {
   kiln_scope_begin();
   kiln_tensor *x = kiln_randn(KILN_F32, 4, (int64_t[]){4, 8, 16, 16});
   assert_int_equal(kiln_realize(x), KILN_OK);
-  assert_int_equal(kernels(kiln_max_pool(x, 2, (int64_t[]){2, 2}, NULL, NULL, NULL, false)), 2);
+  assert_int_equal(kernels(kiln_max_pool(x, 2, (int64_t[]){2, 2}, NULL, NULL, NULL, false)), 3);
   assert_int_equal(kernels(kiln_avg_pool(x, 2, (int64_t[]){2, 2}, NULL, NULL, false, true)), 1);
   kiln_scope_end();
 }
@@ -276,6 +277,54 @@ static void max_pool_routing(void **state) {
   expect_no_error();
 }
 
+/* d sum(max_pool(x)) / dx for x [1, 1, n] and a 1-D kernel of k taps
+ * (stride k): past 32 taps the choice takes api/pool.c's key/amin
+ * fallback instead of the chain; both must route the same. */
+static void routing_both_paths(int64_t k) {
+  double x[80], want[80];
+  int64_t n = 2 * k;
+  for (int64_t i = 0; i < n; i++) x[i] = (double)(i % 3), want[i] = 0; /* ties: 2 every third element */
+  want[2] = 1, want[k + (k % 3 == 0 ? 2 : k % 3 == 1 ? 1 : 0)] = 1;    /* each window's first 2 */
+  expect_routing(n, x, k, k, 0, want);
+  for (int64_t i = 0; i < n; i++) want[i] = 0;
+  x[1] = NAN, x[k - 2] = NAN, x[k + 3] = -INFINITY;
+  want[k - 2] = 1; /* the last NaN of window 0 */
+  want[k + (k % 3 == 0 ? 2 : k % 3 == 1 ? 1 : 0)] = 1;
+  expect_routing(n, x, k, k, 0, want);
+  for (int64_t i = 0; i < n; i++) x[i] = -INFINITY, want[i] = 0;
+  want[0] = want[k] = 1; /* only -inf: the first element (Torch's initial index) */
+  expect_routing(n, x, k, k, 0, want);
+}
+
+/* The sign of a zero maximum is Torch's (the first zero among equal
+ * zeros), on the chain and on the fallback. */
+static void expect_zero_signs(int64_t k) {
+  double x[80];
+  int64_t n = 2 * k;
+  for (int64_t i = 0; i < n; i++) x[i] = i % 2 ? -0.0 : 0.0;
+  x[k] = 0.0, x[k + 1] = -0.0; /* window 0 starts with -0, window 1 with +0 */
+  x[0] = -INFINITY;            /* a -0 after -inf is still the first maximum */
+  kiln_scope_begin();
+  kiln_tensor *t = make(3, (int64_t[]){1, 1, n}, x);
+  kiln_tensor *y = kiln_max_pool(t, 1, &k, NULL, NULL, NULL, false);
+  double v0, v1;
+  assert_int_equal(kiln_get_f64(y, (int64_t[]){0, 0, 0}, &v0), KILN_OK);
+  assert_int_equal(kiln_get_f64(y, (int64_t[]){0, 0, 1}, &v1), KILN_OK);
+  assert_true(v0 == 0 && signbit(v0));
+  assert_true(v1 == 0 && !signbit(v1));
+  kiln_scope_end();
+}
+
+static void max_pool_paths(void **state) {
+  (void)state;
+  routing_both_paths(4);
+  routing_both_paths(33);
+  routing_both_paths(40);
+  expect_zero_signs(3);
+  expect_zero_signs(34);
+  expect_no_error();
+}
+
 /* ------------------------------------------------------- gradient checks */
 
 typedef struct pool_case {
@@ -307,6 +356,9 @@ static void pool_grads(void **state) {
       {.kind = 0, .nd = 2, .k = {3, 2}, .s = {2, 1}, .p = {1, 1}, .d = {1, 2}, .ceil = true, .transpose = true},
       {.kind = 0, .nd = 1, .k = {3}, .s = {2}, .p = {1}, .d = {1}, .ceil = true},
       {.kind = 0, .nd = 3, .k = {2, 2, 2}, .s = {1, 2, 1}, .p = {1, 0, 1}, .d = {1, 1, 1}},
+      {.kind = 0, .nd = 2, .k = {5, 4}, .s = {1, 1}, .p = {2, 1}, .d = {1, 1}, .ceil = true}, /* overlapping: gather */
+      {.kind = 0, .nd = 2, .k = {5, 7}, .s = {5, 7}, .p = {2, 1}, .d = {1, 1}, .ceil = true}, /* 35 taps: key/amin */
+      {.kind = 0, .nd = 3, .k = {3, 2, 2}, .s = {3, 2, 2}, .p = {0, 0, 0}, .d = {1, 1, 1}},
       {.kind = 1, .nd = 2, .k = {3, 3}, .s = {2, 2}, .p = {1, 1}, .ceil = true, .include = true},
       {.kind = 1, .nd = 2, .k = {3, 2}, .s = {2, 1}, .p = {1, 0}, .ceil = true, .transpose = true},
       {.kind = 1, .nd = 1, .k = {2}, .s = {1}, .p = {1}, .include = false},
@@ -420,7 +472,7 @@ static void batch_norm_grads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pad_values),        cmocka_unit_test(pad_errors),       cmocka_unit_test(pool_values),
-      cmocka_unit_test(pool_errors),       cmocka_unit_test(pool_kernels),     cmocka_unit_test(max_pool_routing),
+      cmocka_unit_test(pool_errors),       cmocka_unit_test(pool_kernels),     cmocka_unit_test(max_pool_routing), cmocka_unit_test(max_pool_paths),
       cmocka_unit_test(pool_grads),        cmocka_unit_test(batch_norm_values), cmocka_unit_test(batch_norm_errors),
       cmocka_unit_test(batch_norm_grads),
   };

@@ -211,6 +211,61 @@ def test_batch_norm(d, training, extra, stats, affine, momentum, layout, data, s
         close(krv.to_numpy(), trv, d, "running_var")
 
 
+SPECIAL = np.array([-np.inf, -0.0, 0.0, 1.0, 2.0, np.nan])
+
+
+@st.composite
+def special_pool_args(draw):
+    """Small windows (the elementwise chain) and windows of more than 32
+    taps (api/pool.c's key/amin fallback), with padding, dilation and
+    ceil_mode."""
+    nd = draw(st.integers(1, 3))
+    big = draw(st.booleans())
+    if big:
+        kernel = {1: [draw(st.integers(33, 40))], 2: [6, draw(st.integers(6, 7))],
+                  3: [4, 3, draw(st.integers(3, 4))]}[nd]
+    else:
+        kernel = [draw(st.integers(1, 3)) for _ in range(nd)]
+    spatial = [k * draw(st.integers(1, 2)) + draw(st.integers(0, 2)) for k in kernel]
+    stride = [draw(st.integers(1, k)) for k in kernel]
+    padding = [draw(st.integers(0, k // 2)) for k in kernel]
+    dilation = [draw(st.integers(1, 2)) for _ in range(nd)]
+    if draw(st.booleans()):
+        dilation = [1] * nd
+    return nd, [2] + spatial, kernel, stride, padding, dilation, draw(st.booleans())
+
+
+@examples(60)
+@given(args=special_pool_args(), d=FLOATS, p_nan=st.sampled_from([0.0, 0.05, 0.3]),
+       seed=st.integers(0, 2**32 - 1))
+def test_max_pool_special_values(args, d, p_nan, seed):
+    """Inputs of -inf, +-0, ties and NaN: the values bit for bit (the sign
+    of a zero maximum, NaN where Torch has NaN) and the gradient where
+    Torch sends it (a wrong choice moves a whole cotangent value; sums
+    over overlapping windows may round differently)."""
+    nd, shape, kernel, stride, padding, dilation, ceil = args
+    rng = np.random.default_rng(seed)
+    x = rng.choice(SPECIAL[:-1], size=shape)
+    x[rng.random(shape) < p_nan] = np.nan
+    k, t = pair(x, d, "contiguous")
+    tf = [None, F.max_pool1d, F.max_pool2d, F.max_pool3d][nd]
+    try:
+        want = tf(t, kernel, stride, padding, dilation, ceil_mode=ceil)
+    except RuntimeError:
+        return
+    got = K.max_pool(k, kernel, stride, padding, dilation, ceil)
+    g, w = got.to_numpy(), want.detach().numpy()
+    what = f"max_pool{nd}d {shape} k{kernel} s{stride} p{padding} d{dilation} ceil {ceil}"
+    np.testing.assert_array_equal(g, w, err_msg=what)
+    np.testing.assert_array_equal(np.signbit(g[~np.isnan(g)]), np.signbit(w[~np.isnan(w)]), err_msg=what)
+    if empty_window(shape, kernel, stride, padding, dilation, ceil):
+        return
+    ct = rng.standard_normal(tuple(want.shape)).astype(NP[d])
+    gk, = K.grad([got], [k], [K.from_numpy(ct, d)])
+    gt, = torch.autograd.grad(want, [t], torch.from_numpy(ct))
+    close(gk.to_numpy(), gt, d, what + ": gradient")  # overlapping windows add in another order
+
+
 def test_max_pool_nan_and_ties():
     """NaN propagates; the gradient goes to the last NaN, to the first
     maximum among ties, and to an input element of a window that holds

@@ -165,10 +165,12 @@ KILN_API kiln_tensor *kiln_pad(kiln_tensor *input, int n_pad, const int64_t *pad
  *  (size + 2 padding - dilation (kernel - 1) - 1) / stride, plus 1; in
  *  ceil_mode a last window that would start in the right padding is
  *  dropped (Torch's rule). stride NULL means kernel; padding NULL means 0;
- *  dilation NULL means 1. A NaN in a window gives NaN. The gradient goes
- *  to one element per window, the one Torch picks: the first maximum in
- *  window scan order (row-major over the kernel dims), or the last NaN —
- *  the value is a gather at that position. Result [N, C, *out] (or
+ *  dilation NULL means 1. A NaN in a window gives NaN; a zero maximum
+ *  keeps its sign. The gradient goes to one element per window, the one
+ *  Torch picks: the first maximum in window scan order (row-major over
+ *  the kernel dims), or the last NaN; never padding unless the window
+ *  holds padding only (dilation: -inf, no gradient reaches the input).
+ *  Result [N, C, *out] (or
  *  [C, *out]), input's dtype. Errors: KILN_ERR_ARG for nd outside [1, 3],
  *  a NULL kernel, kernel, stride or dilation < 1, padding < 0 or >
  *  kernel / 2; KILN_ERR_SHAPE for a rank other than nd + 1 or nd + 2, an
