@@ -349,21 +349,49 @@ static unsigned mixed_width(const kir_kernel *k, int r, int e) {
   return f32 && f64_acc ? 16 : 0;
 }
 
+/* An innermost loop of fewer than SHORT_ROW iterations, not a multiple
+ * of 16 (a CNN's rows of 7, 14 or 28 along W): on an AVX-512 host it is
+ * vectorised with a masked tail (llvm.loop.vectorize.predicate.enable)
+ * and not unrolled first. Without the hints LLVM unrolls a row of 14
+ * whole before the vectoriser runs and leaves 14 scalar loads and
+ * stores (it cannot prove the buffers apart), and a row of 28 runs one
+ * vector iteration and a scalar remainder. Rows that accumulate a
+ * reduction keep LLVM's choice: a masked tail would regroup the sum, and
+ * fused and unfused results must stay bitwise equal. So do AVX2 hosts:
+ * masked stores are slow there on some CPUs. */
+#define SHORT_ROW 32
+
+static bool short_row(const kir_kernel *k, int r, int e) {
+  int64_t n = k->uops[r].ival;
+  if (!llvm_wide_vectors() || n >= SHORT_ROW || n % 16 == 0 || n < 4) return false;
+  for (int i = r + 1; i < e; i++) /* innermost, and no reduction: a masked tail would regroup its sum */
+    if (k->uops[i].op == KIR_RANGE || k->uops[i].reassoc) return false;
+  return true;
+}
+
 static LLVMMetadataRef loop_hint(lower_ctx *c, const char *key, unsigned n) {
   LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, strlen(key)), LLVMValueAsMetadata(cint(c->i32, n))};
   return LLVMMDNodeInContext2(c->ctx, hint, 2);
 }
 
 /* Attaches !llvm.loop !{self, hints...} to the latch branch: an interleave
- * count and a vector width, each when nonzero, and an unroll hint
- * ("llvm.loop.unroll.disable", ".full") when not NULL. */
-static void set_loop_hints(lower_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width, const char *unroll) {
-  if (!interleave && !width && !unroll) return;
+ * count and a vector width, each when nonzero, an unroll hint
+ * ("llvm.loop.unroll.disable", ".full") when not NULL, and a masked
+ * (predicated) vector tail when `predicate`. */
+static void set_loop_hints(lower_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width, const char *unroll,
+                           bool predicate) {
+  if (!interleave && !width && !unroll && !predicate) return;
   LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
-  LLVMMetadataRef ops[4] = {self};
+  LLVMMetadataRef ops[5] = {self};
   unsigned n = 1;
   if (interleave) ops[n++] = loop_hint(c, "llvm.loop.interleave.count", interleave);
   if (width) ops[n++] = loop_hint(c, "llvm.loop.vectorize.width", width);
+  if (predicate) {
+    static const char key[] = "llvm.loop.vectorize.predicate.enable";
+    LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, sizeof key - 1),
+                               LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(c->ctx), 1, 0))};
+    ops[n++] = LLVMMDNodeInContext2(c->ctx, hint, 2);
+  }
   if (unroll) {
     LLVMMetadataRef md = LLVMMDStringInContext2(c->ctx, unroll, strlen(unroll));
     ops[n++] = LLVMMDNodeInContext2(c->ctx, &md, 1);
@@ -381,11 +409,14 @@ static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
   int r = u->src[0], e = (int)(u - c->k->uops);
   if (c->k->uops[r].tile) c->skew = -1;
   if (r > 0 && c->k->uops[r - 1].tile) /* a tile's inner loop: vectorised whole, not unrolled first */
-    set_loop_hints(c, br, 1, KIR_TILE, "llvm.loop.unroll.disable");
+    set_loop_hints(c, br, 1, KIR_TILE, "llvm.loop.unroll.disable", false);
   else if (c->k->uops[r].tile) /* the outer one: unrolled, so the staged block's loads have fixed offsets */
-    set_loop_hints(c, br, 0, 0, "llvm.loop.unroll.full");
-  else
-    set_loop_hints(c, br, interleave_count(c->k, r, e), mixed_width(c->k, r, e), NULL);
+    set_loop_hints(c, br, 0, 0, "llvm.loop.unroll.full", false);
+  else {
+    bool short_loop = short_row(c->k, r, e);
+    set_loop_hints(c, br, interleave_count(c->k, r, e), mixed_width(c->k, r, e),
+                   short_loop ? "llvm.loop.unroll.disable" : NULL, short_loop);
+  }
   LLVMAddIncoming(l->phi, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(c->b, l->exit);
   return NULL;
