@@ -419,13 +419,14 @@ static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt)
   return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
 }
 
-/* Tags a load or store of buffer PARAM `param` (n_params: a staged
- * block) with its scoped no-alias metadata, when the kernel has it
- * (distinct_params). */
-static void tag_access(lower_ctx *c, LLVMValueRef inst, int param) {
-  if (!c->scope[param]) return;
-  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "alias.scope", 11), c->scope[param]);
-  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "noalias", 7), c->noalias[param]);
+/* Tags an access to buffer uop `buf` (a PARAM; -1: a staged block) with
+ * its scoped no-alias metadata, when the kernel has it (distinct_params).
+ * A LOCAL's accesses stay untagged. */
+static void tag_access(lower_ctx *c, LLVMValueRef inst, int buf) {
+  int scope = buf < 0 ? c->k->n_params : c->k->uops[buf].op == KIR_PARAM ? (int)c->k->uops[buf].ival : -1;
+  if (scope < 0 || !c->scope[scope]) return;
+  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "alias.scope", 11), c->scope[scope]);
+  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "noalias", 7), c->noalias[scope]);
 }
 
 static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
@@ -440,7 +441,7 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
     p = element_ptr(c, u, &mt);
   }
   LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
-  tag_access(c, v, block ? c->k->n_params : (int)c->k->uops[u->src[0]].ival);
+  tag_access(c, v, block ? -1 : u->src[0]);
   if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
   return v;
 }
@@ -463,7 +464,7 @@ static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef v = val(c, u->src[2]);
   if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
-  tag_access(c, st, (int)c->k->uops[u->src[0]].ival);
+  tag_access(c, st, u->src[0]);
   if (u->nontemporal) llvm_stream_tag_store(st);
   return NULL;
 }
