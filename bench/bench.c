@@ -115,6 +115,7 @@ typedef struct row {
   int kernels;    /* -1: n/a */
   double x_triad; /* Kiln GB/s / limit GB/s (read roofline for read_only rows) */
   bool read_only;
+  bool reference; /* a hand-written reference, not Kiln: no target */
   double kiln_s;  /* Kiln seconds compared with the peers */
   double numpy_s, torch_s;
   /* targets */
@@ -157,6 +158,7 @@ static const char *best_peer(const row *r, double *ratio) {
  * when the result check failed. */
 static const char *met(const row *r) {
   if (!(r->wrong <= 1)) return "WRONG";
+  if (r->reference) return "-";
   bool ok = r->check_ok, missing = false;
   if (r->want_kernels) ok = ok && r->kernels == r->want_kernels;
   if (r->min_triad > 0) {
@@ -209,7 +211,7 @@ static void usage(FILE *f) {
   fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,K1,W8,C1] [--threads N] [--no-peers] "
              "[--json FILE]\n"
              "  --quick     small sizes: a smoke run of a few seconds\n"
-             "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c; W7 = W7,W7r,W7b)\n"
+             "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c; W7 = W7,W7r,W7b,W7-hand,W7r-hand)\n"
              "  --threads N kiln_set_num_threads(N) (default: the engine's own)\n"
              "  --no-peers  skip NumPy/PyTorch (bench/peers.py)\n"
              "  --json FILE also write every figure to FILE (bench/compare.py compares two)\n");
@@ -306,6 +308,36 @@ static void measure(const bench_workload *w, const bench_sizes *s, double limit_
            "compiled); kernels move %.1f MB vs %.1f MB ideal; kernel threads %d; kernels: %s",
            w->what, wrong, runs, (double)lo / 1e6, (double)med / 1e6, (double)hi / 1e6, (double)first / 1e6,
            (double)p0.compile_ns / 1e6, p0.misses, (double)p.bytes / 1e6, bytes / 1e6, p.threads, p.names);
+}
+
+/* ------------------------------------------------------ W7-hand, W7r-hand */
+
+/* Reference rows for W7 (n = sq) and W7r (n = sq - 1): the same
+ * computation written by hand with AVX-512 (w7_hand.c), on as many
+ * threads as Kiln runs with (--threads, else the triad's 2), so the table
+ * shows how much of a gap is the shape and how much is Kiln. A machine
+ * without AVX-512F prints no such row. */
+static void measure_hand(const char *id, int64_t n, int threads, double limit_gbs, int max_runs) {
+  fprintf(stderr, "kiln_bench: %s ...\n", id);
+  int64_t med, lo;
+  double wrong;
+  int rc = bench_w7_hand(n, threads, max_runs, &med, &lo, &wrong);
+  if (rc == -1) {
+    fprintf(stderr, "kiln_bench: %s skipped (needs x86-64 with AVX-512F)\n", id);
+    return;
+  }
+  bench_check(rc == 0, "bench_w7_hand (out of memory?)", __LINE__);
+  row *rw = new_row(id, "- (reference: hand-written AVX-512)");
+  rw->reference = true;
+  double bytes = 4.0 * (2 * (double)n * (double)n + (double)n);
+  rw->ms = (double)med / 1e6;
+  rw->rate = bytes / (double)med;
+  rw->x_triad = limit_gbs > 0 ? rw->rate / limit_gbs : NAN;
+  rw->wrong = wrong;
+  snprintf(rw->detail, sizeof rw->detail,
+           "hand-written AVX-512 a.T + b[None, :], %lld x %lld (bench/w7_hand.c); check %.2g; %d runs, min/med "
+           "%.3f/%.3f ms; %d threads",
+           (long long)n, (long long)n, wrong, max_runs, (double)lo / 1e6, (double)med / 1e6, threads);
 }
 
 /* ----------------------------------------------------------------- W8 */
@@ -612,9 +644,9 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
          o->quick ? " --quick" : "", (long long)s->n, (long long)s->sq, (long long)s->sq, (long long)s->ln_rows,
          (long long)s->ln_cols, (long long)s->tiny, s->chain, thr, triad_gbs, read_gbs, TRIAD_THREADS,
          (long long)(s->triad_n * 4 >> 20), triad_first, read_first, triad_again, read_again);
-  printf("| %-6s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", "id", "Kiln ms", "GB/s*",
+  printf("| %-8s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", "id", "Kiln ms", "GB/s*",
          "kernels", "x limit", "x NumPy", "x Torch", "best", "x best", "target", "met?");
-  printf("|--------|----------:|---------:|--------:|--------:|--------:|--------:|-------|-------:|"
+  printf("|----------|----------:|---------:|--------:|--------:|--------:|--------:|-------|-------:|"
          "--------------------------------------------|------|\n");
   for (int i = 0; i < n_rows; i++) {
     const row *r = &rows[i];
@@ -629,7 +661,7 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
     fmt(xn, sizeof xn, "%.3f", r->numpy_s / r->kiln_s);
     fmt(xo, sizeof xo, "%.3f", r->torch_s / r->kiln_s);
     fmt(xb, sizeof xb, "%.3f", best_x);
-    printf("| %-6s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", r->id, ms, rate, k, xt, xn,
+    printf("| %-8s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", r->id, ms, rate, k, xt, xn,
            xo, best ? best : "-", xb, r->target, met(r));
   }
   printf("\n* GB/s = ideal bytes (one read of each input, one write of the output) / Kiln time; "
@@ -649,7 +681,7 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
   printf("\ndetails:\n");
   for (int i = 0; i < n_rows; i++) {
     const row *r = &rows[i];
-    printf("  %-6s %s", r->id, r->detail);
+    printf("  %-8s %s", r->id, r->detail);
     if (!isnan(r->numpy_s)) printf("; NumPy %.3f ms", r->numpy_s * 1e3);
     if (!isnan(r->torch_s)) printf("; Torch %.3f ms", r->torch_s * 1e3);
     printf("\n");
@@ -747,6 +779,9 @@ int main(int argc, char **argv) {
     const bench_workload *w = &bench_workloads[i];
     if (selected(&o, w->group, w->id)) measure(w, &s, w->read_only ? read : triad, budget, max_runs);
   }
+  int hand_threads = o.threads ? o.threads : TRIAD_THREADS;
+  if (selected(&o, "W7", "W7-hand")) measure_hand("W7-hand", s.sq, hand_threads, triad, max_runs);
+  if (selected(&o, "W7", "W7r-hand")) measure_hand("W7r-hand", s.sq - 1, hand_threads, triad, max_runs);
   if (selected(&o, "W8", "W8")) measure_w8(&s, o.quick ? 100000000 : 1000000000);
   if (selected(&o, "C1", "C1")) measure_c1(&o);
   if (n_rows == 0) {

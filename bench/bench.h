@@ -72,6 +72,15 @@ double bench_read(int64_t n, int threads, int reps);
 /* Frees the arrays bench_triad keeps between calls. */
 void bench_triad_free(void);
 
+/* Hand-written AVX-512 reference of W7 (n % 16 == 0) and W7r (n % 16 ==
+ * 15): out[i][j] = a[j][i] + b[j] on [n, n] F32, `threads` pthreads,
+ * `reps` timed runs (w7_hand.c; each thread first-touches its part of the
+ * output before them). Fills the median and
+ * best time in ns and the check's worst error (0: exact, > 1: wrong).
+ * Returns 0, -1 where unsupported (no AVX-512F, not x86-64, another n),
+ * -2 out of memory. */
+int bench_w7_hand(int64_t n, int threads, int reps, int64_t *med_ns, int64_t *min_ns, double *err);
+
 /* Monotonic clock in ns. */
 int64_t bench_now_ns(void);
 

@@ -51,6 +51,9 @@ typedef struct lower_ctx {
   int tile;             /* outer RANGE of the tile being lowered */
   int skew;             /* its skew uop (kir_tile_skew) while inside it, else -1 */
   int load_skew;        /* the skew its staged reads index by (llvm_tile_stage), or -1 */
+  /* per PARAM index, and n_params for the staged blocks: !alias.scope of
+   * its accesses (NULL: none) and !noalias (every other's scope) */
+  LLVMValueRef scope[KIR_MAX_PARAMS + 1], noalias[KIR_MAX_PARAMS + 1];
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
 } lower_ctx;
 
@@ -447,6 +450,16 @@ static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt)
   return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
 }
 
+/* Tags an access to buffer uop `buf` (a PARAM; -1: a staged block) with
+ * its scoped no-alias metadata, when the kernel has it (distinct_params).
+ * A LOCAL's accesses stay untagged. */
+static void tag_access(lower_ctx *c, LLVMValueRef inst, int buf) {
+  int scope = buf < 0 ? c->k->n_params : c->k->uops[buf].op == KIR_PARAM ? (int)c->k->uops[buf].ival : -1;
+  if (scope < 0 || !c->scope[scope]) return;
+  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "alias.scope", 11), c->scope[scope]);
+  LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "noalias", 7), c->noalias[scope]);
+}
+
 static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
   LLVMValueRef p, block = c->staged[u - c->k->uops];
@@ -459,6 +472,7 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
     p = element_ptr(c, u, &mt);
   }
   LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
+  tag_access(c, v, block ? -1 : u->src[0]);
   if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
   return v;
 }
@@ -481,6 +495,7 @@ static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMValueRef v = val(c, u->src[2]);
   if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
+  tag_access(c, st, u->src[0]);
   if (u->nontemporal) llvm_stream_tag_store(st);
   return NULL;
 }
@@ -640,6 +655,40 @@ static void find_streams(lower_ctx *c) {
   }
 }
 
+/* A kernel with a skewed tile (kir_tile_skew) writes only buffers that no
+ * other of its PARAMs points into: tiles are never lowered for in-place
+ * writes (passes/lower.c wants_tiles), so what they write is a fresh
+ * allocation (kir.h). LLVM cannot know it (the buffers are loaded from
+ * %bufs), nor that a staged block (a stack array) is none of them: it
+ * versions each row of the tile on run-time overlap checks, with a
+ * scalar copy of the row that keeps the staged block on the stack. Each
+ * PARAM gets an alias scope of its own, and the staged blocks one more
+ * (index n_params); every access is in its scope and no-alias with all
+ * the others. */
+static void distinct_params(lower_ctx *c) {
+  const kir_kernel *k = c->k;
+  bool skewed = false;
+  for (int i = 0; i < k->n_uops && !skewed; i++) skewed = k->uops[i].skew;
+  int n = k->n_params + 1;
+  if (!skewed || n > KIR_MAX_PARAMS + 1) return;
+  LLVMMetadataRef domain_name = LLVMMDStringInContext2(c->ctx, "kiln.buffers", 12);
+  LLVMMetadataRef domain = LLVMMDNodeInContext2(c->ctx, &domain_name, 1);
+  LLVMMetadataRef scopes[KIR_MAX_PARAMS + 1], others[KIR_MAX_PARAMS + 1];
+  for (int p = 0; p < n; p++) {
+    char name[24];
+    int len = p < k->n_params ? snprintf(name, sizeof name, "kiln.param%d", p) : snprintf(name, sizeof name, "kiln.staged");
+    LLVMMetadataRef md[2] = {LLVMMDStringInContext2(c->ctx, name, (size_t)len), domain};
+    scopes[p] = LLVMMDNodeInContext2(c->ctx, md, 2);
+  }
+  for (int p = 0; p < n; p++) {
+    int m = 0;
+    for (int q = 0; q < n; q++)
+      if (q != p) others[m++] = scopes[q];
+    c->scope[p] = LLVMMetadataAsValue(c->ctx, LLVMMDNodeInContext2(c->ctx, &scopes[p], 1));
+    c->noalias[p] = LLVMMetadataAsValue(c->ctx, LLVMMDNodeInContext2(c->ctx, others, (size_t)m));
+  }
+}
+
 /* Declares the kernel, its entry block (allocas) and first code block. */
 static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
   LLVMTypeRef params[3] = {c->ptr, c->i64, c->i64};
@@ -679,6 +728,7 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
   }
   init_types(&c);
   find_streams(&c);
+  distinct_params(&c);
   c.b = LLVMCreateBuilderInContext(c.ctx);
   c.ab = LLVMCreateBuilderInContext(c.ctx);
   LLVMValueRef fn = begin_function(&c, fname);

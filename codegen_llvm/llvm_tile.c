@@ -194,11 +194,14 @@ static void load_block(const llvm_tile_env *e, const kir_uop *x, LLVMValueRef ba
   transpose(e->b, e->ctx, rows);
 }
 
-/* Vector t of slot `slot` of a carry buffer (T vectors a slot). */
-static LLVMValueRef carry_at(const llvm_tile_env *e, LLVMTypeRef vt, LLVMValueRef carry, LLVMValueRef slot, int t) {
+/* Vector t of slot `slot` of a carry buffer (T vectors a slot). The
+ * slot is one index of a [slots][T] array and t a constant one, so the
+ * address is a base register plus a displacement (an index slot*T + t
+ * became T induction variables, spilled). */
+static LLVMValueRef carry_at(const llvm_tile_env *e, LLVMTypeRef carry_type, LLVMValueRef carry, LLVMValueRef slot, int t) {
   LLVMTypeRef i64 = LLVMInt64TypeInContext(e->ctx);
-  LLVMValueRef idx = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, slot, LLVMConstInt(i64, T, 0), ""), LLVMConstInt(i64, (unsigned long long)t, 0), "");
-  return LLVMBuildInBoundsGEP2(e->b, vt, carry, &idx, 1, "");
+  LLVMValueRef idx[3] = {LLVMConstInt(i64, 0, 0), slot, LLVMConstInt(i64, (unsigned long long)t, 0)};
+  return LLVMBuildInBoundsGEP2(e->b, carry_type, carry, idx, 3, "");
 }
 
 /* A skewed tile's rows: lo[] (source rows [0, T)) and hi[] ([T, 2T)),
@@ -213,7 +216,8 @@ static void skewed_rows(const llvm_tile_env *e, int tile, const kir_uop *x, LLVM
     return;
   }
   LLVMTypeRef i64 = LLVMInt64TypeInContext(e->ctx), vt = LLVMVectorType(llvm_mem_type(e->ctx, x->type), T);
-  LLVMValueRef carry = LLVMBuildAlloca(e->ab, LLVMArrayType(vt, (unsigned)(T * e->k->uops[band].ival)), "carry");
+  LLVMTypeRef ct = LLVMArrayType(LLVMArrayType(vt, T), (unsigned)e->k->uops[band].ival);
+  LLVMValueRef carry = LLVMBuildAlloca(e->ab, ct, "carry");
   LLVMSetAlignment(carry, 64);
   LLVMValueRef slot = e->vals[band];
   LLVMValueRef first = LLVMBuildICmp(e->b, LLVMIntEQ, e->vals[blocks], LLVMConstInt(i64, 0, 0), "");
@@ -223,12 +227,12 @@ static void skewed_rows(const llvm_tile_env *e, int tile, const kir_uop *x, LLVM
   LLVMBuildCondBr(e->b, first, fill, cont);
   LLVMPositionBuilderAtEnd(e->b, fill);
   load_block(e, x, base, s, 0, lo);
-  for (int t = 0; t < T; t++) LLVMBuildStore(e->b, lo[t], carry_at(e, vt, carry, slot, t));
+  for (int t = 0; t < T; t++) LLVMBuildStore(e->b, lo[t], carry_at(e, ct, carry, slot, t));
   LLVMBuildBr(e->b, cont);
   LLVMPositionBuilderAtEnd(e->b, cont);
-  for (int t = 0; t < T; t++) lo[t] = LLVMBuildLoad2(e->b, vt, carry_at(e, vt, carry, slot, t), "");
+  for (int t = 0; t < T; t++) lo[t] = LLVMBuildLoad2(e->b, vt, carry_at(e, ct, carry, slot, t), "");
   load_block(e, x, base, s, T, hi);
-  for (int t = 0; t < T; t++) LLVMBuildStore(e->b, hi[t], carry_at(e, vt, carry, slot, t));
+  for (int t = 0; t < T; t++) LLVMBuildStore(e->b, hi[t], carry_at(e, ct, carry, slot, t));
 }
 
 /* Uop u's value mod T at ti = `ti`, when the uops it depends on fix it

@@ -353,6 +353,48 @@ static void ragged_transpose_skews_tiles(void **state) {
   rt_set_fusion(-1);
 }
 
+/* Occurrences of needle in text. */
+static int count_text(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* The optimised LLVM IR of the kernel of a.T + b[None, :], a [w, r]
+ * (malloc'ed; the caller frees it). */
+static char *transpose_ir(int64_t r, int64_t w) {
+  kiln_tensor *a = ramp(2, (int64_t[]){w, r}, 1), *b = ramp(1, (int64_t[]){w}, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){a, b}, 2), KILN_OK);
+  kir_kernel k;
+  lower_for_test(kiln_add(kiln_t(a), kiln_unsqueeze(b, 0)), &k);
+  char err[256] = "", *ir = NULL;
+  llvm_kernel_fn fn = NULL;
+  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  kir_free(&k);
+  return ir;
+}
+
+/* A skewed tile's kernel tells LLVM its buffers and its staged blocks
+ * are distinct (scoped no-alias metadata, codegen_llvm/llvm_lower.c
+ * distinct_params), so the tile's rows need no run-time overlap check
+ * and no scalar copy; a plain tile's kernel is left as it was. */
+static void skewed_tile_has_no_overlap_checks(void **state) {
+  (void)state;
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  char *ir = transpose_ir(1500, 1501); /* 9 MB: the tile's stores stream */
+  assert_true(count_text(ir, "!noalias") > 0);
+  assert_int_equal(count_text(ir, "diff.check"), 0); /* the loop vectoriser's overlap checks */
+  assert_int_equal(count_text(ir, "conflict"), 0);
+  assert_true(count_text(ir, "!nontemporal") > 0);
+  free(ir);
+  ir = transpose_ir(1501, 1504); /* a multiple of the tile: plain tiles */
+  assert_int_equal(count_text(ir, "!noalias"), 0);
+  free(ir);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(transposed_write_is_unit_stride),
@@ -361,6 +403,7 @@ int main(void) {
       cmocka_unit_test(non_pointwise_group_unchanged), cmocka_unit_test(reduction_dims_merge),
       cmocka_unit_test(reshaped_producer_merges),
       cmocka_unit_test(split_dim_reads_without_division), cmocka_unit_test(ragged_transpose_skews_tiles),
+      cmocka_unit_test(skewed_tile_has_no_overlap_checks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
