@@ -393,7 +393,19 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
     graph_store_scalar(src->dtype, tmp, graph_attr_scalar(src)); /* round as a cast does */
     return pass_cst(k, graph_compute_dtype(src->dtype), graph_load_scalar(src->dtype, tmp));
   }
-  /* ARANGE: start + i * step, computed in F64 then converted */
+  /* ARANGE: start + i * step, computed in F64 then converted; in index
+   * arithmetic when the dtype is an integer and every value is an exact
+   * integer that fits it (the same values, without two conversions an
+   * element: the positions and tap numbers pooling and view adjoints
+   * build from aranges) */
+  double start = graph_attr_scalar(src), step = graph_attr_scalar2(src);
+  double bound = src->dtype == KILN_I64 ? 0x1p53 : 0x1p31;
+  if ((src->dtype == KILN_I64 || src->dtype == KILN_I32) && start == floor(start) && step == floor(step) &&
+      fabs(start) + fabs(step) * (double)src->numel < bound) {
+    int x = pass_alu2(k, KIR_MUL, idx, kir_const_i(k, KIR_INDEX, (int64_t)step));
+    x = pass_alu2(k, KIR_ADD, x, kir_const_i(k, KIR_INDEX, (int64_t)start));
+    return pass_to_register(k, pass_cast_to(k, src->dtype, x));
+  }
   int x = kir_cast(k, KILN_F64, idx);
   x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KILN_F64, graph_attr_scalar2(src)));
   x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KILN_F64, graph_attr_scalar(src)));

@@ -135,6 +135,19 @@ static void test_arange_values(void **state) {
   int64_t *i64 = read_all(kiln_arange(KILN_I64, 10, 0, -3));
   assert_true(i64[0] == 10 && i64[1] == 7 && i64[2] == 4 && i64[3] == 1);
   free(i64);
+  /* integral I64 and I32 aranges are computed in index arithmetic, others
+   * in F64 (passes/lower.c source_value): the same exact values, on both
+   * sides of the bound (2^53 for I64) */
+  const double big = 4503599627370496.0; /* 2^52 */
+  int64_t *far = read_all(kiln_arange(KILN_I64, -1099511627776.0, -1099511627776.0 - 7 * 3000, -7));
+  int64_t *edge = read_all(kiln_arange(KILN_I64, big, big + 2 * 3000, 2));
+  int32_t *neg32 = read_all(kiln_arange(KILN_I32, 2000000000, 2000000000 - 3 * 3000, -3));
+  for (int64_t i = 0; i < 3000; i++) {
+    assert_true(far[i] == INT64_C(-1099511627776) - 7 * i);
+    assert_true(edge[i] == (INT64_C(1) << 52) + 2 * i);
+    assert_true(neg32[i] == 2000000000 - 3 * (int32_t)i);
+  }
+  free(far), free(edge), free(neg32);
   uint8_t *u8 = read_all(kiln_arange(KILN_U8, 250, 255, 2));
   assert_true(u8[0] == 250 && u8[1] == 252 && u8[2] == 254);
   free(u8);
