@@ -4,7 +4,7 @@
  *
  * Loop nests follow the root: elementwise and cast roots loop over their
  * sizes, reductions over the input's kept dims then its reduced dims (a
- * column reduction over blocks of columns, lower_columns),
+ * column reduction over blocks of columns: lower_columns.c),
  * ASSIGN over the storage (copy, unless in place) then the region. A value
  * is produced by value_at(node, index): a fused producer is computed at
  * the index its reader's view names (map_index turns the reader's view
@@ -22,48 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
+#include "lower_ctx.h"
 #include "semantics.h"
 
-/* One external read: input `input` of `consumer`. */
-typedef struct edge {
-  const graph_node *consumer;
-  int input;
-  int param;  /* PARAM uop of the source buffer, -1 for ARANGE */
-  int offset; /* KIR_INDEX uop: the view's storage offset */
-  int scalar; /* register value of a pending FULL, else -1 */
-} edge;
-
-typedef struct lower_ctx {
-  kir_kernel *k;
-  const graph_node *root;
-  const pass_plan *plan;   /* the force's decisions: what is fused, what the host stores */
-  const graph_node *host; /* the node being lowered (root may be its merged copy) */
-  int store_param[PASS_MAX_OUTPUTS]; /* PARAM uop of binding->outputs[j] */
-  pass_binding *b;
-  int out;  /* PARAM 0 */
-  int args;  /* PARAM 1 */
-  int fargs; /* PARAM 2 */
-  int n_edges;
-  edge edges[PASS_MAX_ARGS];
-  int input_param[PASS_MAX_INPUTS]; /* PARAM uop of binding->inputs[i] */
-  int n_seen;
-  const graph_node *seen[256]; /* fused nodes already walked / named */
-  int n_memo;
-  struct { const graph_node *n; int idx[KILN_MAX_DIMS]; int value; } memo[128]; /* value_at results */
-  int n_rows;
-  const graph_node *rows[16]; /* fused reductions, producers first */
-  int row_value[16];          /* their value for the current row */
-  int outer[KILN_MAX_DIMS];   /* the row loops' ranges */
-  int n_outer;
-  bool full; /* a limit was hit, or the group does not fit one kernel */
-  const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
-  bool spill_stored;       /* the epilogue loads spill from the output */
-  bool tiled;              /* lower_elementwise's tiled loops */
-  bool plain_stores;       /* the edge loops of skewed tiles (lower_skewed): no streaming stores */
-  char name[96];
-  int name_len;
-} lower_ctx;
 
 bool pass_is_inlined(const graph_node *n) {
   return !n->buffer && (n->op == GRAPH_OP_FULL || n->op == GRAPH_OP_ARANGE);
@@ -441,7 +402,7 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
 static int written_value(lower_ctx *c, const graph_node *x, const int *ridx);
 
 /* Input i of n at n's index idx (in n's iteration dims). */
-static int input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
+int lower_input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   const graph_node *src = n->inputs[i].node;
   const graph_view *v = &n->inputs[i].view;
   if (is_fused(c, src) && graph_ops[src->op].kind == GRAPH_REDUCE) return row_read(c, src, v, idx);
@@ -503,7 +464,7 @@ static int written_value(lower_ctx *c, const graph_node *x, const int *ridx) {
   int ndim = graph_attr_region(x).ndim;
   int v = memo_find(c, x, ridx, ndim);
   if (v >= 0) return v;
-  v = pass_to_register(c->k, pass_cast_to(c->k, x->dtype, input_at(c, x, 1, ridx)));
+  v = pass_to_register(c->k, pass_cast_to(c->k, x->dtype, lower_input_at(c, x, 1, ridx)));
   return memo_add(c, x, ridx, ndim, v);
 }
 
@@ -531,11 +492,11 @@ static int gather_at(lower_ctx *c, const graph_node *n, const int *idx) {
   kir_kernel *k = c->k;
   int dim = (int)graph_attr_scalar(n), sidx[KILN_MAX_DIMS];
   int64_t size = n->inputs[0].view.sizes[dim];
-  int i = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
+  int i = pass_cast_to(k, KIR_INDEX, lower_input_at(c, n, 1, idx));
   i = pass_alu2(k, KIR_MAX, i, kir_const_i(k, KIR_INDEX, 0));
   i = pass_alu2(k, KIR_MIN, i, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
   for (int d = 0; d < n->ndim; d++) sidx[d] = d == dim ? i : idx[d];
-  return pass_to_register(k, pass_cast_to(k, n->dtype, input_at(c, n, 0, sidx)));
+  return pass_to_register(k, pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, sidx)));
 }
 
 static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
@@ -543,7 +504,7 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   if (n->op == GRAPH_OP_GATHER) return gather_at(c, n, idx);
   kiln_dtype t = graph_compute_dtype(n->cdtype);
   int v[GRAPH_MAX_INPUTS];
-  for (int i = 0; i < n->n_inputs; i++) v[i] = half_operand(c, n, i, input_at(c, n, i, idx));
+  for (int i = 0; i < n->n_inputs; i++) v[i] = half_operand(c, n, i, lower_input_at(c, n, i, idx));
   int res = -1;
   switch (graph_ops[n->op].kind) {
   case GRAPH_CAST: res = v[0]; break;
@@ -569,7 +530,7 @@ static void open_ranges(kir_kernel *k, int ndim, const int64_t *sizes, int *rang
   for (int d = 0; d < ndim; d++) ranges[d] = kir_range(k, sizes[d], d == 0);
 }
 
-static void close_ranges(kir_kernel *k, int ndim, const int *ranges) {
+void lower_close_ranges(kir_kernel *k, int ndim, const int *ranges) {
   for (int d = ndim - 1; d >= 0; d--)
     if (ranges[d] >= 0) kir_end(k, ranges[d]);
 }
@@ -615,7 +576,7 @@ static void store_node(lower_ctx *c, const graph_node *n, int param, const int *
   else kir_store(c->k, param, idx, value);
 }
 
-static void store_contiguous(lower_ctx *c, const int *ranges, int value) {
+void lower_store_contiguous(lower_ctx *c, const int *ranges, int value) {
   store_node(c, c->root, c->out, ranges, value);
 }
 
@@ -673,7 +634,7 @@ static int tile_base(kir_kernel *k, int b, int64_t size) {
 static int store_all(lower_ctx *c, const int *ranges) {
   int res = value_at(c, c->root, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;
-  store_contiguous(c, ranges, res);
+  lower_store_contiguous(c, ranges, res);
   return store_outputs(c, ranges);
 }
 
@@ -764,7 +725,7 @@ static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
   int col_base = pass_alu2(k, KIR_MUL, bg, kir_const_i(k, KIR_INDEX, slice));
   if (st >= 0 && rows % t)
     st = store_edge(c, ranges, slice, rows % t, col_base, 0, kir_const_i(k, KIR_INDEX, bands * t), rows - 1, cols - 1);
-  close_ranges(k, n_loops, loops);
+  lower_close_ranges(k, n_loops, loops);
   return st;
 }
 
@@ -796,14 +757,14 @@ static int lower_elementwise(lower_ctx *c) {
   }
   int res = value_at(c, r, ranges);
   if (res < 0) return KILN_ERR_UNSUPPORTED;
-  store_contiguous(c, ranges, res);
+  lower_store_contiguous(c, ranges, res);
   int st = store_outputs(c, ranges);
-  close_ranges(k, n_loops, loops);
+  lower_close_ranges(k, n_loops, loops);
   return st;
 }
 
 /* Identity of a reduction in accumulator type t. */
-static int reduce_init(kir_kernel *k, graph_op op, kiln_dtype t) {
+int lower_reduce_init(kir_kernel *k, graph_op op, kiln_dtype t) {
   bool fl = !pass_is_int_type(t) && t != KILN_BOOL;
   int bits = graph_dtypes[t].bits;
   bool sgn = graph_dtypes[t].is_signed;
@@ -823,7 +784,7 @@ static int reduce_init(kir_kernel *k, graph_op op, kiln_dtype t) {
   }
 }
 
-static kir_op reduce_alu(graph_op op, kiln_dtype t) {
+kir_op lower_reduce_alu(graph_op op, kiln_dtype t) {
   switch (op) {
   case GRAPH_OP_SUM: return KIR_ADD;
   case GRAPH_OP_PROD: return KIR_MUL;
@@ -835,12 +796,12 @@ static kir_op reduce_alu(graph_op op, kiln_dtype t) {
 /* acc = op(acc, x), marked reassociable so the backend can vectorise it. */
 static void reduce_update(kir_kernel *k, graph_op op, int acc, int x) {
   kiln_dtype t = pass_type_of(k, acc);
-  int upd = kir_alu(k, reduce_alu(op, t), t, acc, x, -1);
+  int upd = kir_alu(k, lower_reduce_alu(op, t), t, acc, x, -1);
   kir_set_reassoc(k, upd);
   kir_acc_set(k, acc, upd);
 }
 
-static kiln_dtype reduce_acc_type(const graph_node *n) {
+kiln_dtype lower_reduce_acc_type(const graph_node *n) {
   kiln_dtype in = n->inputs[0].node->dtype;
   if (n->op == GRAPH_OP_SUM || n->op == GRAPH_OP_PROD) return graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
   if (n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN) return graph_compute_dtype(in);
@@ -868,13 +829,13 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   const graph_view *v = &q->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(q);
   bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
-  kiln_dtype t = reduce_acc_type(q);
+  kiln_dtype t = lower_reduce_acc_type(q);
   int red_dim = -1;
-  int acc = kir_acc(k, t, reduce_init(k, q->op, t));
+  int acc = kir_acc(k, t, lower_reduce_init(k, q->op, t));
   int acc_idx = is_arg ? kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0)) : -1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
-  int in = input_at(c, q, 0, ranges);
+  int in = lower_input_at(c, q, 0, ranges);
   if (q->inputs[0].node == c->spill) { /* keep it for the epilogue: the root's dtype and sizes */
     graph_view flat = graph_view_contiguous(c->spill->ndim, c->spill->sizes);
     kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, c->spill->dtype, in));
@@ -903,157 +864,14 @@ static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ran
   }
 }
 
-#define COLS 16 /* scans: columns run together */
-
-/* Column reductions: the input's last dim is kept and unit-stride, so
- * neighbouring outputs are reduced together, a block of up to COL_MAX
- * columns at a time. The block's accumulators are a row in a LOCAL (F64
- * for a sum: 8 KiB, in L1), and the rows are walked in groups of
- * ROW_GROUP: each pass over the block loads an accumulator, adds the
- * group's rows to it in registers, in row order, and stores it back
- * (then one pass for the rows left over). A pass reads ROW_GROUP rows of
- * the block as ROW_GROUP sequential runs of 4 KiB (F32): bench/ row W3b
- * (sum over dim 0 of 4096 x 4096 F32) reads at the read roofline this way
- * (docs/internals.md, Column reductions), where 64 register accumulators
- * a block (256-byte runs, 16 KiB apart) read at 0.4-0.7 x and one row a
- * pass was no faster. The adds are plain (not reassociable), so every
- * output is still the sequential sum of its column in the accumulator
- * type, as the general path computes it: fused and unfused results
- * agree bitwise. */
-#define COL_MAX 1024  /* columns a block: 8 KiB of F64 accumulators */
-#define COL_MIN 32    /* narrowest block split off for parallelism */
-#define COL_FEWEST 16 /* fewer columns take the general path */
-#define COL_SPLIT 4   /* blocks wanted for the pool when few kept rows */
-#define ROW_GROUP 8   /* rows a pass */
-
-/* The block width for a column reduction of n, 0 when the pattern does not
- * apply: the last dim reduced or strided, fewer than COL_FEWEST columns, an arg
- * reduction, or a CUDA tensor (a LOCAL is per thread, so a block would be
- * one GPU thread's work; the general path spreads the outputs over
- * threads or blocks). Blocks are as even as can be (the last one, shifted
- * back, overlaps its neighbour by fewer columns than there are blocks);
- * with fewer than COL_SPLIT kept leading rows the columns split into up
- * to COL_SPLIT blocks of at least COL_MIN, so the pool has work for each
- * thread. */
-static int64_t column_block(const graph_node *n) {
-  const graph_view *v = &n->inputs[0].view;
-  int last = v->ndim - 1;
-  uint32_t mask = graph_attr_reduce_mask(n);
-  bool arg = n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN;
-  if (arg || n->device == KILN_CUDA || last < 1 || (mask & (1u << last)) || mask == 0) return 0;
-  int64_t cols = v->sizes[last], kept = 1;
-  if (v->strides[last] != 1 || cols < COL_FEWEST) return 0;
-  for (int d = 0; d < last; d++)
-    if (!(mask & (1u << d))) kept *= v->sizes[d];
-  int64_t blocks = (cols + COL_MAX - 1) / COL_MAX;
-  if (kept < COL_SPLIT && blocks < COL_SPLIT) {
-    int64_t split = cols / COL_MIN < COL_SPLIT ? cols / COL_MIN : COL_SPLIT;
-    if (split > blocks) blocks = split;
-  }
-  return (cols + blocks - 1) / blocks;
-}
-
-/* First column of block b of `width` columns: b * width, the last block
- * shifted back to end at cols (its first columns are computed twice,
- * with the same values). */
-static int column_base(kir_kernel *k, int b, int64_t width, int64_t cols) {
-  int base = pass_alu2(k, KIR_MUL, b, kir_const_i(k, KIR_INDEX, width));
-  int64_t blocks = (cols + width - 1) / width;
-  if (blocks * width == cols) return base;
-  return pass_alu2(k, KIR_MIN, base, kir_const_i(k, KIR_INDEX, cols - width));
-}
-
-/* One pass over the block: for each column, acc[col] = op(...op(acc[col],
- * x[row0][col])..., x[row0 + n - 1][col]), rows along dim `dim` (ranges[d]
- * set for every other dim but the last). row0 is a KIR_INDEX uop. */
-static void column_pass(lower_ctx *c, int acc, int64_t width, int base, int dim, int row0, int n_rows, int *ranges) {
-  const graph_node *n = c->root;
-  kir_kernel *k = c->k;
-  int last = n->inputs[0].view.ndim - 1;
-  kiln_dtype t = reduce_acc_type(n);
-  int col = kir_range(k, width, false);
-  ranges[last] = pass_alu2(k, KIR_ADD, base, col);
-  int a = kir_load(k, acc, col);
-  for (int r = 0; r < n_rows; r++) {
-    ranges[dim] = r ? pass_alu2(k, KIR_ADD, row0, kir_const_i(k, KIR_INDEX, r)) : row0;
-    int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
-    a = kir_alu(k, reduce_alu(n->op, t), t, a, x, -1); /* in order: see above */
-  }
-  kir_store(k, acc, col, a);
-  kir_end(k, col);
-  ranges[last] = ranges[dim] = -1;
-  c->n_memo = 0; /* values of the closed loop are out of scope */
-}
-
-/* The reduced dims of the block: the outer ones as loops, the innermost
- * (dim `in`, `size` rows) as groups of ROW_GROUP rows, then its rest. */
-static void column_rows(lower_ctx *c, int acc, int64_t width, int base, int *ranges) {
-  kir_kernel *k = c->k;
-  const graph_view *v = &c->root->inputs[0].view;
-  uint32_t mask = graph_attr_reduce_mask(c->root);
-  int in = 31 - __builtin_clz(mask);
-  int64_t size = v->sizes[in], groups = size / ROW_GROUP, rest = size % ROW_GROUP;
-  for (int d = 0; d < in; d++)
-    if (mask & (1u << d)) ranges[d] = kir_range(k, v->sizes[d], false);
-  if (groups > 0) {
-    int g = kir_range(k, groups, false);
-    column_pass(c, acc, width, base, in, pass_alu2(k, KIR_MUL, g, kir_const_i(k, KIR_INDEX, ROW_GROUP)), ROW_GROUP,
-                ranges);
-    kir_end(k, g);
-  }
-  if (rest > 0) column_pass(c, acc, width, base, in, kir_const_i(k, KIR_INDEX, groups * ROW_GROUP), (int)rest, ranges);
-  for (int d = in - 1; d >= 0; d--)
-    if (mask & (1u << d)) {
-      kir_end(k, ranges[d]);
-      ranges[d] = -1;
-    }
-  c->n_memo = 0;
-}
-
-/* The loops of a column reduction (column_block): kept leading dims, then
- * blocks of `width` columns (the first of them parallel); in a block, the
- * LOCAL accumulator row is set to the identity, updated by column_rows,
- * then cast and stored. */
-static int lower_columns(lower_ctx *c, int64_t width) {
-  const graph_node *n = c->root;
-  kir_kernel *k = c->k;
-  const graph_view *v = &n->inputs[0].view;
-  uint32_t mask = graph_attr_reduce_mask(n);
-  int last = v->ndim - 1, ranges[KILN_MAX_DIMS];
-  int64_t cols = v->sizes[last];
-  kiln_dtype t = reduce_acc_type(n);
-  bool first = true;
-  for (int d = 0; d < last; d++) {
-    ranges[d] = -1;
-    if (mask & (1u << d)) continue;
-    ranges[d] = kir_range(k, v->sizes[d], first);
-    first = false;
-  }
-  int block = kir_range(k, (cols + width - 1) / width, first);
-  int base = column_base(k, block, width, cols);
-  int acc = kir_local(k, t, width);
-  int col = kir_range(k, width, false);
-  kir_store(k, acc, col, reduce_init(k, n->op, t));
-  kir_end(k, col);
-  column_rows(c, acc, width, base, ranges);
-  col = kir_range(k, width, false);
-  ranges[last] = pass_alu2(k, KIR_ADD, base, col);
-  store_contiguous(c, ranges, pass_to_register(k, pass_cast_to(k, n->dtype, kir_load(k, acc, col))));
-  kir_end(k, col);
-  kir_end(k, block);
-  ranges[last] = -1;
-  close_ranges(k, last, ranges);
-  return KILN_OK;
-}
-
 static int lower_reduce(lower_ctx *c) {
   const graph_node *n = c->root;
-  int64_t width = column_block(n);
+  int64_t width = lower_column_block(n);
   if (width) return lower_columns(c, width);
   int ranges[KILN_MAX_DIMS];
   open_kept(c, &n->inputs[0].view, graph_attr_reduce_mask(n), ranges);
-  store_contiguous(c, ranges, emit_reduce(c, n, ranges));
-  close_ranges(c->k, n->inputs[0].view.ndim, ranges);
+  lower_store_contiguous(c, ranges, emit_reduce(c, n, ranges));
+  lower_close_ranges(c->k, n->inputs[0].view.ndim, ranges);
   return KILN_OK;
 }
 
@@ -1158,10 +976,12 @@ static int lower_rows(lower_ctx *c) {
     value = value_at(c, root, idx);
   }
   if (c->full || value < 0) return KILN_ERR_UNSUPPORTED;
-  store_contiguous(c, ranges, value);
-  close_ranges(c->k, v->ndim, ranges);
+  lower_store_contiguous(c, ranges, value);
+  lower_close_ranges(c->k, v->ndim, ranges);
   return KILN_OK;
 }
+
+#define COLS 16 /* scans: columns run together */
 
 /* Scan (cumsum, cumprod) along one dim: loops over the other dims (the
  * first of them parallel, so rows of the scan split across threads), then
@@ -1202,12 +1022,12 @@ static int lower_scan(lower_ctx *c) {
     block = kir_range(k, v->sizes[last] / COLS, first);
     base = pass_alu2(k, KIR_MUL, block, kir_const_i(k, KIR_INDEX, COLS));
   }
-  for (int u = 0; u < n_lanes; u++) acc[u] = kir_acc(k, t, reduce_init(k, red, t));
+  for (int u = 0; u < n_lanes; u++) acc[u] = kir_acc(k, t, lower_reduce_init(k, red, t));
   ranges[s] = kir_range(k, v->sizes[s], false);
   for (int u = 0; u < n_lanes; u++) {
     if (lanes) ranges[last] = pass_alu2(k, KIR_ADD, base, kir_const_i(k, KIR_INDEX, u));
-    int x = pass_cast_to(k, t, input_at(c, n, 0, ranges));
-    int upd = kir_alu(k, reduce_alu(red, t), t, acc[u], x, -1);
+    int x = pass_cast_to(k, t, lower_input_at(c, n, 0, ranges));
+    int upd = kir_alu(k, lower_reduce_alu(red, t), t, acc[u], x, -1);
     kir_acc_set(k, acc[u], upd);
     int value = pass_to_register(k, pass_cast_to(k, n->dtype, upd));
     kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, n->dtype, value));
@@ -1219,7 +1039,7 @@ static int lower_scan(lower_ctx *c) {
     kir_end(k, block);
     ranges[last] = -1;
   }
-  close_ranges(k, v->ndim, ranges);
+  lower_close_ranges(k, v->ndim, ranges);
   return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
@@ -1244,7 +1064,7 @@ static void scatter_one(lower_ctx *c, const int *idx, int row, int first, int ma
   int nd = iv->ndim, dim = (int)graph_attr_scalar(n);
   int64_t size = n->sizes[1 + dim], ts[KILN_MAX_DIMS];
   graph_contiguous_strides(n->ndim - 1, n->sizes + 1, ts);
-  int at = pass_cast_to(k, KIR_INDEX, input_at(c, n, 1, idx));
+  int at = pass_cast_to(k, KIR_INDEX, lower_input_at(c, n, 1, idx));
   at = pass_alu2(k, KIR_MAX, at, kir_const_i(k, KIR_INDEX, 0));
   at = pass_alu2(k, KIR_MIN, at, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
   int dest = row;
@@ -1252,7 +1072,7 @@ static void scatter_one(lower_ctx *c, const int *idx, int row, int first, int ma
     int coord = d == dim ? at : idx[d];
     dest = pass_alu2(k, KIR_ADD, dest, ts[d] == 1 ? coord : pass_alu2(k, KIR_MUL, coord, kir_const_i(k, KIR_INDEX, ts[d])));
   }
-  int v = pass_cast_to(k, n->dtype, input_at(c, n, 0, idx));
+  int v = pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, idx));
   if (mask >= 0) v = pass_where(k, mask, v, pass_cst(k, n->dtype, 0));
   int old = pass_to_register(k, kir_load(k, c->out, dest));
   kir_store(k, c->out, dest, pass_alu2(k, KIR_ADD, old, v));
@@ -1279,7 +1099,7 @@ static int lower_scatter_slabs(lower_ctx *c) {
     int valid = pass_cmp(k, KIR_CMPLT, t0, kir_const_i(k, KIR_INDEX, iv->sizes[0]));
     open_ranges(k, nd - 1, iv->sizes + 1, idx + 1);
     scatter_one(c, idx, row, 1, valid);
-    close_ranges(k, nd - 1, idx + 1);
+    lower_close_ranges(k, nd - 1, idx + 1);
   }
   kir_end(k, t0);
   c->n_memo = 0;
@@ -1356,7 +1176,7 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   bool whole = pass_whole_write(n);
   if (!in_place && !whole) {
     int r = kir_range(k, n->numel, true);
-    kir_store(k, c->out, r, pass_cast_to(k, n->dtype, input_at(c, n, 0, &r)));
+    kir_store(k, c->out, r, pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, &r)));
     kir_end(k, r);
     c->n_memo = 0;
   }
@@ -1366,7 +1186,7 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   write_order(reg, perm);
   for (int i = 0; i < reg->ndim; i++)
     ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], (in_place || whole) && i == 0);
-  int val = input_at(c, n, 1, ranges);
+  int val = lower_input_at(c, n, 1, ranges);
   kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, n->dtype, val));
   int st = store_outputs(c, ranges);
   for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);

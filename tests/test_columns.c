@@ -1,5 +1,5 @@
 /*
- * test_columns.c — column reductions (passes/lower.c, lower_columns):
+ * test_columns.c — column reductions (passes/lower_columns.c):
  * reductions over leading dims whose last dim is kept and unit-stride run
  * as blocks of columns with an accumulator row in a LOCAL, rows added in
  * groups of 8. Checked here: the kernel IR has that shape, and the values

@@ -1,0 +1,68 @@
+/*
+ * lower_ctx.h — the state of one kernel's lowering (passes/lower.c), for
+ * the files that lower a kind of root beside it (lower_columns.c), and
+ * the helpers they share. Private to passes/.
+ */
+#ifndef KILN_LOWER_CTX_H
+#define KILN_LOWER_CTX_H
+
+#include "lower.h"
+
+/* One external read: input `input` of `consumer`. */
+typedef struct edge {
+  const graph_node *consumer;
+  int input;
+  int param;  /* PARAM uop of the source buffer, -1 for ARANGE */
+  int offset; /* KIR_INDEX uop: the view's storage offset */
+  int scalar; /* register value of a pending FULL, else -1 */
+} edge;
+
+typedef struct lower_ctx {
+  kir_kernel *k;
+  const graph_node *root;
+  const pass_plan *plan;   /* the force's decisions: what is fused, what the host stores */
+  const graph_node *host; /* the node being lowered (root may be its merged copy) */
+  int store_param[PASS_MAX_OUTPUTS]; /* PARAM uop of binding->outputs[j] */
+  pass_binding *b;
+  int out;  /* PARAM 0 */
+  int args;  /* PARAM 1 */
+  int fargs; /* PARAM 2 */
+  int n_edges;
+  edge edges[PASS_MAX_ARGS];
+  int input_param[PASS_MAX_INPUTS]; /* PARAM uop of binding->inputs[i] */
+  int n_seen;
+  const graph_node *seen[256]; /* fused nodes already walked / named */
+  int n_memo;
+  struct { const graph_node *n; int idx[KILN_MAX_DIMS]; int value; } memo[128]; /* value_at results */
+  int n_rows;
+  const graph_node *rows[16]; /* fused reductions, producers first */
+  int row_value[16];          /* their value for the current row */
+  int outer[KILN_MAX_DIMS];   /* the row loops' ranges */
+  int n_outer;
+  bool full; /* a limit was hit, or the group does not fit one kernel */
+  const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
+  bool spill_stored;       /* the epilogue loads spill from the output */
+  bool tiled;              /* lower_elementwise's tiled loops */
+  bool plain_stores;       /* the edge loops of skewed tiles (lower_skewed): no streaming stores */
+  char name[96];
+  int name_len;
+} lower_ctx;
+
+/* n's input i at the root's multi-index idx (a fused producer computed
+ * there, or an external read). */
+int lower_input_at(lower_ctx *c, const graph_node *n, int i, const int *idx);
+/* Stores value into the root's output at the contiguous index of ranges. */
+void lower_store_contiguous(lower_ctx *c, const int *ranges, int value);
+/* Closes the open loops (>= 0) of ranges [ndim], innermost first. */
+void lower_close_ranges(kir_kernel *k, int ndim, const int *ranges);
+/* A reduction's accumulator dtype, identity and update op. */
+kiln_dtype lower_reduce_acc_type(const graph_node *n);
+int lower_reduce_init(kir_kernel *k, graph_op op, kiln_dtype t);
+kir_op lower_reduce_alu(graph_op op, kiln_dtype t);
+
+/* Column reductions (lower_columns.c): the block width for reduction n,
+ * 0 when the pattern does not apply; its loops. */
+int64_t lower_column_block(const graph_node *n);
+int lower_columns(lower_ctx *c, int64_t width);
+
+#endif
