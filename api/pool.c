@@ -286,10 +286,10 @@ static kiln_tensor *tap_numbers(const pool_geom *g, const kiln_tensor *like) {
  * c keeps a -0 maximum -0, where -0 + 0 would give +0), and the gradient
  * to win is where(sel, g / c, 0) · c = where(sel, g, 0) — one cotangent
  * for the one window view, which grad.c sends back to the input as a
- * reshape (windows that cover the input without overlap, KDIM), a
+ * reshape (windows that cover the input without overlap, KDIM), or a
  * permuted read or a strided copy into zeros (other windows that do not
- * overlap), or add_shifted's one kernel (overlapping windows): no
- * scatter. Dividing rather than multiplying by c matters for
+ * overlap; overlapping ones never come here: sum_path): no scatter.
+ * Dividing rather than multiplying by c matters for
  * speed: g / c is not CHEAP (fuse.c rule 4), so the backward computes it
  * once per output position into a buffer, instead of recomputing g's
  * producers (e.g. the next conv's col2im) for each of the k window
