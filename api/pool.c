@@ -213,9 +213,9 @@ static kiln_tensor *tap(kiln_tensor *w, const pool_geom *g, int64_t t) {
  * starting from m = -inf and code = first, the first input tap (padding
  * is -inf, so it never updates: no inside test per tap; a window of
  * padding only keeps tap 0, a -inf padding element). m is read twice a
- * step and fuse.c counts a fused value's reads once per reader, so a
- * long chain (or one whose input has producers fused in, e.g. a ReLU)
- * splits into a few kernels; the lowering computes each value once.
+ * step; fuse.c sizes a group by its distinct nodes, so the chain (with
+ * producers fused into its taps, e.g. a conv's bias and ReLU) is one
+ * kernel while it fits the limits below.
  * Returns the code [N, C, *out] I8: the chosen tap t, or
  * -1 - t when its value is negative or -0 (1/w < 0: see select_sum);
  * k <= CHAIN_TAPS keeps both in I8. */

@@ -130,28 +130,38 @@ static bool broadcast_read(const graph_view *v) {
   return false;
 }
 
-/* External buffer reads of n's group, from its fused inputs' counts (an
- * upper bound: a leaf shared by two paths counts twice). */
-static int external_reads(pass_plan *p, const graph_node *n) {
-  int count = 0;
-  for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    if (pass_is_inlined(in)) continue; /* fill values and aranges: no buffer */
-    const pass_entry *e = fused_entry(p, in);
-    count += e ? e->fuse_reads : 1;
-  }
-  return count;
+/* The size of n's group (n and the producers fused into it), exactly as
+ * the lowering walks it: each fused node once however many paths reach
+ * it (a pooling chain reads its running maximum twice a tap: counted
+ * per path, the count doubles a tap), an edge per read of a node outside
+ * the group (a buffer, a fill or an arange: each takes a kernel
+ * argument), a buffer per distinct node read. */
+typedef struct group_count {
+  const pass_plan *p;
+  int *stamp; /* [p->n]: the walk that counted the entry */
+  int walk;
+  int32_t reads, edges, nodes;
+  const graph_node *bufs[PASS_MAX_INPUTS + 1];
+} group_count;
+
+static void count_buffer(group_count *g, const graph_node *in) {
+  for (int i = 0; i < g->reads; i++)
+    if (g->bufs[i] == in) return;
+  if (g->reads <= PASS_MAX_INPUTS) g->bufs[g->reads] = in;
+  g->reads++;
 }
 
-/* External edges (reads of buffers, fills and aranges: each takes a
- * kernel argument) and nodes of n's group, upper bounds as above. */
-static void group_size(pass_plan *p, const graph_node *n, int32_t *edges, int32_t *nodes) {
-  *edges = 0;
-  *nodes = 1;
+static void count_group(group_count *g, const graph_node *n) {
+  g->nodes++;
   for (int i = 0; i < n->n_inputs; i++) {
-    const pass_entry *e = fused_entry(p, n->inputs[i].node);
-    *edges += e ? e->fuse_edges : 1;
-    *nodes += e ? e->fuse_nodes : 0;
+    const graph_node *in = n->inputs[i].node;
+    if (pass_fused(g->p, in)) {
+      int at = pass_pos(g->p, in);
+      if (g->stamp[at] != g->walk) g->stamp[at] = g->walk, count_group(g, in);
+      continue;
+    }
+    g->edges++;
+    if (!pass_is_inlined(in)) count_buffer(g, in);
   }
 }
 
@@ -519,19 +529,19 @@ static void materialize_broadcast_reads(pass_plan *p) {
   }
 }
 
-/* Rule 6, producers first so each group's count is final when read. */
+/* Rule 6, producers first so each group's count is final when read (a
+ * group's walk stops at its materialized inputs). */
 static void fit_kernel_limits(pass_plan *p) {
+  group_count g = {.p = p, .stamp = calloc((size_t)p->n + 1, sizeof(int))};
   for (int i = 0; i < p->n; i++) {
     const graph_node *x = p->order[i];
-    pass_entry *e = &p->e[i];
-    e->fuse_reads = external_reads(p, x);
-    group_size(p, x, &e->fuse_edges, &e->fuse_nodes);
-    if (e->fuse_reads > PASS_MAX_INPUTS || e->fuse_edges > PASS_MAX_EDGES || e->fuse_nodes > PASS_MAX_GROUP) {
-      pass_unfuse_inputs(p, x);
-      e->fuse_reads = e->fuse_edges = x->n_inputs;
-      e->fuse_nodes = 1;
-    }
+    g.walk++;
+    g.reads = g.edges = g.nodes = 0;
+    if (g.stamp) count_group(&g, x);
+    if (!g.stamp || g.reads > PASS_MAX_INPUTS || g.edges > PASS_MAX_EDGES || g.nodes > PASS_MAX_GROUP)
+      pass_unfuse_inputs(p, x); /* (out of memory: no group) */
   }
+  free(g.stamp);
 }
 
 void pass_fuse(pass_plan *p, graph_node *const *roots, int n_roots, bool enabled) {

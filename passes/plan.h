@@ -28,8 +28,6 @@ typedef struct pass_entry {
   bool replace_no_grad;         /* ... through a bypassed DETACH: the
                                    readers' new edges carry no gradient */
   int32_t n_consumers;          /* distinct reads by nodes of this plan */
-  int32_t fuse_reads;           /* external buffer reads of its fused group */
-  int32_t fuse_edges, fuse_nodes; /* external edges and nodes of its group */
   int32_t host;                 /* multi-output: position of the kernel that
                                    stores it, -1 for none */
   int32_t stores, store_next;   /* a host's stored nodes, as a list of

@@ -132,6 +132,21 @@ static void shared_cheap_is_recomputed(void **state) {
   check(shared_cheap, 2, (int64_t[]){100}, 1, KILN_I64, 1);
 }
 
+/* A running maximum over 12 inputs that reads its running value twice a
+ * step (as max pooling's chain does): the group's size is its distinct
+ * nodes and reads (12 buffers, about 50 nodes), not its paths (2^12). */
+static kiln_tensor *twice_read_chain(kiln_tensor *const *in) {
+  kiln_tensor *m = in[0], *count = kiln_zeros_like(in[0]);
+  for (int i = 1; i < 12; i++) {
+    count = kiln_add(count, kiln_to_dtype(kiln_gt(in[i], m), KILN_F32));
+    m = kiln_maximum(m, in[i]);
+  }
+  return kiln_add(m, count);
+}
+static void twice_read_chain_is_one_kernel(void **state) {
+  check(twice_read_chain, 12, (int64_t[]){100}, 1, KILN_F32, 1);
+}
+
 static kiln_tensor *many_inputs(kiln_tensor *const *in) {
   kiln_tensor *acc = in[0];
   for (int i = 1; i < 36; i++) acc = kiln_add(acc, kiln_mul_scalar(in[i], i));
@@ -553,6 +568,7 @@ int main(void) {
       cmocka_unit_test(narrowed_producer),
       cmocka_unit_test(shared_expensive_is_materialized),
       cmocka_unit_test(shared_cheap_is_recomputed),
+      cmocka_unit_test(twice_read_chain_is_one_kernel),
       cmocka_unit_test(more_inputs_than_a_kernel_takes),
       cmocka_unit_test(producer_fused_into_reduction),
       cmocka_unit_test(expression_fused_into_write),
