@@ -821,6 +821,60 @@ static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, 
   kir_acc_set(k, acc, pass_where(k, better, v, acc));
 }
 
+/* A reduction of at most this many elements per output, with kept dims
+ * around it, is unrolled: its terms are added in the loop's order (the
+ * same sum, rounded the same way), and the innermost kept loop, now the
+ * innermost loop, vectorizes (max pooling's 2x2 windows: a loop of 2 in
+ * a loop of 2 inside the row of outputs ran scalar). */
+#define UNROLL_REDUCE 16
+
+/* Elements per output of reduction q when it is unrolled, else 0. */
+static int64_t unrolled_terms(const graph_node *q) {
+  const graph_view *v = &q->inputs[0].view;
+  uint32_t mask = graph_attr_reduce_mask(q);
+  int64_t terms = 1;
+  bool kept = false;
+  if (q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN) return 0;
+  for (int d = 0; d < v->ndim; d++) {
+    if (mask & (1u << d)) terms *= v->sizes[d];
+    else kept = kept || v->sizes[d] > 1;
+    if (terms > UNROLL_REDUCE) return 0;
+  }
+  return kept && terms > 0 ? terms : 0;
+}
+
+/* q's input at ranges (its kept dims set), cast to the accumulator type
+ * t; stored for the epilogue when it is the spill (the caller sets
+ * spill_stored once every term is stored: until then the spill's value
+ * is computed, not loaded). */
+static int reduce_term(lower_ctx *c, const graph_node *q, int *ranges, kiln_dtype t) {
+  kir_kernel *k = c->k;
+  int in = lower_input_at(c, q, 0, ranges);
+  if (q->inputs[0].node == c->spill) { /* keep it for the epilogue: the root's dtype and sizes */
+    graph_view flat = graph_view_contiguous(c->spill->ndim, c->spill->sizes);
+    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, c->spill->dtype, in));
+  }
+  return pass_cast_to(k, t, in);
+}
+
+/* The unrolled reduction (unrolled_terms): terms e = 0, 1, ... in
+ * row-major order over the masked dims, each at constant indices there. */
+static int unrolled_reduce(lower_ctx *c, const graph_node *q, int *ranges, kiln_dtype t, int64_t terms) {
+  kir_kernel *k = c->k;
+  const graph_view *v = &q->inputs[0].view;
+  uint32_t mask = graph_attr_reduce_mask(q);
+  int acc = lower_reduce_init(k, q->op, t);
+  for (int64_t e = 0; e < terms; e++) {
+    for (int64_t d = v->ndim - 1, rest = e; d >= 0; d--)
+      if (mask & (1u << d)) ranges[d] = kir_const_i(k, KIR_INDEX, rest % v->sizes[d]), rest /= v->sizes[d];
+    acc = kir_alu(k, lower_reduce_alu(q->op, t), t, acc, reduce_term(c, q, ranges, t), -1);
+  }
+  for (int d = 0; d < v->ndim; d++)
+    if (mask & (1u << d)) ranges[d] = -1;
+  c->spill_stored = c->spill_stored || q->inputs[0].node == c->spill;
+  return acc;
+}
+
 /* The reduction q over its masked dims, inside loops that already range
  * over its kept dims (ranges[d] set for every kept d). Returns its value
  * rounded to q's dtype (for argmax/argmin, the index). */
@@ -830,18 +884,15 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   uint32_t mask = graph_attr_reduce_mask(q);
   bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
   kiln_dtype t = lower_reduce_acc_type(q);
+  int64_t terms = unrolled_terms(q);
+  if (terms) return pass_to_register(k, pass_cast_to(k, q->dtype, unrolled_reduce(c, q, ranges, t, terms)));
   int red_dim = -1;
   int acc = kir_acc(k, t, lower_reduce_init(k, q->op, t));
   int acc_idx = is_arg ? kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0)) : -1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
-  int in = lower_input_at(c, q, 0, ranges);
-  if (q->inputs[0].node == c->spill) { /* keep it for the epilogue: the root's dtype and sizes */
-    graph_view flat = graph_view_contiguous(c->spill->ndim, c->spill->sizes);
-    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, c->spill->dtype, in));
-    c->spill_stored = true;
-  }
-  int x = pass_cast_to(k, t, in);
+  int x = reduce_term(c, q, ranges, t);
+  c->spill_stored = c->spill_stored || q->inputs[0].node == c->spill;
   if (is_arg) arg_update(k, q->op, acc, acc_idx, x, ranges[red_dim]);
   else reduce_update(k, q->op, acc, x);
   for (int d = v->ndim - 1; d >= 0; d--)

@@ -197,8 +197,8 @@ static void softmax_is_one_kernel(void **state) {
   check(softmax, 1, (int64_t[]){5, 40}, 2, KILN_BF16, 1);
   /* exp(x - max) is computed once per element: the sum pass keeps it in
    * the output, the epilogue divides it in place (bit-identical above) */
-  kiln_scope_begin();
-  kiln_tensor *x = kiln_rand(KILN_F32, 2, (int64_t[]){4, 8});
+  kiln_scope_begin(); /* rows of 40: a row of at most 16 would be unrolled, an exp per element of it */
+  kiln_tensor *x = kiln_rand(KILN_F32, 2, (int64_t[]){4, 40});
   assert_int_equal(kiln_realize(x), KILN_OK);
   assert_int_equal(count_uops(softmax(&x), KIR_EXP), 1);
   int last = -1; /* log_softmax's epilogue does not read the exp: nothing kept */
@@ -206,6 +206,30 @@ static void softmax_is_one_kernel(void **state) {
   kiln_tensor *ls = kiln_sub(d, kiln_log(kiln_sum(kiln_exp(d), 1, &last, true)));
   assert_int_equal(count_uops(ls, KIR_EXP), 1);
   assert_int_equal(count_uops(ls, KIR_STORE), 1);
+  kiln_scope_end();
+}
+
+/* A sum over small dims that are not the last (max pooling's 2x2
+ * windows, [N, C, o0, k0, o1, k1]): unrolled, the terms added in the
+ * loop's order, so the kernel loops over the kept dims only. */
+static kiln_tensor *window_sum(kiln_tensor *const *in) { return kiln_sum(in[0], 2, (int[]){1, 3}, true); }
+static void small_reduction_is_unrolled(void **state) {
+  int64_t sizes[] = {6, 2, 35, 2};
+  check(window_sum, 1, sizes, 4, KILN_F32, 1);
+  check(window_sum, 1, sizes, 4, KILN_F64, 1);
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_rand(KILN_F32, 4, sizes);
+  assert_int_equal(kiln_realize(x), KILN_OK);
+  kiln_tensor *y = window_sum(&x);
+  assert_int_equal(count_uops(y, KIR_RANGE), 2);
+  const float *xs = kiln_data(x), *ys = kiln_data(y);
+  for (int i = 0; i < 6; i++)
+    for (int j = 0; j < 35; j++) {
+      double acc = 0; /* F64 accumulator, terms in row-major order */
+      for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) acc += xs[((i * 2 + a) * 35 + j) * 2 + b];
+      assert_true(ys[i * 35 + j] == (float)acc);
+    }
   kiln_scope_end();
 }
 
@@ -573,6 +597,7 @@ int main(void) {
       cmocka_unit_test(producer_fused_into_reduction),
       cmocka_unit_test(expression_fused_into_write),
       cmocka_unit_test(softmax_is_one_kernel),
+      cmocka_unit_test(small_reduction_is_unrolled),
       cmocka_unit_test(layer_norm_is_one_kernel),
       cmocka_unit_test(logsumexp_is_one_kernel),
       cmocka_unit_test(column_reduction_still_correct),
