@@ -27,6 +27,18 @@
  * sizes too (graph_view_reshape: no copy), it joins the group as a copy
  * over the root's sizes, so the bias gradient above still merges H and W.
  *
+ * A fused pointwise producer read through a reshape that splits the
+ * root's dims ([N, C, 14, 2, 14, 2], 2x2 pooling windows, read as
+ * [N, C, 28, 28] by the ReLU's gradient) would need its index divided by
+ * the split sizes: instead the loop space is refined to the dims both
+ * shapes split into, the root too becoming a copy over them (every
+ * strided view splits a dim without a copy), so every read is strided.
+ * A fused pointwise producer read through another view (a broadcast) stays
+ * outside the group: lowering computes it at its own index, mapped
+ * through the view, and two loops merge only where that view broadcasts
+ * both (else the producer's dims would be divided back out of the merged
+ * index).
+ *
  * The rewrite is done on shallow copies of the group's nodes with the
  * merged sizes and strides; lowering then runs unchanged on the copies.
  * Copies keep their schedule position, so bindings and the schedule cache
@@ -38,13 +50,16 @@
 #include "lower.h"
 
 #define MAX_GROUP 256
-#define MAX_RESHAPED 8 /* producers read through a reshape, a group */
+#define MAX_RESHAPED 64 /* copies over the loop space, a group */
 
 typedef struct group {
   const graph_node *nodes[MAX_GROUP]; /* the root first, then fused producers */
   const graph_node *orig[MAX_GROUP];  /* the graph's node of each (nodes[m] may be a reshaped copy) */
-  graph_node reshaped[MAX_RESHAPED];  /* those copies, over the root's sizes */
+  graph_node reshaped[MAX_RESHAPED];  /* those copies, over the loop space */
   int n, n_reshaped;
+  int nd;                        /* the loop space: the root's sizes (a reduction's */
+  int64_t sizes[KILN_MAX_DIMS];  /* input's), or their refinement (refine) */
+  bool refined;
 } group;
 
 /* A reduction the loops of its input can be merged for. */
@@ -53,17 +68,16 @@ static bool merges_reduce(const graph_node *root) {
          root->n_inputs == 1;
 }
 
-/* The group's loop space: the root's sizes, or a reduction's input's. */
-static const int64_t *space(const graph_node *root, int *ndim) {
+/* The root's own loop space: its sizes, or a reduction's input's. */
+static void root_space(group *g, const graph_node *root) {
   const graph_view *v = merges_reduce(root) ? &root->inputs[0].view : NULL;
-  *ndim = v ? v->ndim : root->ndim;
-  return v ? v->sizes : root->sizes;
+  g->nd = v ? v->ndim : root->ndim;
+  memcpy(g->sizes, v ? v->sizes : root->sizes, sizeof g->sizes[0] * (size_t)g->nd);
+  g->refined = false;
 }
 
-static bool same_sizes(const graph_view *v, const graph_node *root) {
-  int nd;
-  const int64_t *sizes = space(root, &nd);
-  return v->ndim == nd && memcmp(v->sizes, sizes, sizeof v->sizes[0] * (size_t)nd) == 0;
+static bool same_sizes(const group *g, int ndim, const int64_t *sizes) {
+  return ndim == g->nd && memcmp(sizes, g->sizes, sizeof sizes[0] * (size_t)ndim) == 0;
 }
 
 bool pass_plain_view(const graph_view *v, const graph_node *src) {
@@ -87,43 +101,48 @@ static bool reshape_view(const graph_view *v, const graph_node *src) {
   return memcmp(v->strides, c.strides, sizeof c.strides[0] * (size_t)c.ndim) == 0;
 }
 
-/* A copy of pointwise src over the root's sizes, each input view
- * reshaped to them; NULL when one does not reshape (or no room). */
-static const graph_node *reshaped_copy(group *g, const graph_node *src, const graph_node *root) {
-  int nd;
-  const int64_t *sizes = space(root, &nd);
+/* A copy of pointwise src over the loop space, each input view
+ * reshaped to it; NULL when one does not reshape (or no room). */
+static const graph_node *reshaped_copy(group *g, const graph_node *src) {
   if (!graph_op_is_pointwise(src->op) || g->n_reshaped == MAX_RESHAPED) return NULL;
   graph_node *c = &g->reshaped[g->n_reshaped];
   *c = *src;
-  c->ndim = nd;
-  memcpy(c->sizes, sizes, sizeof c->sizes[0] * (size_t)nd);
+  c->ndim = g->nd;
+  memcpy(c->sizes, g->sizes, sizeof c->sizes[0] * (size_t)g->nd);
   for (int i = 0; i < src->n_inputs; i++)
-    if (!graph_view_reshape(&src->inputs[i].view, nd, sizes, &c->inputs[i].view)) return NULL;
+    if (!graph_view_reshape(&src->inputs[i].view, g->nd, g->sizes, &c->inputs[i].view)) return NULL;
   g->n_reshaped++;
   return c;
 }
 
+/* The group member a read of `in` through v (over the loop space) is,
+ * or -1: an external read, or a fused producer read through a broadcast
+ * or strided view (computed at its own index). */
+static int in_group(const pass_plan *p, const group *g, const graph_node *in, const graph_view *v) {
+  if (!pass_fused(p, in) || (!pass_plain_view(v, in) && !reshape_view(v, in))) return -1;
+  return find(g, in);
+}
+
 /* Collects the pointwise group below n; false when it is not one. */
 static bool collect(const pass_plan *p, group *g, const graph_node *n, const graph_node *root) {
-  int nd;
-  const int64_t *sizes = space(root, &nd);
   bool reduce_root = n == root && merges_reduce(root);
-  if (!reduce_root && (!graph_op_is_pointwise(n->op) || n->ndim != nd ||
-                       memcmp(n->sizes, sizes, sizeof n->sizes[0] * (size_t)nd) != 0))
-    return false;
+  if (!reduce_root && (!graph_op_is_pointwise(n->op) || !same_sizes(g, n->ndim, n->sizes))) return false;
   for (int i = 0; i < n->n_inputs; i++) {
     const graph_node *in = n->inputs[i].node;
     const graph_view *v = &n->inputs[i].view;
-    if (!same_sizes(v, root)) return false;
+    if (!same_sizes(g, v->ndim, v->sizes)) return false;
     if (!pass_fused(p, in)) continue; /* an external read or an inlined source */
     bool plain = pass_plain_view(v, in);
-    if (!plain && !reshape_view(v, in)) return false;
+    if (!plain && !reshape_view(v, in)) { /* outside the group: computed at its own index (lowering maps v) */
+      if (!graph_op_is_pointwise(in->op) || p->e[pass_pos(p, in)].row_dep) return false; /* row fusion keeps its loops */
+      continue;
+    }
     int at = find(g, in);
     if (at >= 0) { /* read the same way by every consumer */
       if (plain != (g->nodes[at] == in)) return false;
       continue;
     }
-    const graph_node *node = plain ? in : reshaped_copy(g, in, root);
+    const graph_node *node = plain ? in : reshaped_copy(g, in);
     if (!node || g->n == MAX_GROUP) return false;
     g->orig[g->n] = in;
     g->nodes[g->n++] = node;
@@ -132,22 +151,88 @@ static bool collect(const pass_plan *p, group *g, const graph_node *n, const gra
   return true;
 }
 
+/* ------------------------------------------------- refined loop space */
+
+/* The cut points of a contiguous layout of sizes [nd]: the element
+ * strides of its dims of size > 1, ascending, then numel. Returns their
+ * count. */
+static int cut_points(int nd, const int64_t *sizes, int64_t *cuts) {
+  int n = 0;
+  int64_t run = 1;
+  for (int d = nd - 1; d >= 0; d--)
+    if (sizes[d] != 1) cuts[n++] = run, run *= sizes[d];
+  cuts[n++] = run;
+  return n;
+}
+
+/* Refines the loop space by sizes [nd] (same numel): the dims both
+ * layouts' dims split into — [N, C, 28, 28] by [N, C, 14, 2, 14, 2] is
+ * the latter. False when they have no common refinement (their cut
+ * points do not divide one another in order) or it has too many dims. */
+static bool refine_by(group *g, int nd, const int64_t *sizes) {
+  int64_t a[KILN_MAX_DIMS + 1], b[KILN_MAX_DIMS + 1], u[2 * KILN_MAX_DIMS + 2];
+  int na = cut_points(g->nd, g->sizes, a), nb = cut_points(nd, sizes, b), n = 0;
+  for (int i = 0, j = 0; i < na || j < nb;) {
+    int64_t next = j == nb || (i < na && a[i] < b[j]) ? a[i++] : b[j++];
+    if (n && u[n - 1] == next) continue;
+    if (n && next % u[n - 1]) return false;
+    u[n++] = next;
+  }
+  if (n - 1 > KILN_MAX_DIMS) return false;
+  if (n == na) return true; /* nothing new */
+  g->nd = n - 1;
+  for (int k = 0; k < g->nd; k++) g->sizes[k] = u[n - 1 - k] / u[n - 2 - k];
+  g->refined = true;
+  return true;
+}
+
+/* Refines the loop space by the sizes of every fused pointwise producer
+ * below n that is read through a reshape of its whole contiguous layout,
+ * so that every read of the group is a strided view of the space (no
+ * division of the index by a reshape's sizes). seen [MAX_GROUP] and
+ * *n_seen: the producers visited. */
+static void refine(const pass_plan *p, group *g, const graph_node *n, const graph_node **seen, int *n_seen) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    const graph_node *in = n->inputs[i].node;
+    if (!pass_fused(p, in) || !graph_op_is_pointwise(in->op)) continue;
+    bool visited = false;
+    for (int s = 0; s < *n_seen && !visited; s++) visited = seen[s] == in;
+    if (visited || *n_seen == MAX_GROUP) continue;
+    seen[(*n_seen)++] = in;
+    const graph_view *v = &n->inputs[i].view;
+    if (in->numel == g->nodes[0]->numel && !pass_plain_view(v, in) && reshape_view(v, in) &&
+        !refine_by(g, in->ndim, in->sizes))
+      continue;
+    refine(p, g, in, seen, n_seen);
+  }
+}
+
 /* The merged loop dims: groups[j] is the outermost root dim of loop j;
  * dims of size 1 belong to no loop. Returns the loop count. */
-static int plan(const group *g, int *first, int64_t *sizes) {
+/* Dims d and inner (the loop being built) of view v may form one loop:
+ * v's stride of d is the extent's, and when v reads a fused producer
+ * outside the group (computed at its own index, lowering maps v onto
+ * it) only when both are broadcast (a merged dim the producer's own
+ * dims split would need a division by their sizes). */
+static bool merges(const pass_plan *p, const group *g, const graph_input *in, int d, int inner, int64_t extent) {
+  const graph_view *v = &in->view;
+  if (v->strides[d] != v->strides[inner] * extent) return false;
+  if (!pass_fused(p, in->node) || in_group(p, g, in->node, v) >= 0) return true;
+  return v->strides[d] == 0 && v->strides[inner] == 0;
+}
+
+static int plan(const pass_plan *p, const group *g, int *first, int64_t *sizes) {
   const graph_node *root = g->nodes[0];
-  int n_loops = 0, inner = -1, nd; /* inner: the root dim that starts the current loop */
-  const int64_t *space_sizes = space(root, &nd);
+  int n_loops = 0, inner = -1, nd = g->nd; /* inner: the root dim that starts the current loop */
+  const int64_t *space_sizes = g->sizes;
   uint32_t mask = merges_reduce(root) ? graph_attr_reduce_mask(root) : 0;
   int64_t extent = 1;
   for (int d = nd - 1; d >= 0; d--) {
     if (space_sizes[d] == 1) continue;
     bool merge = inner >= 0 && !(mask & (1u << d)) == !(mask & (1u << inner));
     for (int m = 0; m < g->n && merge; m++)
-      for (int i = 0; i < g->nodes[m]->n_inputs && merge; i++) {
-        const graph_view *v = &g->nodes[m]->inputs[i].view;
-        merge = v->strides[d] == v->strides[inner] * extent;
-      }
+      for (int i = 0; i < g->nodes[m]->n_inputs && merge; i++)
+        merge = merges(p, g, &g->nodes[m]->inputs[i], d, inner, extent);
     if (merge) {
       extent *= space_sizes[d];
       sizes[n_loops - 1] = extent;
@@ -195,6 +280,25 @@ static void reduce_copy(graph_node *c, int n_loops, const int *first, const int6
   graph_attr_set_reduce_mask(c, merged);
 }
 
+/* Collects the group of an elementwise root over the refined loop space
+ * (refine), the root itself a copy over it; false when the space is the
+ * root's own or some view of the group does not reshape to it. */
+static bool collect_refined(const pass_plan *p, group *g, const graph_node *root) {
+  const graph_node *seen[MAX_GROUP];
+  int n_seen = 0;
+  if (merges_reduce(root) || root->numel == 0) return false;
+  refine(p, g, root, seen, &n_seen);
+  if (!g->refined) return false;
+  const graph_node *r = reshaped_copy(g, root);
+  if (r) g->nodes[0] = r;
+  if (r && collect(p, g, r, root)) return true;
+  root_space(g, root);
+  g->nodes[0] = root;
+  g->n = 1;
+  g->n_reshaped = 0;
+  return false;
+}
+
 bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out) {
   memset(out, 0, sizeof *out);
   group *g = graph_malloc(sizeof *g);
@@ -202,11 +306,12 @@ bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *o
   g->nodes[0] = g->orig[0] = root;
   g->n = 1;
   g->n_reshaped = 0;
-  int first[KILN_MAX_DIMS], nd;
+  root_space(g, root);
+  int first[KILN_MAX_DIMS], nd = g->nd;
   int64_t sizes[KILN_MAX_DIMS];
-  space(root, &nd);
-  int n_loops = collect(p, g, root, root) ? plan(g, first, sizes) : nd;
-  if (n_loops == nd || root->numel == 0 || (merges_reduce(root) && n_loops == 0)) {
+  bool grouped = collect_refined(p, g, root) || collect(p, g, root, root);
+  int n_loops = grouped ? plan(p, g, first, sizes) : nd;
+  if ((n_loops == nd && !g->refined) || root->numel == 0 || (merges_reduce(root) && n_loops == 0)) {
     free(g);
     return false;
   }
@@ -223,9 +328,10 @@ bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *o
     for (int j = 0; j < n_loops; j++) c->sizes[j] = sizes[j];
     if (m == 0 && merges_reduce(root)) reduce_copy(c, n_loops, first, sizes);
     for (int i = 0; i < c->n_inputs; i++) {
-      merge_view(&c->inputs[i].view, n_loops, first, sizes, nd);
-      int at = find(g, c->inputs[i].node);
-      if (at >= 0 && pass_fused(p, c->inputs[i].node)) c->inputs[i].node = &copies[at];
+      const graph_node *in = c->inputs[i].node;
+      int at = in_group(p, g, in, &c->inputs[i].view);
+      merge_view(&c->inputs[i].view, n_loops, first, sizes, g->nd);
+      if (at >= 0) c->inputs[i].node = &copies[at];
     }
   }
   out->root = &copies[0];

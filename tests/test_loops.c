@@ -260,6 +260,42 @@ static void split_dim_reads_without_division(void **state) {
   rt_set_fusion(-1);
 }
 
+/* A fused producer over 2x2 windows [N, C, H, 2, W, 2] (a max pool's
+ * window gradient: it reads a per-window value broadcast over the
+ * window, so its views do not reshape to [N, C, 2H, 2W]), read as
+ * [N, C, 2H, 2W] by a reader that also reads a transposed operand: the
+ * loops are refined to the windows' dims, so no index is divided by a
+ * reshape's sizes (passes/views.c), and the innermost dim of 2 is
+ * unrolled, the rows of W windows innermost (passes/lower.c). Values
+ * against a host loop. */
+static void split_producer_refines_loops(void **state) {
+  enum { N = 3, C = 4, H = 5, W = 6 };
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  kiln_tensor *x = ramp(4, (int64_t[]){N, C, 2 * H, 2 * W}, 1);
+  kiln_tensor *m = ramp(6, (int64_t[]){N, C, H, 1, W, 1}, 4); /* one value a window */
+  kiln_tensor *t = ramp(4, (int64_t[]){N, C, 2 * W, 2 * H}, 1);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){x, m, t}, 3), KILN_OK);
+  kiln_tensor *xw = kiln_view(x, 6, (int64_t[]){N, C, H, 2, W, 2});
+  kiln_tensor *win = kiln_where(kiln_gt(kiln_mul_scalar(xw, 3), m), m, kiln_scalar(KILN_F32, 0));
+  kiln_tensor *y = kiln_add(kiln_view(win, 4, (int64_t[]){N, C, 2 * H, 2 * W}), kiln_transpose(t, 2, 3));
+  assert_int_equal(count_op(y, KIR_DIV), 0);
+  assert_int_equal(count_op(y, KIR_MOD), 0);
+  expect_loops(y, 4, (int64_t[]){N * C, H, 2, W});
+  static float got[N * C * 4 * H * W];
+  read_all(y, got, N * C * 4 * H * W);
+  for (int nc = 0; nc < N * C; nc++)
+    for (int h = 0; h < 2 * H; h++)
+      for (int w = 0; w < 2 * W; w++) {
+        int at = (nc * 2 * H + h) * 2 * W + w;
+        float mv = 4.0f * (float)((nc * H + h / 2) * W + w / 2);
+        float want = (3.0f * (float)at > mv ? mv : 0) + (float)((nc * 2 * W + w) * 2 * H + h);
+        assert_float_equal(got[at], want, 0);
+      }
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
 /* A write through a transposed view loops with the destination's unit
  * stride innermost: x.t().copy_(y) into x [64, 96] runs its region loops
  * as [64, 96] (after the copy of the old contents), not [96, 64]; a
@@ -403,7 +439,7 @@ int main(void) {
       cmocka_unit_test(non_pointwise_group_unchanged), cmocka_unit_test(reduction_dims_merge),
       cmocka_unit_test(reshaped_producer_merges),
       cmocka_unit_test(split_dim_reads_without_division), cmocka_unit_test(ragged_transpose_skews_tiles),
-      cmocka_unit_test(skewed_tile_has_no_overlap_checks),
+      cmocka_unit_test(skewed_tile_has_no_overlap_checks), cmocka_unit_test(split_producer_refines_loops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
