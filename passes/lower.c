@@ -729,6 +729,33 @@ static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
   return st;
 }
 
+/* An innermost dim of at most this many elements, under a longer one,
+ * is unrolled: the dim above becomes the innermost loop and vectorizes
+ * (a gradient through 2x2 pooling windows loops over [.., 14, 2, 14, 2]:
+ * LLVM unrolled the loops of 2 but left the rows of 14 scalar). */
+#define UNROLL_INNER 4
+
+static bool unrolled_inner(const graph_node *r) {
+  int nd = r->ndim;
+  return nd >= 2 && r->sizes[nd - 1] > 1 && r->sizes[nd - 1] <= UNROLL_INNER && r->sizes[nd - 2] > UNROLL_INNER;
+}
+
+/* The elementwise kernel with its innermost dim unrolled (unrolled_inner):
+ * loops over the others, the value and every output stored at each
+ * index of the last dim in turn. */
+static int lower_unrolled_inner(lower_ctx *c) {
+  const graph_node *r = c->root;
+  int ranges[KILN_MAX_DIMS], nd = r->ndim;
+  open_ranges(c->k, nd - 1, r->sizes, ranges);
+  for (int64_t e = 0; e < r->sizes[nd - 1]; e++) {
+    ranges[nd - 1] = kir_const_i(c->k, KIR_INDEX, e);
+    int st = store_all(c, ranges);
+    if (st != KILN_OK) return st;
+  }
+  lower_close_ranges(c->k, nd - 1, ranges);
+  return KILN_OK;
+}
+
 /* Loops over the root's sizes; with tiles, the last two dims run as
  * KIR_TILE x KIR_TILE blocks: the loop over column blocks (j) outside the
  * one over row blocks (i), so the transposed source, contiguous along i,
@@ -739,6 +766,7 @@ static int lower_elementwise(lower_ctx *c) {
   const graph_node *r = c->root;
   kir_kernel *k = c->k;
   int ranges[KILN_MAX_DIMS] = {0}, nd = r->ndim, loops[KILN_MAX_DIMS + 2], n_loops = 0; /* (= {0}: gcc -O3 cannot see open_ranges fill it) */
+  if (unrolled_inner(r)) return lower_unrolled_inner(c);
   if (!wants_tiles(c)) {
     open_ranges(k, nd, r->sizes, ranges);
     for (int d = 0; d < nd; d++) loops[n_loops++] = ranges[d];
