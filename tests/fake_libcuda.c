@@ -19,8 +19,14 @@
  * numbers. It also requires grid × block × 4 to cover the range at most
  * once per grid-stride step (blocks of 256 threads, each taking 4 indices
  * a step: that kernel is in the vector form, GRID_STRIDE_VEC).
+ * Any other kernel (Kiln's realize path passes out, args, fargs, inputs,
+ * then start, end) puts device pointers where that kernel has its
+ * bounds, so the fake keeps the size of every allocation and rejects a
+ * launch whose out and a do not hold [start, end): it never writes
+ * outside the memory it handed out, whatever the heap layout.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,13 +123,53 @@ EXPORT CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
   return OK;
 }
 
+/* The live allocations, for the launch's bounds check. */
+typedef struct fake_alloc {
+  unsigned long long p;
+  size_t bytes;
+} fake_alloc;
+static fake_alloc *allocs;
+static size_t n_allocs, cap_allocs;
+static pthread_mutex_t allocs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether p[start, end) of floats lies inside one live allocation. */
+static int holds(unsigned long long p, long long start, long long end) {
+  if (start < 0 || end < start) return 0;
+  int ok = 0;
+  pthread_mutex_lock(&allocs_lock);
+  for (size_t i = 0; i < n_allocs && !ok; i++)
+    ok = p >= allocs[i].p && p - allocs[i].p <= allocs[i].bytes &&
+         (unsigned long long)end <= (allocs[i].bytes - (p - allocs[i].p)) / sizeof(float);
+  pthread_mutex_unlock(&allocs_lock);
+  return ok;
+}
+
 EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
-  void *m = malloc(bytes);
+  pthread_mutex_lock(&allocs_lock);
+  void *m = NULL;
+  if (n_allocs == cap_allocs) {
+    size_t cap = cap_allocs ? cap_allocs * 2 : 64;
+    fake_alloc *a = realloc(allocs, cap * sizeof *a);
+    if (a) allocs = a, cap_allocs = cap;
+  }
+  if (n_allocs < cap_allocs) m = malloc(bytes);
+  if (m) allocs[n_allocs++] = (fake_alloc){(unsigned long long)(uintptr_t)m, bytes};
+  pthread_mutex_unlock(&allocs_lock);
   if (!m) return 2;
   *p = (unsigned long long)(uintptr_t)m;
   return OK;
 }
-EXPORT CUresult cuMemFree_v2(unsigned long long p) { return free((void *)(uintptr_t)p), OK; }
+EXPORT CUresult cuMemFree_v2(unsigned long long p) {
+  pthread_mutex_lock(&allocs_lock);
+  for (size_t i = 0; i < n_allocs; i++)
+    if (allocs[i].p == p) {
+      allocs[i] = allocs[--n_allocs];
+      break;
+    }
+  pthread_mutex_unlock(&allocs_lock);
+  free((void *)(uintptr_t)p);
+  return OK;
+}
 EXPORT CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n) {
   return memcpy((void *)(uintptr_t)dst, src, n), OK;
 }
@@ -162,6 +208,8 @@ EXPORT CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, 
   float *out = (float *)(uintptr_t) * (unsigned long long *)params[0];
   const float *a = (const float *)(uintptr_t) * (unsigned long long *)params[1];
   long long start = *(long long *)params[2], end = *(long long *)params[3];
+  if (!holds((uintptr_t)out, start, end) || !holds((uintptr_t)a, start, end))
+    return INVALID_VALUE; /* not its kernel's arguments: bounds that are not within out and a */
   unsigned long long n = (unsigned long long)(end - start);
   if (bx != 256 || 4ull * gx * bx < n || 4ull * (gx - 1ull) * bx >= n)
     return INVALID_VALUE; /* the geometry Kiln promises for a range that fits one grid */

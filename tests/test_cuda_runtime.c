@@ -417,6 +417,38 @@ static module_loads_fn fake_module_loads(void) {
   return f;
 }
 
+/* Fake driver only: it runs only the affine kernel (out, a, start, end),
+ * and a launch of other arguments is rejected however they lie. Here the
+ * slots of its bounds hold device pointers 640 bytes apart, as the
+ * realize path's kernels (out, args, fargs, inputs, ...) may put them:
+ * read as [start, end) they match the launch's geometry, and a fake that
+ * trusted them wrote out[start] — an address far past any buffer. */
+static void fake_rejects_other_arguments(void **state) {
+  (void)state;
+  require_device_and_nvrtc();
+  if (!fake_module_loads()) {
+    print_message("skipped: not the fake driver\n");
+    skip();
+  }
+  enum { N = 640 };
+  kir_kernel k;
+  build_affine(&k, N);
+  cuda_kernel ck;
+  char err[4096];
+  if (cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  cu_deviceptr bufs[4];
+  assert_int_equal(cuda_buffer_alloc(N * sizeof(float), &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_buffer_alloc(N * sizeof(float), &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_buffer_alloc(2 * N, &bufs[2], err, sizeof err), KILN_OK);
+  bufs[3] = bufs[2] + N;
+  ck.n_params = 4;
+  assert_int_equal(cuda_kernel_launch(&ck, bufs, 4, 0, N, NULL, err, sizeof err), KILN_ERR_DEVICE);
+  assert_non_null(strstr(err, "cuLaunchKernel: CUDA_ERROR_INVALID_VALUE"));
+  for (int i = 0; i < 3; i++) cuda_buffer_free(bufs[i]);
+  cuda_kernel_unload(&ck);
+  kir_free(&k);
+}
+
 /* Loads and runs the affine kernel on the device now probed; returns the
  * arch NVRTC compiled for in arch. */
 static void load_and_run_affine(char *arch, size_t len) {
@@ -717,6 +749,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(launch_layer_without_device, reset, reset),
       cmocka_unit_test_setup_teardown(device_elementwise_kernel, reset, reset),
       cmocka_unit_test_setup_teardown(device_kernel_ptx_fallback, reset, reset),
+      cmocka_unit_test_setup_teardown(fake_rejects_other_arguments, reset, reset),
       cmocka_unit_test_setup_teardown(device_tensors_copy_and_reuse, reset, reset),
       cmocka_unit_test_setup_teardown(device_kernel_on_cuda_tensor, reset, reset),
       cmocka_unit_test_setup_teardown(blas_operand_layouts, reset, reset),
