@@ -729,15 +729,17 @@ static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
   return st;
 }
 
-/* An innermost dim of at most this many elements, under a longer one,
- * is unrolled: the dim above becomes the innermost loop and vectorizes
- * (a gradient through 2x2 pooling windows loops over [.., 14, 2, 14, 2]:
- * LLVM unrolled the loops of 2 but left the rows of 14 scalar). */
+/* An innermost dim of at most this many elements, under one of at
+ * least UNROLL_ROW, is unrolled: the dim above becomes the innermost
+ * loop and vectorizes (a gradient through 2x2 pooling windows loops over
+ * [.., 14, 2, 14, 2]: LLVM unrolled the loops of 2 but left the rows of
+ * 14 scalar; rows of 7 ran faster scalar). */
 #define UNROLL_INNER 4
+#define UNROLL_ROW 8 /* rows shorter than this fill too few lanes of a masked vector */
 
 static bool unrolled_inner(const graph_node *r) {
   int nd = r->ndim;
-  return nd >= 2 && r->sizes[nd - 1] > 1 && r->sizes[nd - 1] <= UNROLL_INNER && r->sizes[nd - 2] > UNROLL_INNER;
+  return nd >= 2 && r->sizes[nd - 1] > 1 && r->sizes[nd - 1] <= UNROLL_INNER && r->sizes[nd - 2] >= UNROLL_ROW;
 }
 
 /* The elementwise kernel with its innermost dim unrolled (unrolled_inner):
@@ -849,26 +851,27 @@ static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, 
   kir_acc_set(k, acc, pass_where(k, better, v, acc));
 }
 
-/* A reduction of at most this many elements per output, with kept dims
- * around it, is unrolled: its terms are added in the loop's order (the
- * same sum, rounded the same way), and the innermost kept loop, now the
- * innermost loop, vectorizes (max pooling's 2x2 windows: a loop of 2 in
- * a loop of 2 inside the row of outputs ran scalar). */
+/* A reduction of at most this many elements per output, inside a kept
+ * loop of at least UNROLL_ROW, is unrolled: its terms are added in the
+ * loop's order (the same sum, rounded the same way), and the innermost
+ * kept loop, now the innermost loop, vectorizes (max pooling's 2x2
+ * windows: a loop of 2 in a loop of 2 inside the row of outputs ran
+ * scalar). Rows shorter than UNROLL_ROW fill too few lanes of a masked
+ * vector: the pooled conv2 rows of 7 ran slower unrolled. */
 #define UNROLL_REDUCE 16
 
 /* Elements per output of reduction q when it is unrolled, else 0. */
 static int64_t unrolled_terms(const graph_node *q) {
   const graph_view *v = &q->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(q);
-  int64_t terms = 1;
-  bool kept = false;
+  int64_t terms = 1, row = 0; /* row: the innermost kept dim's size */
   if (q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN) return 0;
   for (int d = 0; d < v->ndim; d++) {
     if (mask & (1u << d)) terms *= v->sizes[d];
-    else kept = kept || v->sizes[d] > 1;
+    else if (v->sizes[d] > 1) row = v->sizes[d];
     if (terms > UNROLL_REDUCE) return 0;
   }
-  return kept && terms > 0 ? terms : 0;
+  return row >= UNROLL_ROW && terms > 0 ? terms : 0;
 }
 
 /* q's input at ranges (its kept dims set), cast to the accumulator type
