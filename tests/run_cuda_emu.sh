@@ -51,6 +51,7 @@ awk '/kiln: cuda-emu: / { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) { n[$(i
 if grep -q 'cuda-emu: .* [1-9][0-9]* failed' "$log"; then
   echo "cuda-emu: toolchain check failures:"; grep -E 'failed' "$log" | grep -i 'nvrtc\|ptxas' | head -20; status=1
 fi
-if ((status)); then grep -E '^\s*[0-9]+: \[  (ERROR|FAILED) |^\s*[0-9]+: \[   LINE' "$log" | head -40; fi
+# (test_threads prints each thread's first error as "thread N: what: message")
+if ((status)); then grep -E '^\s*[0-9]+: \[  (ERROR|FAILED) |^\s*[0-9]+: \[   LINE|^\s*[0-9]+: thread [0-9]+: ' "$log" | head -40; fi
 echo "cuda-emu wall time $(( $(date +%s) - start )) s"
 exit $status
