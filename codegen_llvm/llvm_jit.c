@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
@@ -118,11 +119,29 @@ static LLVMErrorRef detect_host(void) {
   return NULL;
 }
 
+/* The one process-wide switch of LLVM's loop vectorizer Kiln sets, where
+ * it aims for 512-bit vectors (llvm_wide_vectors): masked interleaved
+ * access groups. A loop whose body reads or writes a[2i] and a[2i + 1]
+ * (an unrolled innermost dim of 2: max pooling's windows and their
+ * gradient) with a masked tail (short_row in llvm_lower.c: rows of 14) is
+ * otherwise vectorized with gathers and scatters; with it, one masked
+ * wide load or store and shuffles (docs/internals.md, "Interleaved
+ * pairs"). Parsed once per process, after the host is known: LLVM's
+ * parser exits the process on a repeated or unknown option. */
+static pthread_once_t options_once = PTHREAD_ONCE_INIT;
+
+static void set_vectorizer_options(void) {
+  if (!llvm_wide_vectors()) return;
+  const char *argv[] = {"kiln", "-enable-masked-interleaved-mem-accesses"};
+  LLVMParseCommandLineOptions(2, argv, NULL);
+}
+
 /* Creates the LLJIT (caller holds jit_lock). Host CPU and features, opt
  * level aggressive; process symbols visible from the main JITDylib. */
 static LLVMErrorRef create_jit(void) {
   LLVMErrorRef e = detect_host();
   if (e) return e;
+  pthread_once(&options_once, set_vectorizer_options);
   LLVMTargetMachineRef tm = host_machine();
   if (!tm) return LLVMCreateStringError("cannot create a target machine for the host");
   LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
