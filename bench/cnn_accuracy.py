@@ -7,9 +7,10 @@ examples/fashion_cnn.c's network and training: conv(1->32, 3x3, pad 1) -
 ReLU - max-pool 2 - conv(32->64, 3x3, pad 1) - ReLU - max-pool 2 -
 linear(3136->128) - ReLU - dropout 0.25 - linear(128->10), cross-entropy,
 Adam lr 1e-3, batch 128 (the last partial batch dropped, as Kiln's job
-does), images scaled to [0, 1], PyTorch's default initialisation (Kiln's
-job draws the same uniform bounds). Prints the test accuracy after each
-epoch for each seed given:
+does), images scaled to [0, 1] and then standardized with the training
+set's pixel mean and standard deviation (as the Kiln job does),
+PyTorch's default initialisation (Kiln's job draws the same uniform
+bounds). Prints the test accuracy after each epoch for each seed given:
 
     /usr/bin/python3 bench/cnn_accuracy.py [--epochs 3] SEED...
 """
@@ -65,7 +66,9 @@ def main():
     p.add_argument("seeds", type=int, nargs="+")
     a = p.parse_args()
     torch.set_num_threads(2)
-    data = load("train"), load("t10k")
+    (xtr, ytr), (xte, yte) = load("train"), load("t10k")
+    mean, std = xtr.double().mean().item(), xtr.double().std(unbiased=False).item()
+    data = ((xtr - mean) / std, ytr), ((xte - mean) / std, yte)
     for seed in a.seeds:
         accs = train(seed, a.epochs, data)
         print(f"seed {seed}: test accuracy after each epoch " + " ".join(f"{x:.2f}%" for x in accs), flush=True)

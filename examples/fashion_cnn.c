@@ -7,7 +7,10 @@
  *   linear(128->10),
  *
  * with the cross-entropy loss, gradients from kiln_grad and Adam (lr 1e-3)
- * from kiln_adam: torch.nn.functional's layers and torch.optim.Adam.
+ * from kiln_adam: torch.nn.functional's layers and torch.optim.Adam. The
+ * images are standardized with the training set's pixel mean and standard
+ * deviation (torchvision's Normalize; about one point of test accuracy
+ * after 3 epochs over [0, 1] pixels, in PyTorch as in Kiln).
  *
  *   fashion_cnn [--epochs N] [--seed S] [--batch B] [--lr X]
  *               [--data DIR] [--trace FILE] [--steps N]
@@ -248,9 +251,13 @@ int main(int argc, char **argv) {
   dataset tr = {0}, te = {0};
   if (!fashion_load("fashion_cnn", o.data_dir, "train", &tr) || !fashion_load("fashion_cnn", o.data_dir, "t10k", &te))
     return 1;
-  printf("Fashion-MNIST: %lld training and %lld test images; CNN conv32-pool-conv64-pool-fc128-fc10, batch %d, "
-         "Adam lr %g, seed %llu\n",
-         (long long)tr.n, (long long)te.n, o.batch, o.lr, (unsigned long long)o.seed);
+  double mean, std;
+  fashion_pixel_moments(&tr, &mean, &std);
+  fashion_standardize(&tr, mean, std);
+  fashion_standardize(&te, mean, std);
+  printf("Fashion-MNIST: %lld training and %lld test images, standardized with the training set's pixel mean "
+         "%.4f and std %.4f; CNN conv32-pool-conv64-pool-fc128-fc10, batch %d, Adam lr %g, seed %llu\n",
+         (long long)tr.n, (long long)te.n, mean, std, o.batch, o.lr, (unsigned long long)o.seed);
   int rc = train(&o, &tr, &te);
   fashion_free(&tr), fashion_free(&te);
   return rc;

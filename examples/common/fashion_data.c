@@ -6,6 +6,7 @@
 #include "fashion_data.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,20 @@ void fashion_free(dataset *ds) {
   free(ds->images);
   free(ds->labels);
   *ds = (dataset){0};
+}
+
+void fashion_pixel_moments(const dataset *ds, double *mean, double *std) {
+  int64_t n = ds->n * IMG;
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < n; i++) sum += ds->images[i];
+  double m = n ? sum / (double)n : 0;
+  for (int64_t i = 0; i < n; i++) sq += (ds->images[i] - m) * (ds->images[i] - m);
+  *mean = m;
+  *std = n ? sqrt(sq / (double)n) : 0;
+}
+
+void fashion_standardize(dataset *ds, double mean, double std) {
+  for (int64_t i = 0; i < ds->n * IMG; i++) ds->images[i] = (float)((ds->images[i] - mean) / std);
 }
 
 uint64_t fashion_rng_next(uint64_t *s) {

@@ -26,6 +26,14 @@ typedef struct dataset {
 bool fashion_load(const char *prog, const char *dir, const char *prefix, dataset *ds);
 void fashion_free(dataset *ds);
 
+/* Mean and standard deviation (population, over every pixel of every
+ * image) of ds's images, in double. */
+void fashion_pixel_moments(const dataset *ds, double *mean, double *std);
+
+/* images = (images - mean) / std, in place (std > 0): what
+ * torchvision's Normalize((mean,), (std,)) does to each image. */
+void fashion_standardize(dataset *ds, double mean, double std);
+
 /* splitmix64 step; Fisher-Yates shuffle of perm [n] with it. */
 uint64_t fashion_rng_next(uint64_t *s);
 void fashion_shuffle(int64_t *perm, int64_t n, uint64_t *rng);
