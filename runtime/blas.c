@@ -11,6 +11,13 @@
  * scratch buffer first. Batch dims (broadcast ones have stride 0) are a
  * loop of GEMM calls; the output is contiguous [batch..., M, N].
  *
+ * On the host the product runs on Kiln's pool, OpenBLAS one thread per
+ * call: the batches, or (one batch) blocks of 16 of C's longer side, one
+ * block per pool thread, each one OpenBLAS call on its block's rows of
+ * op(A) or columns of op(B) (docs/internals.md: OpenBLAS's own threads
+ * spun in sched_yield after every call, taking a core from the kernels
+ * that followed). A part that packs has its own scratch.
+ *
  * cuBLAS is column-major: a row-major matrix with leading dimension ld is
  * the column-major matrix of its transpose with the same ld, so the
  * row-major C = A·B is the column-major C^T = B^T·A^T — operands swapped,
@@ -20,11 +27,14 @@
  * broadcast one of stride 0) is one strided-batched call; more are a loop.
  */
 #include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_blas.h"
 #include "device.h"
+#include "pool.h"
 #include "runtime.h"
 
 /* How one operand matrix goes to BLAS. */
@@ -74,13 +84,13 @@ static void pack(const blas_mat *m, const char *base, char *dst, int esz) {
 }
 
 static void gemm(bool f64, const blas_mat *a, const void *pa, const blas_mat *b, const void *pb, void *c,
-                 int64_t m, int64_t n, int64_t k) {
+                 int64_t ldc, int64_t m, int64_t n, int64_t k) {
   if (f64)
     cblas_dgemm(CblasRowMajor, a->trans, b->trans, (blasint)m, (blasint)n, (blasint)k, 1.0, pa, (blasint)a->ld,
-                pb, (blasint)b->ld, 0.0, c, (blasint)max1(n));
+                pb, (blasint)b->ld, 0.0, c, (blasint)ldc);
   else
     cblas_sgemm(CblasRowMajor, a->trans, b->trans, (blasint)m, (blasint)n, (blasint)k, 1.0f, pa,
-                (blasint)a->ld, pb, (blasint)b->ld, 0.0f, c, (blasint)max1(n));
+                (blasint)a->ld, pb, (blasint)b->ld, 0.0f, c, (blasint)ldc);
 }
 
 /* y = op(M) x where M is stored with layout mm (rows×cols as the
@@ -105,17 +115,21 @@ static blas_mat transposed(const blas_mat *m) {
   return t;
 }
 
-/* One product: gemv when either side is a vector with a usable stride,
- * else gemm. */
+/* One product into c (row stride ldc): gemv when either side is a vector
+ * with a usable stride, else gemm. a and b describe the whole operands
+ * (their rows, cols: gemv's shape); m, n, k the block computed. */
 static void product(bool f64, const blas_mat *a, const void *pa, const blas_mat *b, const void *pb, void *c,
-                    int64_t m, int64_t n, int64_t k) {
+                    int64_t ldc, int64_t m, int64_t n, int64_t k) {
   if (n == 1 && !a->pack && !b->pack && (k == 1 || b->s_row != 0)) {
-    gemv(f64, a, pa, pb, k == 1 ? 1 : b->s_row, c, 1); /* c[m] = A b */
+    blas_mat ab = *a; /* c[m] = A b, down a column of C */
+    ab.rows = m;
+    gemv(f64, &ab, pa, pb, k == 1 ? 1 : b->s_row, c, ldc);
   } else if (m == 1 && !a->pack && !b->pack && (k == 1 || a->s_col != 0)) {
-    blas_mat bt = transposed(b); /* c[n] = B^T a */
+    blas_mat bt = transposed(b); /* c[n] = B^T a, along a row of C */
+    bt.rows = n;
     gemv(f64, &bt, pb, pa, k == 1 ? 1 : a->s_col, c, 1);
   } else {
-    gemm(f64, a, pa, b, pb, c, m, n, k);
+    gemm(f64, a, pa, b, pb, c, ldc, m, n, k);
   }
 }
 
@@ -146,38 +160,123 @@ static mm_dims dims_of(const graph_node *n) {
 
 static bool fits_int(const mm_dims *d) { return d->m <= INT32_MAX && d->nn <= INT32_MAX && d->k <= INT32_MAX; }
 
-int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
-  bool f64 = n->dtype == KILN_F64;
-  mm_dims d = dims_of(n);
-  int esz = d.esz, nb = d.nb;
-  int64_t m = d.m, nn = d.nn, k = d.k, batches = d.batches;
-  if (!fits_int(&d)) {
-    snprintf(err, errlen, "matmul of %lldx%lld by %lldx%lld exceeds BLAS's 32-bit sizes", (long long)m,
-             (long long)k, (long long)k, (long long)nn);
-    return KILN_ERR_UNSUPPORTED;
+/* A host product split over Kiln's pool (file comment): each item is
+ * one batch (batches > 1) or one block of C's rows or columns. */
+typedef struct split_job {
+  const graph_node *n;
+  bool f64;
+  mm_dims d;
+  blas_mat a, b;
+  char *out;
+  enum { BY_BATCH, BY_ROWS, BY_COLS } by;
+  int64_t block;     /* rows or columns per item */
+  atomic_bool oom;   /* a part could not allocate its packing scratch */
+} split_job;
+
+static _Thread_local int last_threads = 1;
+
+/* Batch i's operands: the matrices themselves, or packed into scratch. */
+static void batch_operands(const split_job *j, int64_t i, char *scratch, const char **pa, const char **pb) {
+  const mm_dims *d = &j->d;
+  *pa = j->a.base + batch_offset(&j->n->inputs[0].view, d->nb, i) * d->esz;
+  *pb = j->b.base + batch_offset(&j->n->inputs[1].view, d->nb, i) * d->esz;
+  char *sb = scratch + (j->a.pack ? d->m * d->k * d->esz : 0);
+  if (j->a.pack) pack(&j->a, *pa, scratch, d->esz), *pa = scratch;
+  if (j->b.pack) pack(&j->b, *pb, sb, d->esz), *pb = sb;
+}
+
+/* Rows [r0, r1) or columns [c0, c1) of batch i's C. */
+static void block_product(const split_job *j, const char *pa, const char *pb, char *c, int64_t lo, int64_t hi) {
+  const mm_dims *d = &j->d;
+  int64_t ldc = max1(d->nn), esz = d->esz;
+  if (j->by == BY_ROWS) {
+    const char *sa = pa + lo * (j->a.trans == CblasNoTrans ? j->a.ld : 1) * esz;
+    product(j->f64, &j->a, sa, &j->b, pb, c + lo * ldc * esz, ldc, hi - lo, d->nn, d->k);
+  } else if (j->by == BY_COLS) {
+    const char *sb = pb + lo * (j->b.trans == CblasNoTrans ? 1 : j->b.ld) * esz;
+    product(j->f64, &j->a, pa, &j->b, sb, c + lo * esz, ldc, d->m, hi - lo, d->k);
+  } else {
+    product(j->f64, &j->a, pa, &j->b, pb, c, ldc, d->m, d->nn, d->k);
   }
-  if (k == 0) {
-    memset(out->data, 0, (size_t)(n->numel * esz));
-    return KILN_OK;
-  }
-  blas_mat a = operand(&n->inputs[0], in[0]), b = operand(&n->inputs[1], in[1]);
+}
+
+static void split_part(void *const *bufs, int64_t start, int64_t end) {
+  split_job *j = bufs[0];
+  const mm_dims *d = &j->d;
   char *scratch = NULL;
-  if (a.pack || b.pack) {
-    scratch = graph_malloc((size_t)((a.pack ? m * k : 0) + (b.pack ? k * nn : 0)) * (size_t)esz);
+  if (j->a.pack || j->b.pack) {
+    scratch = graph_malloc((size_t)((j->a.pack ? d->m * d->k : 0) + (j->b.pack ? d->k * d->nn : 0)) * (size_t)d->esz);
     if (!scratch) {
-      snprintf(err, errlen, "out of memory packing a matmul operand");
-      return KILN_ERR_OOM;
+      atomic_store(&j->oom, true);
+      return;
     }
   }
-  for (int64_t i = 0; i < batches && m > 0 && nn > 0; i++) {
-    const char *pa = a.base + batch_offset(&n->inputs[0].view, nb, i) * esz;
-    const char *pb = b.base + batch_offset(&n->inputs[1].view, nb, i) * esz;
-    if (a.pack) pack(&a, pa, scratch, esz), pa = scratch;
-    if (b.pack) pack(&b, pb, scratch + (a.pack ? m * k * esz : 0), esz), pb = scratch + (a.pack ? m * k * esz : 0);
-    product(f64, &a, pa, &b, pb, (char *)out->data + i * m * nn * esz, m, nn, k);
+  if (j->by == BY_BATCH) {
+    for (int64_t i = start; i < end; i++) {
+      const char *pa, *pb;
+      batch_operands(j, i, scratch, &pa, &pb);
+      block_product(j, pa, pb, j->out + i * d->m * d->nn * d->esz, 0, 0);
+    }
+  } else {
+    const char *pa, *pb;
+    batch_operands(j, 0, scratch, &pa, &pb);
+    int64_t ext = j->by == BY_ROWS ? d->m : d->nn, lo = start * j->block, hi = end * j->block;
+    block_product(j, pa, pb, j->out, lo, hi < ext ? hi : ext);
   }
   free(scratch);
-  return KILN_OK;
+}
+
+/* How the product is split: batches when there are several, else C's
+ * longer side in blocks of 16 (a 64-byte line of F32 columns), one block
+ * run per pool thread. */
+static int64_t plan_split(split_job *j) {
+  const mm_dims *d = &j->d;
+  if (d->batches > 1) {
+    j->by = BY_BATCH;
+    j->block = 1;
+    return d->batches;
+  }
+  int64_t threads = rt_pool_threads();
+  j->by = d->nn >= d->m ? BY_COLS : BY_ROWS;
+  int64_t ext = j->by == BY_COLS ? d->nn : d->m;
+  j->block = ((ext + threads - 1) / threads + 15) / 16 * 16;
+  return (ext + j->block - 1) / j->block;
+}
+
+int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
+  mm_dims d = dims_of(n);
+  if (!fits_int(&d)) {
+    snprintf(err, errlen, "matmul of %lldx%lld by %lldx%lld exceeds BLAS's 32-bit sizes", (long long)d.m,
+             (long long)d.k, (long long)d.k, (long long)d.nn);
+    return KILN_ERR_UNSUPPORTED;
+  }
+  last_threads = 1;
+  if (d.k == 0) {
+    memset(out->data, 0, (size_t)(n->numel * d.esz));
+    return KILN_OK;
+  }
+  if (d.m == 0 || d.nn == 0 || d.batches == 0) return KILN_OK;
+  split_job j = {.n = n, .f64 = n->dtype == KILN_F64, .d = d, .a = operand(&n->inputs[0], in[0]),
+                 .b = operand(&n->inputs[1], in[1]), .out = out->data};
+  atomic_init(&j.oom, false);
+  int64_t items = plan_split(&j);
+  /* cost: multiply-adds / 16 per item, so a product under ~0.5 M of them runs inline */
+  double macs = (double)d.m * (double)d.nn * (double)d.k / (double)items / 16.0;
+  int64_t cost = macs > 1e15 ? INT64_C(1000000000000000) : (int64_t)macs + 1;
+  void *bufs[1] = {&j};
+  last_threads = rt_pool_run(split_part, bufs, items, cost);
+  if (!atomic_load(&j.oom)) return KILN_OK;
+  snprintf(err, errlen, "out of memory packing a matmul operand");
+  return KILN_ERR_OOM;
+}
+
+int rt_blas_last_threads(void) { return last_threads; }
+
+static void set_single_thread(void) { openblas_set_num_threads(1); }
+
+void rt_blas_single_thread(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, set_single_thread);
 }
 
 /* ------------------------------------------- cuBLAS (KILN_CUDA nodes) */

@@ -15,25 +15,12 @@
  * KILN_CUDA node's result is uploaded (docs/cuda.md: a MATMUL recorded
  * for cuBLAS that cuBLAS cannot run now).
  */
-#include <cblas.h>
 #include <stdio.h>
 
 #include "device.h"
 #include "dist.h"
 #include "pool.h"
 #include "runtime.h"
-
-/* OpenBLAS uses as many threads as Kiln's pool (KILN_NUM_THREADS,
- * kiln_set_num_threads); set before each call only when it changed, under
- * rt_pool_hold (one caller at a time). */
-static void match_blas_threads(void) {
-  static _Atomic int blas_threads;
-  int want = rt_pool_threads();
-  if (blas_threads != want) {
-    openblas_set_num_threads(want);
-    blas_threads = want;
-  }
-}
 
 /* Name, flops and bytes of a sort loop (ARGSORT, MODE): rows of len
  * elements along dim, about len * log2(len) comparisons each. */
@@ -70,7 +57,7 @@ static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *
   r->bytes_read = (graph_view_numel(&n->inputs[0].view) + graph_view_numel(&n->inputs[1].view)) * esz;
   r->bytes_written = n->numel * esz;
   r->cache_hit = true; /* nothing to compile */
-  r->threads = cublas ? 1 : openblas_get_num_threads();
+  r->threads = cublas ? 1 : rt_blas_last_threads();
 }
 
 /* Name and bytes of a collective (runtime/dist.c): "mpi_all_reduce_4096". */
@@ -101,13 +88,13 @@ typedef struct extern_impl {
   graph_op op;
   int (*host)(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
   void (*describe)(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len);
-  bool blas; /* runs OpenBLAS: its thread count follows the pool's */
-  bool hold; /* runs under rt_pool_hold: idle pool workers sleep rather than spin meanwhile (OpenBLAS's
-              * threads, or MPI progress and peer ranks sharing the cores) */
+  bool blas; /* runs OpenBLAS: one thread per call, the parts of a product on Kiln's pool (blas.c) */
+  bool hold; /* runs under rt_pool_hold: idle pool workers sleep rather than spin meanwhile (MPI
+              * progress and peer ranks sharing the cores) */
 } extern_impl;
 
 static const extern_impl externs[] = {
-    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true, true},
+    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true, false},
     {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false, false},
     {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false, false},
     {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, false, true},
@@ -151,7 +138,7 @@ static int run_on_host(const extern_impl *x, graph_node *n, graph_buffer **out, 
   graph_buffer *staged[GRAPH_MAX_INPUTS] = {0};
   int st = host_inputs(n, in, staged, err, errlen);
   if (x->hold) rt_pool_hold(); /* the library's threads or peers get the cores: no parallel kernel meanwhile */
-  if (x->blas) match_blas_threads();
+  if (x->blas) rt_blas_single_thread();
   *t0 = rt_now_ns();
   if (st == KILN_OK) st = x->host(n, in, *out, err, errlen);
   *t1 = rt_now_ns();

@@ -29,11 +29,12 @@
  * (bench/README.md); time an empty kernel on 2 threads there before
  * changing SPIN_NS or PAUSE_SPINS.
  *
- * Libraries with threads of their own (OpenBLAS) run under rt_pool_hold:
- * it takes run_lock, so a BLAS call and a parallel kernel never run at
- * once (each would take every core), and sets `held`, which sends
- * spinning workers to sleep at once, leaving the cores to the library's
- * threads; the next job wakes them.
+ * Calls that leave the cores to others (MPI collectives: the library's
+ * progress and peer ranks) run under rt_pool_hold: it takes run_lock, so
+ * such a call and a parallel kernel never run at once, and sets `held`,
+ * which sends spinning workers to sleep at once; the next job wakes
+ * them. OpenBLAS does not: it runs single-threaded on the pool's own
+ * threads (runtime/blas.c).
  *
  * Threshold: RT_POOL_MIN_WORK = 32 K elements touched. Through kiln's JIT
  * (y = x*x + x, F32) two threads start to win at about that size, and win

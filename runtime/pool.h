@@ -50,11 +50,11 @@ int rt_pool_run_timed(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int6
  *  new ones start lazily at the next parallel run. */
 void rt_pool_set_threads(int n);
 
-/** Holds the pool for a library call that runs threads of its own
- *  (OpenBLAS, runtime/extern.c): waits for a running parallel kernel,
+/** Holds the pool for a library call that leaves the cores to others
+ *  (an MPI collective, runtime/extern.c): waits for a running parallel kernel,
  *  keeps other threads' parallel kernels from starting until
  *  rt_pool_release, and makes idle workers sleep at once instead of
- *  spinning for their next job, so the library's threads have the cores.
+ *  spinning for their next job, so the library's threads and peers have the cores.
  *  Not from inside a pool kernel. */
 void rt_pool_hold(void);
 void rt_pool_release(void);

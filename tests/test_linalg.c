@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "pool.h"
 #include "runtime.h"
 #include "test_util.h"
 
@@ -156,6 +157,90 @@ static void profile_of_product_and_epilogue(void **state) {
   kiln_scope_end();
 }
 
+/* c against the double reference of the ramp product a [m, k] @ b [k, n]
+ * (scales sa, sb; ta, tb: built transposed), relative error 1e-12. */
+static void expect_ramp_product(kiln_tensor *c, int64_t m, int64_t k, int64_t n, double sa, double sb, bool ta,
+                                bool tb) {
+  double *want = test_malloc(sizeof *want * (size_t)(m * n)), *got = test_malloc(sizeof *got * (size_t)(m * n));
+  reference(m, k, n, sa, sb, ta, tb, want);
+  assert_int_equal(kiln_numel(c), m * n);
+  assert_int_equal(kiln_read(c, got, sizeof *got * (size_t)(m * n)), KILN_OK);
+  for (int64_t i = 0; i < m * n; i++) assert_float_equal(got[i], want[i], 1e-12 * (fabs(want[i]) + 1));
+  test_free(want);
+  test_free(got);
+}
+
+/* Products split over the pool (runtime/blas.c), on 3 threads (blocks
+ * of 16 that do not divide the side) and 2: by columns (N ≥ M), by
+ * rows, transposed operands (a block starts one column or one row in),
+ * a packed operand, matrix-vector and vector-matrix products (gemv on
+ * a block of rows or columns), and batches. Values against the double
+ * reference; the record counts the threads the product ran on. */
+static void split_over_pool(void **state) {
+  int threads[] = {3, 2}, before = rt_pool_threads();
+  for (int t = 0; t < 2; t++) {
+    kiln_set_num_threads(threads[t]);
+    for (int c = 0; c < 8; c++) {
+      kiln_scope_begin();
+      bool ta = c & 1, tb = c & 2, rows = c & 4; /* rows: M > N */
+      int64_t m = rows ? 301 : 37, k = 140, n = rows ? 37 : 301;
+      kiln_tensor *a = ta ? kiln_t(ramp(KILN_F64, k, m, 1e-3)) : ramp(KILN_F64, m, k, 1e-3);
+      kiln_tensor *b = tb ? kiln_t(ramp(KILN_F64, n, k, -2e-3)) : ramp(KILN_F64, k, n, -2e-3);
+      kiln_profile_begin();
+      kiln_tensor *y = kiln_mm(a, b);
+      assert_int_equal(kiln_realize(y), KILN_OK);
+      kiln_profile_end();
+      expect_ramp_product(y, m, k, n, 1e-3, -2e-3, ta, tb);
+      kiln_kernel_record r;
+      assert_int_equal(kiln_profile_get(kiln_profile_count() - 1, &r), KILN_OK);
+      assert_string_equal(r.backend, "blas");
+      assert_int_equal(r.threads, threads[t]);
+      kiln_scope_end();
+    }
+    kiln_scope_begin();
+    /* packed: rows of a are every other row of a [2m, 2k] ramp, every other column */
+    kiln_tensor *big = ramp(KILN_F64, 2 * 301, 2 * 70, 1);
+    kiln_tensor *pa = kiln_as_strided(big, 2, (int64_t[]){301, 70}, (int64_t[]){4 * 70, 2}, 0);
+    kiln_tensor *y = kiln_mm(pa, kiln_t(kiln_contiguous(kiln_t(ramp(KILN_F64, 70, 37, 1)))));
+    double *want = test_malloc(sizeof *want * 301 * 37), got[2];
+    for (int64_t i = 0; i < 301; i++)
+      for (int64_t j = 0; j < 37; j++) {
+        want[i * 37 + j] = 0;
+        for (int64_t p = 0; p < 70; p++) want[i * 37 + j] += (double)(i * 4 * 70 + p * 2) * (double)(p * 37 + j);
+      }
+    double *all = test_malloc(sizeof *all * 301 * 37);
+    assert_int_equal(kiln_read(y, all, sizeof *all * 301 * 37), KILN_OK);
+    for (int64_t i = 0; i < 301 * 37; i++) assert_float_equal(all[i], want[i], 1e-12 * fabs(want[i]));
+    test_free(all);
+    test_free(want);
+    /* gemv: [2000, 300] @ [300] (a block of rows each), [300] @ [300, 2000] (a block of columns each) */
+    kiln_tensor *mat = ramp(KILN_F64, 2000, 300, 1e-3), *v = kiln_arange(KILN_F64, 0, 300, 1);
+    kiln_tensor *mv = kiln_mv(mat, v), *vm = kiln_matmul(v, kiln_t(mat));
+    for (int64_t i = 0; i < 2000; i += 333) {
+      double acc = 0;
+      for (int64_t p = 0; p < 300; p++) acc += (double)(i * 300 + p) * 1e-3 * (double)p;
+      assert_int_equal(kiln_read(kiln_narrow(mv, 0, i, 1), &got[0], sizeof got[0]), KILN_OK);
+      assert_int_equal(kiln_read(kiln_narrow(vm, 0, i, 1), &got[1], sizeof got[1]), KILN_OK);
+      assert_float_equal(got[0], acc, 1e-12 * acc);
+      assert_float_equal(got[1], acc, 1e-12 * acc);
+    }
+    /* batches: [4, 40, 50] @ [4, 50, 70], one batch per item */
+    kiln_tensor *ba = kiln_view(ramp(KILN_F64, 4 * 40, 50, 1e-2), 3, (int64_t[]){4, 40, 50});
+    kiln_tensor *bb = kiln_view(ramp(KILN_F64, 4 * 50, 70, 1e-2), 3, (int64_t[]){4, 50, 70});
+    kiln_tensor *bc = kiln_bmm(ba, bb);
+    for (int64_t x = 0; x < 4; x++) {
+      double acc = 0;
+      for (int64_t p = 0; p < 50; p++) acc += (double)((x * 40 + 39) * 50 + p) * 1e-2 * (double)((x * 50 + p) * 70 + 69) * 1e-2;
+      assert_int_equal(kiln_read(kiln_select(kiln_select(kiln_select(bc, 0, x), 0, 39), 0, 69), &got[0], sizeof got[0]),
+                       KILN_OK);
+      assert_float_equal(got[0], acc, 1e-12 * acc);
+    }
+    kiln_scope_end();
+  }
+  kiln_set_num_threads(before);
+  expect_no_error();
+}
+
 static void errors(void **state) {
   kiln_scope_begin();
   kiln_tensor *m23 = kiln_zeros(KILN_F32, 2, (int64_t[]){2, 3}), *m45 = kiln_zeros(KILN_F32, 2, (int64_t[]){4, 5});
@@ -183,7 +268,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(layouts_and_dtypes), cmocka_unit_test(packed_operand),
       cmocka_unit_test(batches_and_vectors), cmocka_unit_test(addmm_values),
-      cmocka_unit_test(profile_of_product_and_epilogue), cmocka_unit_test(errors),
+      cmocka_unit_test(profile_of_product_and_epilogue), cmocka_unit_test(split_over_pool),
+      cmocka_unit_test(errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
