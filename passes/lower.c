@@ -733,9 +733,11 @@ static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
  * least UNROLL_ROW, is unrolled: the dim above becomes the innermost
  * loop and vectorizes (a gradient through 2x2 pooling windows loops over
  * [.., 14, 2, 14, 2]: LLVM unrolled the loops of 2 but left the rows of
- * 14 scalar; rows of 7 ran faster scalar). */
+ * 14 scalar). Its reads and writes of pairs are masked interleaved
+ * groups (llvm_jit.c), so the pooled conv2 rows of 7 gain too: they ran
+ * slower unrolled while the pairs were gathers and scatters. */
 #define UNROLL_INNER 4
-#define UNROLL_ROW 8 /* rows shorter than this fill too few lanes of a masked vector */
+#define UNROLL_ROW 7 /* shorter rows fill too few lanes of a masked vector (not measured below 7) */
 
 static bool unrolled_inner(const graph_node *r) {
   int nd = r->ndim;
@@ -856,8 +858,8 @@ static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, 
  * loop's order (the same sum, rounded the same way), and the innermost
  * kept loop, now the innermost loop, vectorizes (max pooling's 2x2
  * windows: a loop of 2 in a loop of 2 inside the row of outputs ran
- * scalar). Rows shorter than UNROLL_ROW fill too few lanes of a masked
- * vector: the pooled conv2 rows of 7 ran slower unrolled. */
+ * scalar; the pooled conv2 rows of 7 too, since pairs are masked
+ * interleaved groups). */
 #define UNROLL_REDUCE 16
 
 /* Elements per output of reduction q when it is unrolled, else 0. */
