@@ -26,14 +26,18 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static llvm_kernel_fn compile_ok(const kir_kernel *k) {
+/* Compiles k (the optimised LLVM IR into *ir when ir is not NULL, to
+ * free) or fails the test with the compiler's message. */
+static llvm_kernel_fn compile_text(const kir_kernel *k, char **ir) {
   char err[512] = "";
   llvm_kernel_fn fn = NULL;
-  int rc = llvm_compile(k, &fn, NULL, err, sizeof err);
+  int rc = llvm_compile(k, &fn, ir, err, sizeof err);
   if (rc != KILN_OK) fail_msg("llvm_compile(%s) = %d: %s", k->name, rc, err);
   assert_non_null(fn);
   return fn;
 }
+
+static llvm_kernel_fn compile_ok(const kir_kernel *k) { return compile_text(k, NULL); }
 
 static int idx_const(kir_kernel *k, int64_t v) { return kir_const_i(k, KIR_INDEX, v); }
 
@@ -313,9 +317,8 @@ static void test_long_body_interleaved(void **state) {
   }
   kir_store(&k, out, i, y);
   kir_end(&k, i);
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  char *ir = NULL;
+  llvm_kernel_fn fn = compile_text(&k, &ir);
   assert_non_null(ir);
   assert_true(count_lines(ir, "fdiv <") >= 40);
   free(ir);
@@ -349,9 +352,8 @@ static void test_short_rows_masked(void **state) {
   kir_end(&k, c);
   kir_end(&k, r);
   assert_null(kir_verify(&k));
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  char *ir = NULL;
+  llvm_kernel_fn fn = compile_text(&k, &ir);
   if (llvm_wide_vectors()) /* (a scalar copy of the loop stays for overlapping buffers) */
     assert_true(count_lines(ir, "call void @llvm.masked.store") > 0);
   free(ir);
@@ -390,9 +392,8 @@ static void test_short_row_pairs(void **state) {
   kir_end(&k, w);
   kir_end(&k, r);
   assert_null(kir_verify(&k));
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  char *ir = NULL;
+  llvm_kernel_fn fn = compile_text(&k, &ir);
   if (llvm_wide_vectors()) {
     assert_int_equal(count_lines(ir, "@llvm.masked.gather"), 0);
     assert_int_equal(count_lines(ir, "@llvm.masked.scatter"), 0);
@@ -427,9 +428,8 @@ static void test_streaming_stores(void **state) {
   kir_store(&k, pc, i, kir_alu(&k, KIR_ADD, KILN_I32, kir_load(&k, pc, i), kir_const_i(&k, KILN_I32, 1), -1));
   kir_end(&k, i);
   assert_null(kir_verify(&k));
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  char *ir = NULL;
+  llvm_kernel_fn fn = compile_text(&k, &ir);
   int vec_stores = count_lines_with(ir, "store <", " x float>"); /* any vector width */
   assert_true(vec_stores > 0);
   assert_int_equal(count_lines_with(ir, " x float>", "!nontemporal"), vec_stores);
@@ -756,9 +756,8 @@ static void test_mixed_width(void **state) {
   kir_store(&k, po, r, acc);
   kir_end(&k, r);
   assert_null(kir_verify(&k));
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  char *ir = NULL;
+  llvm_kernel_fn fn = compile_text(&k, &ir);
   if (llvm_wide_vectors()) {
     assert_true(count_lines(ir, "<16 x float>") > 0);
     assert_int_equal(count_lines(ir, "<8 x float>"), 0);
@@ -865,9 +864,8 @@ static void test_tile_transpose(void **state) {
   kir_kernel k;
   build_tile_transpose(&k, KILN_F32);
   assert_null(kir_verify(&k));
-  char err[512] = "", *ir = NULL;
-  llvm_kernel_fn fn = NULL;
-  assert_int_equal(llvm_compile(&k, &fn, &ir, err, sizeof err), KILN_OK);
+  char *ir = NULL;
+  llvm_kernel_fn fn = compile_text(&k, &ir);
   assert_true(count_lines(ir, "shufflevector") >= 16);
   assert_int_equal(count_lines(ir, "gather"), 0);
   free(ir);
