@@ -32,10 +32,10 @@
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
-#include <llvm-c/Support.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
@@ -125,8 +125,8 @@ static LLVMErrorRef detect_host(void) {
  * (an unrolled innermost dim of 2: max pooling's windows and their
  * gradient) with a masked tail (short_row in llvm_lower.c: rows of 14) is
  * otherwise vectorized with gathers and scatters; with it, one masked
- * wide load or store and shuffles (docs/internals.md, "Interleaved
- * pairs"). Parsed once per process, after the host is known: LLVM's
+ * wide load or store and shuffles (docs/internals.md, Forcing: the
+ * compile). Parsed once per process, after the host is known: LLVM's
  * parser exits the process on a repeated or unknown option. */
 static pthread_once_t options_once = PTHREAD_ONCE_INIT;
 
