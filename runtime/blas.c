@@ -243,7 +243,11 @@ static int64_t plan_split(split_job *j) {
   return (ext + j->block - 1) / j->block;
 }
 
+static void set_single_thread(void) { openblas_set_num_threads(1); }
+
 int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
+  static pthread_once_t single = PTHREAD_ONCE_INIT;
+  pthread_once(&single, set_single_thread); /* Kiln's pool runs the parts */
   mm_dims d = dims_of(n);
   if (!fits_int(&d)) {
     snprintf(err, errlen, "matmul of %lldx%lld by %lldx%lld exceeds BLAS's 32-bit sizes", (long long)d.m,
@@ -271,13 +275,6 @@ int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out
 }
 
 int rt_blas_last_threads(void) { return last_threads; }
-
-static void set_single_thread(void) { openblas_set_num_threads(1); }
-
-void rt_blas_single_thread(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, set_single_thread);
-}
 
 /* ------------------------------------------- cuBLAS (KILN_CUDA nodes) */
 

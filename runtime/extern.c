@@ -88,21 +88,20 @@ typedef struct extern_impl {
   graph_op op;
   int (*host)(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
   void (*describe)(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len);
-  bool blas; /* runs OpenBLAS: one thread per call, the parts of a product on Kiln's pool (blas.c) */
   bool hold; /* runs under rt_pool_hold: idle pool workers sleep rather than spin meanwhile (MPI
               * progress and peer ranks sharing the cores) */
 } extern_impl;
 
 static const extern_impl externs[] = {
-    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, true, false},
-    {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false, false},
-    {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false, false},
-    {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, false, true},
-    {GRAPH_OP_ALL_GATHER, rt_dist_run, describe_dist, false, true},
-    {GRAPH_OP_REDUCE_SCATTER, rt_dist_run, describe_dist, false, true},
-    {GRAPH_OP_BROADCAST, rt_dist_run, describe_dist, false, true},
-    {GRAPH_OP_SEND, rt_dist_run, describe_dist, false, true},
-    {GRAPH_OP_RECV, rt_dist_run, describe_dist, false, true},
+    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, false},
+    {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false},
+    {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false},
+    {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, true},
+    {GRAPH_OP_ALL_GATHER, rt_dist_run, describe_dist, true},
+    {GRAPH_OP_REDUCE_SCATTER, rt_dist_run, describe_dist, true},
+    {GRAPH_OP_BROADCAST, rt_dist_run, describe_dist, true},
+    {GRAPH_OP_SEND, rt_dist_run, describe_dist, true},
+    {GRAPH_OP_RECV, rt_dist_run, describe_dist, true},
 };
 
 static const extern_impl *impl_of(graph_op op) {
@@ -138,7 +137,6 @@ static int run_on_host(const extern_impl *x, graph_node *n, graph_buffer **out, 
   graph_buffer *staged[GRAPH_MAX_INPUTS] = {0};
   int st = host_inputs(n, in, staged, err, errlen);
   if (x->hold) rt_pool_hold(); /* the library's threads or peers get the cores: no parallel kernel meanwhile */
-  if (x->blas) rt_blas_single_thread();
   *t0 = rt_now_ns();
   if (st == KILN_OK) st = x->host(n, in, *out, err, errlen);
   *t1 = rt_now_ns();

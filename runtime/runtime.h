@@ -193,14 +193,12 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen);
 /** MATMUL through OpenBLAS into out (contiguous [batch..., M, N]); in[i]:
  *  host data of input i's buffer (its view's offset not applied). Split
  *  over Kiln's pool (batches, else blocks of C's rows or columns), each
- *  part one single-threaded OpenBLAS call (rt_blas_single_thread). */
+ *  part one single-threaded OpenBLAS call: the first call sets OpenBLAS to
+ *  one thread, process-wide (a host program's own OpenBLAS calls become
+ *  single-threaded too). */
 int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 /** Pool threads the calling thread's last rt_blas_matmul ran on. */
 int rt_blas_last_threads(void);
-/** Sets OpenBLAS to one thread per call, once: Kiln's pool runs the parts
- *  of a product (process-wide: a host program's own OpenBLAS calls become
- *  single-threaded too). */
-void rt_blas_single_thread(void);
 /** True when the last two dims of v (a matmul operand) are neither
  *  row- nor column-major with a usable leading dimension: BLAS needs a
  *  contiguous copy (the host packs one; the device path gets it from
