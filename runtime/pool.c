@@ -42,6 +42,18 @@
  * gain to pay for a wake-up of sleeping workers. Time y = x*x + x on 1
  * and 2 threads with bench/ (bench/README.md) before moving it.
  *
+ * Placement: a worker that finds itself on the CPU the caller published
+ * the job from (sched_getcpu) binds itself to the CPUs the process was
+ * allowed when the workers started, minus that one, before it runs its
+ * chunk; the chunks then run side by side instead of taking turns on one
+ * CPU. Schedulers that place a woken thread on its waker's CPU do that to
+ * a sleeping worker: on the 2-vCPU VMs Kiln is benchmarked on, both
+ * chunks of a 16 MiB row sum ran on one vCPU in every run, and a kernel
+ * took as long on 2 threads as on 1 (docs/internals.md, "Threads").
+ * A worker never binds itself when that leaves no CPU (a process
+ * restricted to one), and rebinds when the caller later moves onto its
+ * CPU.
+ *
  * fork: a child forgets the parent's workers (they do not exist there)
  * and starts its own on its first parallel run.
  */
@@ -70,6 +82,7 @@ typedef struct pool_job {
   int64_t extent;
   int n_chunks;
   rt_pool_span *spans; /* [n_chunks] timed when not NULL (profiling) */
+  int caller_cpu;      /* where the caller published it; -1: unknown */
 } pool_job;
 
 typedef struct pool_state {
@@ -81,6 +94,8 @@ typedef struct pool_state {
   bool started;             /* start attempted for this thread count */
   bool closed;              /* after exit: run everything inline */
   uint64_t spawn_gen;       /* gen when the workers started */
+  cpu_set_t allowed;        /* the caller's CPUs when the workers started */
+  bool can_move;            /* allowed has two CPUs or more */
   pool_job job;             /* under run_lock; read by workers with a chunk */
   atomic_int threads;       /* requested count; 0 until initialised */
   atomic_uint_fast64_t gen; /* seq << CHUNK_BITS | n_chunks */
@@ -139,8 +154,18 @@ static int plan_threads(int64_t extent, int64_t cost_per_item, int threads) {
 
 /* ------------------------------------------------------------ workers */
 
+/* Worker side of Placement (top of file): off the caller's CPU. */
+static void leave_caller_cpu(void) {
+  int caller = P.job.caller_cpu;
+  if (!P.can_move || caller < 0 || caller >= CPU_SETSIZE || sched_getcpu() != caller) return;
+  cpu_set_t set = P.allowed;
+  CPU_CLR(caller, &set);
+  if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 static void run_chunk(int c) {
   int64_t start, end;
+  if (c > 0) leave_caller_cpu();
   chunk_bounds(P.job.extent, P.job.n_chunks, c, &start, &end);
   rt_pool_span *span = P.job.spans ? &P.job.spans[c] : NULL;
   if (span) span->start_ns = rt_now_ns();
@@ -221,6 +246,7 @@ static void start_workers(int n) {
   P.workers = n > 0 ? malloc(sizeof *P.workers * (size_t)n) : NULL;
   if (!P.workers) return;
   P.spawn_gen = atomic_load_explicit(&P.gen, memory_order_relaxed);
+  P.can_move = sched_getaffinity(0, sizeof P.allowed, &P.allowed) == 0 && CPU_COUNT(&P.allowed) > 1;
   atomic_store(&P.quit, false);
   while (P.n_workers < n && spawn(P.n_workers + 1)) P.n_workers++;
 }
@@ -317,7 +343,8 @@ void rt_pool_set_threads(int n) {
 
 /* Caller side of a parallel run over n chunks (n - 1 ≤ n_workers). */
 static void run_parallel(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int n, rt_pool_span *spans) {
-  P.job = (pool_job){.fn = fn, .bufs = bufs, .extent = extent, .n_chunks = n, .spans = spans};
+  P.job = (pool_job){.fn = fn, .bufs = bufs, .extent = extent, .n_chunks = n, .spans = spans,
+                     .caller_cpu = sched_getcpu()};
   atomic_store_explicit(&P.pending, n - 1, memory_order_relaxed);
   publish(n);
   in_pool = true;

@@ -2,12 +2,14 @@
  * test_pool.c — the CPU thread pool: every element of the parallel range
  * is run by exactly one chunk, chunks are contiguous, near-equal and the
  * same for the same thread count, the thread count can change between
- * runs, several user threads can run kernels at once, and through the
+ * runs, several user threads can run kernels at once, a worker never runs
+ * its chunk on the caller's CPU when another is allowed, and through the
  * public API a multi-threaded reduction is bit-identical to one thread.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _GNU_SOURCE /* setenv, sched_getcpu, CPU_SET, pthread_setaffinity_np */
 
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -328,6 +330,40 @@ static void api_reduction_bit_identical(void **state) {
   kiln_scope_end();
 }
 
+/* Kernel-signature function over [0, 2): bufs[0] = int cpu[2], the CPU
+ * each element's chunk ran on. */
+static void cpu_kernel(void *const *bufs, int64_t start, int64_t end) {
+  int *cpu = bufs[0];
+  for (int64_t i = start; i < end; i++) cpu[i] = sched_getcpu();
+}
+
+/* pool.c's Placement: with the caller bound to one CPU, the worker's chunk
+ * runs on another in every run, whether or not the scheduler woke it on
+ * the caller's CPU. Skipped when the process may use one CPU only. */
+static void worker_leaves_callers_cpu(void **state) {
+  cpu_set_t allowed;
+  assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) skip();
+  rt_pool_set_threads(2);
+  int cpu[2] = {-1, -1};
+  void *bufs[1] = {cpu};
+  assert_int_equal(rt_pool_run(cpu_kernel, bufs, 2, 1 << 20), 2); /* workers start, seeing every allowed CPU */
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) first++;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  for (int r = 0; r < 50; r++) {
+    cpu[0] = cpu[1] = -1;
+    assert_int_equal(rt_pool_run(cpu_kernel, bufs, 2, 1 << 20), 2);
+    assert_int_equal(cpu[0], first);
+    assert_true(cpu[1] >= 0 && cpu[1] != first);
+    if (r % 10 == 9) usleep(2000); /* past the workers' spin: they sleep, and are woken again */
+  }
+  assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof allowed, &allowed), 0);
+}
+
 int main(void) {
   setenv("KILN_NUM_THREADS", "3", 1);
   const struct CMUnitTest tests[] = {
@@ -335,7 +371,7 @@ int main(void) {
       cmocka_unit_test(small_work_runs_inline), cmocka_unit_test(chunking_is_deterministic),
       cmocka_unit_test(nested_run_is_inline), cmocka_unit_test(concurrent_callers),
       cmocka_unit_test(fork_child_has_own_workers), cmocka_unit_test(hold_blocks_parallel_runs),
-      cmocka_unit_test(api_reduction_bit_identical),
+      cmocka_unit_test(worker_leaves_callers_cpu),  cmocka_unit_test(api_reduction_bit_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
