@@ -11,7 +11,9 @@
  * the kernels report); then more runs up to a time budget (at least 3); the
  * figure is the median wall time of record + kiln_realize. Ratios:
  *   x limit = Kiln GB/s / limit GB/s  (fraction of the bandwidth limit:
- *             the triad, or for rows that only read, the read roofline)
+ *             the triad, or for rows that only read, the read roofline,
+ *             each measured just before and just after the row: the
+ *             better of the two)
  *   x NumPy = NumPy s / Kiln s        (> 1: Kiln is faster), same for Torch
  * C1 runs this program again as a child (--c1-child) so its first forces
  * happen in a fresh process with an empty kernel cache (C1-*: an empty
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -114,6 +117,7 @@ typedef struct row {
   double rate;    /* GB/s; W8: µs; C1: compile ms */
   int kernels;    /* -1: n/a */
   double x_triad; /* Kiln GB/s / limit GB/s (read roofline for read_only rows) */
+  double limit_gbs, limit_before, limit_after; /* the row's limit: the better of before and after */
   bool read_only;
   bool reference; /* a hand-written reference, not Kiln: no target */
   double kiln_s;  /* Kiln seconds compared with the peers */
@@ -124,7 +128,7 @@ typedef struct row {
   double check_val, check_max; /* another "value <= max" target, NAN = none */
   bool check_ok;               /* a further condition that must hold */
   double wrong;                /* result check error in tolerance units; > 1: wrong */
-  char detail[400];
+  char detail[512];
 } row;
 
 static row rows[32];
@@ -136,6 +140,7 @@ static row *new_row(const char *id, const char *target) {
   snprintf(r->id, sizeof r->id, "%s", id);
   r->target = target;
   r->ms = r->rate = r->x_triad = r->kiln_s = r->numpy_s = r->torch_s = NAN;
+  r->limit_gbs = r->limit_before = r->limit_after = NAN;
   r->check_val = r->check_max = NAN;
   r->kernels = -1;
   r->check_ok = true;
@@ -261,8 +266,7 @@ static int64_t one_run(const bench_workload *w, const bench_sizes *s, kiln_tenso
   return dt;
 }
 
-static void measure(const bench_workload *w, const bench_sizes *s, double limit_gbs, int64_t budget_ns,
-                    int max_runs) {
+static row *measure(const bench_workload *w, const bench_sizes *s, int64_t budget_ns, int max_runs) {
   fprintf(stderr, "kiln_bench: %s ...\n", w->id);
   static int64_t t[MAX_RUNS];
   kiln_scope_begin();
@@ -296,7 +300,6 @@ static void measure(const bench_workload *w, const bench_sizes *s, double limit_
   rw->kiln_s = (double)med / 1e9;
   rw->rate = bytes / (double)med;
   rw->kernels = p.kernels;
-  rw->x_triad = limit_gbs > 0 ? rw->rate / limit_gbs : NAN;
   rw->read_only = w->read_only;
   rw->want_kernels = w->want_kernels;
   rw->min_triad = w->min_triad;
@@ -308,6 +311,7 @@ static void measure(const bench_workload *w, const bench_sizes *s, double limit_
            "compiled); kernels move %.1f MB vs %.1f MB ideal; kernel threads %d; kernels: %s",
            w->what, wrong, runs, (double)lo / 1e6, (double)med / 1e6, (double)hi / 1e6, (double)first / 1e6,
            (double)p0.compile_ns / 1e6, p0.misses, (double)p.bytes / 1e6, bytes / 1e6, p.threads, p.names);
+  return rw;
 }
 
 /* ------------------------------------------------------ W7-hand, W7r-hand */
@@ -317,14 +321,14 @@ static void measure(const bench_workload *w, const bench_sizes *s, double limit_
  * threads as Kiln runs with (--threads, else the triad's 2), so the table
  * shows how much of a gap is the shape and how much is Kiln. A machine
  * without AVX-512F prints no such row. */
-static void measure_hand(const char *id, int64_t n, int threads, double limit_gbs, int max_runs) {
+static row *measure_hand(const char *id, int64_t n, int threads, int max_runs) {
   fprintf(stderr, "kiln_bench: %s ...\n", id);
   int64_t med, lo;
   double wrong;
   int rc = bench_w7_hand(n, threads, max_runs, &med, &lo, &wrong);
   if (rc == -1) {
     fprintf(stderr, "kiln_bench: %s skipped (needs x86-64 with AVX-512F)\n", id);
-    return;
+    return NULL;
   }
   bench_check(rc == 0, "bench_w7_hand (out of memory?)", __LINE__);
   row *rw = new_row(id, "- (reference: hand-written AVX-512)");
@@ -332,12 +336,12 @@ static void measure_hand(const char *id, int64_t n, int threads, double limit_gb
   double bytes = 4.0 * (2 * (double)n * (double)n + (double)n);
   rw->ms = (double)med / 1e6;
   rw->rate = bytes / (double)med;
-  rw->x_triad = limit_gbs > 0 ? rw->rate / limit_gbs : NAN;
   rw->wrong = wrong;
   snprintf(rw->detail, sizeof rw->detail,
            "hand-written AVX-512 a.T + b[None, :], %lld x %lld (bench/w7_hand.c); check %.2g; %d runs, min/med "
            "%.3f/%.3f ms; %d threads",
            (long long)n, (long long)n, wrong, max_runs, (double)lo / 1e6, (double)med / 1e6, threads);
+  return rw;
 }
 
 /* ----------------------------------------------------------------- W8 */
@@ -421,10 +425,28 @@ static void measure_w8(const bench_sizes *s, int64_t budget_ns) {
 
 /* ----------------------------------------------------------------- C1 */
 
+/* The time to write a fresh anonymous mapping of `bytes` once (memset, one
+ * thread), mapped as Kiln's allocator maps large buffers (2 MiB aligned,
+ * MADV_HUGEPAGE): what the machine charges for first-touch page faults of
+ * a new output now, with no Kiln code involved. -1 when mmap fails. */
+static int64_t fresh_touch_ns(size_t bytes) {
+  size_t align = (size_t)2 << 20, len = bytes + align;
+  char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return -1;
+  char *p = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  madvise(p, bytes, MADV_HUGEPAGE);
+  int64_t t0 = bench_now_ns();
+  memset(p, 1, bytes);
+  int64_t dt = bench_now_ns() - t0;
+  munmap(raw, len);
+  return dt;
+}
+
 /* Child side: first and second force of W1, W4, W5 in this fresh process;
  * one line per workload: "c1 ID first_ns compile_ns kernels second_ns
- * second_compile_ns second_misses load_ns run_ns second_run_ns" (load and
- * run: the first force's, from the profiler). */
+ * second_compile_ns second_misses load_ns run_ns second_run_ns touch_ns
+ * touch_bytes" (load and run: the first force's, from the profiler;
+ * touch: fresh_touch_ns of the output's size, after the forces). */
 static void c1_child(const bench_sizes *s) {
   static const char *ids[] = {"W1", "W4", "W5"};
   for (int i = 0; i < 3; i++) {
@@ -440,10 +462,12 @@ static void c1_child(const bench_sizes *s) {
     int64_t second = one_run(w, s, in, NULL);
     kiln_profile_end();
     prof_sum p2 = prof_collect();
+    size_t out_bytes = (size_t)kiln_numel(in[0]) * sizeof(float); /* W1, W4, W5: output shaped as in[0] */
     kiln_scope_end();
-    printf("c1 %s %lld %lld %d %lld %lld %d %lld %lld %lld\n", ids[i], (long long)first, (long long)p1.compile_ns,
-           p1.kernels, (long long)second, (long long)p2.compile_ns, p2.misses, (long long)p1.load_ns,
-           (long long)p1.run_ns, (long long)p2.run_ns);
+    int64_t touch = fresh_touch_ns(out_bytes);
+    printf("c1 %s %lld %lld %d %lld %lld %d %lld %lld %lld %lld %zu\n", ids[i], (long long)first,
+           (long long)p1.compile_ns, p1.kernels, (long long)second, (long long)p2.compile_ns, p2.misses,
+           (long long)p1.load_ns, (long long)p1.run_ns, (long long)p2.run_ns, (long long)touch, out_bytes);
   }
   fflush(stdout);
 }
@@ -465,10 +489,11 @@ static void run_c1(const options *o, const char *self, const char *dir, bool war
   int got = 0;
   while (fgets(line, sizeof line, f)) {
     char id[8];
-    long long first, comp, second, comp2, load, run1, run2;
+    long long first, comp, second, comp2, load, run1, run2, touch;
+    size_t touch_bytes;
     int kernels, misses2;
-    if (sscanf(line, "c1 %7s %lld %lld %d %lld %lld %d %lld %lld %lld", id, &first, &comp, &kernels, &second, &comp2,
-               &misses2, &load, &run1, &run2) != 10)
+    if (sscanf(line, "c1 %7s %lld %lld %d %lld %lld %d %lld %lld %lld %lld %zu", id, &first, &comp, &kernels,
+               &second, &comp2, &misses2, &load, &run1, &run2, &touch, &touch_bytes) != 12)
       continue;
     got++;
     char rid[12];
@@ -488,10 +513,11 @@ static void run_c1(const options *o, const char *self, const char *dir, bool war
     snprintf(r->detail, sizeof r->detail,
              "fresh process, %s disk cache, inputs realized first: first force %.2f ms = compile %.2f + disk load "
              "%.2f + kernel run %.2f + rest %.2f (profiler); second force %.2f ms (run %.2f, compile %.2f ms, %d "
-             "cache misses); overhead of the first force %.2f ms",
+             "cache misses); overhead of the first force %.2f ms; the first touch of a fresh %zu MiB mapping in "
+             "this process, no Kiln code (memset, 1 thread, after the forces): %.2f ms",
              warm ? "warm" : "empty", (double)first / 1e6, (double)comp / 1e6, (double)load / 1e6,
              (double)run1 / 1e6, (double)(first - comp - load - run1) / 1e6, (double)second / 1e6,
-             (double)run2 / 1e6, (double)comp2 / 1e6, misses2, overhead_ms);
+             (double)run2 / 1e6, (double)comp2 / 1e6, misses2, overhead_ms, touch_bytes >> 20, (double)touch / 1e6);
   }
   int rc = pclose(f);
   if (rc != 0 || got != 3) {
@@ -612,8 +638,6 @@ static double own_cpu_s(void) {
 static double busy0, own0;
 static int64_t wall0;
 static double others_cores = -1; /* mean cores other processes used */
-static double triad_first, triad_again; /* GB/s */
-static double read_first, read_again;   /* GB/s */
 
 static void load_mark_start(void) {
   busy0 = machine_busy_s();
@@ -628,6 +652,40 @@ static void load_mark_end(void) {
   }
 }
 
+/* ------------------------------------------------------------- limits */
+
+#define ADJACENT_RUNS 3 /* triad and read runs before and after each row */
+
+/* The machine's bandwidth limits at one moment (GB/s). */
+typedef struct limits {
+  double triad, read;
+} limits;
+
+/* The triad and the read roofline now, best of `reps` runs each; ends the
+ * program when either cannot run (out of memory). */
+static limits limits_now(const bench_sizes *s, int reps) {
+  limits l = {bench_triad(s->triad_n, TRIAD_THREADS, reps), bench_read(s->triad_n, TRIAD_THREADS, reps)};
+  if (l.triad <= 0 || l.read <= 0) {
+    fprintf(stderr, "kiln_bench: the triad or the read roofline failed (out of memory?)\n");
+    exit(1);
+  }
+  return l;
+}
+
+static limits at_start, at_end; /* the machine's limits at the run's start and end */
+
+/* Row r's limit: the better of its kind's figures measured just before and
+ * just after it, so a row is compared with the bandwidth the machine had
+ * while it ran (this host's swings by up to 1.6x within one run), never
+ * with a figure from a faster moment minutes away. NULL r: no row. */
+static void set_limit(row *r, limits before, limits after) {
+  if (!r) return;
+  r->limit_before = r->read_only ? before.read : before.triad;
+  r->limit_after = r->read_only ? after.read : after.triad;
+  r->limit_gbs = fmax(r->limit_before, r->limit_after);
+  r->x_triad = r->rate / r->limit_gbs;
+}
+
 /* -------------------------------------------------------------- table */
 
 static void fmt(char *buf, size_t n, const char *f, double v) {
@@ -640,10 +698,10 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
   if (o->threads) snprintf(thr, sizeof thr, "%d (--threads)", o->threads);
   printf("\nkiln_bench%s: n=%lld, sq=%lldx%lld, ln=%lldx%lld, tiny=%lld x %d ops; kiln threads: %s; "
          "triad %.2f GB/s, read %.2f GB/s (%d threads, 3 x %lld MiB F32 arrays; best of runs at start %.2f / %.2f "
-         "and end %.2f / %.2f)\n\n",
+         "and end %.2f / %.2f; each row's x limit uses its own, measured just before and after it: see details)\n\n",
          o->quick ? " --quick" : "", (long long)s->n, (long long)s->sq, (long long)s->sq, (long long)s->ln_rows,
          (long long)s->ln_cols, (long long)s->tiny, s->chain, thr, triad_gbs, read_gbs, TRIAD_THREADS,
-         (long long)(s->triad_n * 4 >> 20), triad_first, read_first, triad_again, read_again);
+         (long long)(s->triad_n * 4 >> 20), at_start.triad, at_start.read, at_end.triad, at_end.read);
   printf("| %-8s | %9s | %8s | %7s | %7s | %7s | %7s | %-5s | %6s | %-42s | %-4s |\n", "id", "Kiln ms", "GB/s*",
          "kernels", "x limit", "x NumPy", "x Torch", "best", "x best", "target", "met?");
   printf("|----------|----------:|---------:|--------:|--------:|--------:|--------:|-------|-------:|"
@@ -667,9 +725,11 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
   printf("\n* GB/s = ideal bytes (one read of each input, one write of the output) / Kiln time; "
          "W8rec: us to record one op; W8run: us a force adds per kernel beyond the kernels' run time; C1: ms compiling (profiler compile_ns)\n");
   printf("  check = worst sampled output error vs a double host reference, in tolerance units (<= 1 right)\n");
-  printf("  x limit = Kiln GB/s / the limit's GB/s: the read roofline for the reductions (W3), the triad otherwise; "
+  printf("  x limit = Kiln GB/s / the limit's GB/s: the read roofline for the reductions (W3), the triad otherwise, "
+         "the better of the figures measured just before and just after the row (best of %d runs each); "
          "x NumPy, x Torch, x best = peer time / Kiln time (> 1: Kiln faster), best = the faster peer; "
-         "Torch: torch.set_num_threads(2), native softmax/layer_norm\n");
+         "Torch: torch.set_num_threads(2), native softmax/layer_norm\n",
+         ADJACENT_RUNS);
   for (int i = 0; i < n_peer_notes; i++) printf("  note: %s\n", peer_notes[i]);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (others_cores >= 0) {
@@ -682,6 +742,9 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
   for (int i = 0; i < n_rows; i++) {
     const row *r = &rows[i];
     printf("  %-8s %s", r->id, r->detail);
+    if (!isnan(r->limit_gbs))
+      printf("; limit (%s) %.2f GB/s: before %.2f, after %.2f", r->read_only ? "read" : "triad", r->limit_gbs,
+             r->limit_before, r->limit_after);
     if (!isnan(r->numpy_s)) printf("; NumPy %.3f ms", r->numpy_s * 1e3);
     if (!isnan(r->torch_s)) printf("; Torch %.3f ms", r->torch_s * 1e3);
     printf("\n");
@@ -735,6 +798,7 @@ static bool write_json(const char *path, const options *o, double triad_gbs, dou
     json_num(f, "kernels", r->kernels >= 0 ? r->kernels : NAN, false);
     json_num(f, "x_limit", r->x_triad, false);
     json_str(f, "limit", r->read_only ? "read" : "triad", false);
+    json_num(f, "limit_gbs", r->limit_gbs, false);
     json_num(f, "numpy_ms", r->numpy_s * 1e3, false);
     json_num(f, "torch_ms", r->torch_s * 1e3, false);
     json_str(f, "best_peer", best, false);
@@ -768,38 +832,37 @@ int main(int argc, char **argv) {
   load_mark_start();
   fprintf(stderr, "kiln_bench: triad ...\n");
   int triad_runs = o.quick ? 5 : 10;
-  double triad = bench_triad(s.triad_n, TRIAD_THREADS, triad_runs);
-  double read = bench_read(s.triad_n, TRIAD_THREADS, triad_runs);
-  if (triad <= 0 || read <= 0) {
-    fprintf(stderr, "kiln_bench: the triad or the read roofline failed (out of memory?)\n");
-    return 1;
-  }
+  at_start = limits_now(&s, triad_runs);
 
+  limits before = at_start;
   for (int i = 0; i < bench_n_workloads; i++) {
     const bench_workload *w = &bench_workloads[i];
-    if (selected(&o, w->group, w->id)) measure(w, &s, w->read_only ? read : triad, budget, max_runs);
+    if (!selected(&o, w->group, w->id)) continue;
+    row *r = measure(w, &s, budget, max_runs);
+    limits after = limits_now(&s, ADJACENT_RUNS);
+    set_limit(r, before, after);
+    before = after;
   }
   int hand_threads = o.threads ? o.threads : TRIAD_THREADS;
-  if (selected(&o, "W7", "W7-hand")) measure_hand("W7-hand", s.sq, hand_threads, triad, max_runs);
-  if (selected(&o, "W7", "W7r-hand")) measure_hand("W7r-hand", s.sq - 1, hand_threads, triad, max_runs);
+  for (int h = 0; h < 2; h++) {
+    const char *id = h ? "W7r-hand" : "W7-hand";
+    if (!selected(&o, "W7", id)) continue;
+    row *r = measure_hand(id, h ? s.sq - 1 : s.sq, hand_threads, max_runs);
+    limits after = limits_now(&s, ADJACENT_RUNS);
+    set_limit(r, before, after);
+    before = after;
+  }
   if (selected(&o, "W8", "W8")) measure_w8(&s, o.quick ? 100000000 : 1000000000);
   if (selected(&o, "C1", "C1")) measure_c1(&o);
   if (n_rows == 0) {
     fprintf(stderr, "kiln_bench: --only %s selects no workload\n", o.only);
     return 2;
   }
-  /* the triad again: the best of both, so a busy moment at the start does
-   * not lower the limit every ratio is taken against */
+  /* the machine's limits again, for the header (the rows have their own) */
   fprintf(stderr, "kiln_bench: triad again ...\n");
-  triad_again = bench_triad(s.triad_n, TRIAD_THREADS, triad_runs);
-  read_again = bench_read(s.triad_n, TRIAD_THREADS, triad_runs);
+  at_end = limits_now(&s, triad_runs);
   bench_triad_free();
-  triad_first = triad;
-  read_first = read;
-  if (triad_again > triad) triad = triad_again;
-  if (read_again > read) read = read_again;
-  for (int i = 0; i < n_rows; i++)
-    if (!isnan(rows[i].x_triad)) rows[i].x_triad *= rows[i].read_only ? read_first / read : triad_first / triad;
+  double triad = fmax(at_start.triad, at_end.triad), read = fmax(at_start.read, at_end.read);
   if (!o.no_peers) run_peers(&o, &s);
   else snprintf(peer_notes[n_peer_notes++], sizeof peer_notes[0], "--no-peers: NumPy/PyTorch not run");
   load_mark_end();
