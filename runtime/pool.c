@@ -51,8 +51,9 @@
  * chunks of a 16 MiB row sum ran on one vCPU in every run, and a kernel
  * took as long on 2 threads as on 1 (docs/internals.md, "Threads").
  * A worker never binds itself when that leaves no CPU (a process
- * restricted to one), and rebinds when the caller later moves onto its
- * CPU.
+ * restricted to one) or when the pool has more threads than the process
+ * has CPUs (bound workers could not spread over the caller's CPU then),
+ * and rebinds when the caller later moves onto its CPU.
  *
  * fork: a child forgets the parent's workers (they do not exist there)
  * and starts its own on its first parallel run.
@@ -95,7 +96,7 @@ typedef struct pool_state {
   bool closed;              /* after exit: run everything inline */
   uint64_t spawn_gen;       /* gen when the workers started */
   cpu_set_t allowed;        /* the caller's CPUs when the workers started */
-  bool can_move;            /* allowed has two CPUs or more */
+  bool can_move;            /* allowed has two CPUs or more, and one for each thread */
   pool_job job;             /* under run_lock; read by workers with a chunk */
   atomic_int threads;       /* requested count; 0 until initialised */
   atomic_uint_fast64_t gen; /* seq << CHUNK_BITS | n_chunks */
@@ -246,7 +247,8 @@ static void start_workers(int n) {
   P.workers = n > 0 ? malloc(sizeof *P.workers * (size_t)n) : NULL;
   if (!P.workers) return;
   P.spawn_gen = atomic_load_explicit(&P.gen, memory_order_relaxed);
-  P.can_move = sched_getaffinity(0, sizeof P.allowed, &P.allowed) == 0 && CPU_COUNT(&P.allowed) > 1;
+  P.can_move = sched_getaffinity(0, sizeof P.allowed, &P.allowed) == 0 && CPU_COUNT(&P.allowed) > 1 &&
+               n + 1 <= CPU_COUNT(&P.allowed);
   atomic_store(&P.quit, false);
   while (P.n_workers < n && spawn(P.n_workers + 1)) P.n_workers++;
 }
