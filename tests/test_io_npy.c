@@ -22,52 +22,10 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "file_util.h"
 #include "test_util.h"
 
-static char dir[64];
-
-static int make_dir(void **state) {
-  strcpy(dir, "/tmp/kiln_test_npy_XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *path_of(const char *name) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "%s/%s", dir, name);
-  return buf;
-}
-
-static bool exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-/* Whole file into a malloc'ed buffer; *n its size. */
-static unsigned char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  rewind(f);
-  unsigned char *b = malloc((size_t)size + 1);
-  assert_int_equal(fread(b, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  *n = (size_t)size;
-  return b;
-}
-
-static void spit(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, n, f), n);
-  fclose(f);
-}
+static int make_dir(void **state) { return test_dir_make("npy"); }
 
 /* A version 1.0 file: the given header text (padded by the caller or not)
  * followed by `data`. */
@@ -393,13 +351,13 @@ static void path_errors(void **state) {
   kiln_tensor *t = kiln_zeros(KILN_F32, 1, (int64_t[]){2});
   assert_null(kiln_load_npy(path_of("missing.npy")));
   expect_error(KILN_ERR_IO, "kiln_load_npy", "missing.npy", "No such file", NULL);
-  assert_null(kiln_load_npy(dir));
+  assert_null(kiln_load_npy(test_dir));
   expect_error(KILN_ERR_IO, "not a regular file", NULL);
   assert_null(kiln_load_npy(NULL));
   expect_error(KILN_ERR_ARG, "path is NULL", NULL);
   assert_int_equal(kiln_save_npy(t, "/nonexistent_kiln_dir/x.npy"), KILN_ERR_IO);
   expect_error(KILN_ERR_IO, "kiln_save_npy", "cannot create", "/nonexistent_kiln_dir/x.npy", NULL);
-  assert_int_equal(kiln_save_npy(t, dir), KILN_ERR_IO);
+  assert_int_equal(kiln_save_npy(t, test_dir), KILN_ERR_IO);
   expect_error(KILN_ERR_IO, "cannot create", NULL);
   assert_int_equal(kiln_save_npy(t, NULL), KILN_ERR_ARG);
   expect_error(KILN_ERR_ARG, "path is NULL", NULL);
@@ -454,5 +412,5 @@ int main(void) {
       cmocka_unit_test(failed_write_removes_file),
       cmocka_unit_test(errors_chain),
   };
-  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+  return cmocka_run_group_tests(tests, make_dir, test_dir_remove);
 }

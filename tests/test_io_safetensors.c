@@ -21,51 +21,10 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "file_util.h"
 #include "test_util.h"
 
-static char dir[64];
-
-static int make_dir(void **state) {
-  strcpy(dir, "/tmp/kiln_test_st_XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *path_of(const char *name) {
-  static char buf[256];
-  snprintf(buf, sizeof buf, "%s/%s", dir, name);
-  return buf;
-}
-
-static bool exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-static unsigned char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  rewind(f);
-  unsigned char *b = malloc((size_t)size + 1);
-  assert_int_equal(fread(b, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  *n = (size_t)size;
-  return b;
-}
-
-static void spit(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, n, f), n);
-  fclose(f);
-}
+static int make_dir(void **state) { return test_dir_make("st"); }
 
 /* A file with header text `json` (its length as N) and `nbytes` of data. */
 static void write_st(const char *path, const char *json, const void *data, size_t nbytes) {
@@ -273,7 +232,7 @@ static void load_argument_errors(void **state) {
   expect_error(KILN_ERR_ARG, "name is NULL", NULL);
   assert_int_equal(kiln_load_safetensors(path_of("missing.safetensors"), &n, &names, &ts), KILN_ERR_IO);
   expect_error(KILN_ERR_IO, "kiln_load_safetensors", "missing.safetensors", "No such file", NULL);
-  assert_null(kiln_load_safetensor(dir, "x"));
+  assert_null(kiln_load_safetensor(test_dir, "x"));
   expect_error(KILN_ERR_IO, "not a regular file", NULL);
   assert_int_equal(kiln_load_safetensors(NULL, &n, &names, &ts), KILN_ERR_ARG);
   expect_error(KILN_ERR_ARG, "path is NULL", NULL);
@@ -458,5 +417,5 @@ int main(void) {
       cmocka_unit_test(truncated_every_length), cmocka_unit_test(corrupt_headers),
       cmocka_unit_test(bad_header_sizes),       cmocka_unit_test(metadata_and_foreign_dtypes),
   };
-  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+  return cmocka_run_group_tests(tests, make_dir, test_dir_remove);
 }
