@@ -23,6 +23,7 @@
 #include "kir.h"
 #include "llvm_backend.h"
 #include "llvm_internal.h"
+#include "text_util.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -280,13 +281,6 @@ static void test_math(void **state) {
   }
 }
 
-/* Lines of text containing needle. */
-static int count_lines(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
-  return n;
-}
-
 /* Lines of text containing both a and b (each line under 1 KiB). */
 static int count_lines_with(const char *text, const char *a, const char *b) {
   int n = 0;
@@ -320,7 +314,7 @@ static void test_long_body_interleaved(void **state) {
   char *ir = NULL;
   llvm_kernel_fn fn = compile_text(&k, &ir);
   assert_non_null(ir);
-  assert_true(count_lines(ir, "fdiv <") >= 40);
+  assert_true(count_text(ir, "fdiv <") >= 40);
   free(ir);
   static float in[N], got[N], single[N];
   for (int j = 0; j < N; j++) in[j] = (float)(j - 500) / 100.0f;
@@ -355,7 +349,7 @@ static void test_short_rows_masked(void **state) {
   char *ir = NULL;
   llvm_kernel_fn fn = compile_text(&k, &ir);
   if (llvm_wide_vectors()) /* (a scalar copy of the loop stays for overlapping buffers) */
-    assert_true(count_lines(ir, "call void @llvm.masked.store") > 0);
+    assert_true(count_text(ir, "call void @llvm.masked.store") > 0);
   free(ir);
   static float in[R * P], out[R * W + 1];
   for (int j = 0; j < R * P; j++) in[j] = (float)j;
@@ -395,9 +389,9 @@ static void test_short_row_pairs(void **state) {
   char *ir = NULL;
   llvm_kernel_fn fn = compile_text(&k, &ir);
   if (llvm_wide_vectors()) {
-    assert_int_equal(count_lines(ir, "@llvm.masked.gather"), 0);
-    assert_int_equal(count_lines(ir, "@llvm.masked.scatter"), 0);
-    assert_true(count_lines(ir, "call void @llvm.masked.store") > 0);
+    assert_int_equal(count_text(ir, "@llvm.masked.gather"), 0);
+    assert_int_equal(count_text(ir, "@llvm.masked.scatter"), 0);
+    assert_true(count_text(ir, "call void @llvm.masked.store") > 0);
   }
   free(ir);
   static float in[R * 2 * W], gv[R * W], out[R * 2 * W + 1];
@@ -436,7 +430,7 @@ static void test_streaming_stores(void **state) {
   assert_true(count_lines_with(ir, "store <", " x i32>") > 0);
   assert_int_equal(count_lines_with(ir, "x i32>", "!nontemporal"), 0);
   assert_int_equal(count_lines_with(ir, "store float", "!nontemporal"), 0); /* the scalar remainder */
-  assert_int_equal(count_lines(ir, "fence seq_cst"), 1);
+  assert_int_equal(count_text(ir, "fence seq_cst"), 1);
   free(ir);
   float *out = aligned_alloc(64, sizeof(float) * 4160), in[N];
   int32_t cnt[N];
@@ -759,8 +753,8 @@ static void test_mixed_width(void **state) {
   char *ir = NULL;
   llvm_kernel_fn fn = compile_text(&k, &ir);
   if (llvm_wide_vectors()) {
-    assert_true(count_lines(ir, "<16 x float>") > 0);
-    assert_int_equal(count_lines(ir, "<8 x float>"), 0);
+    assert_true(count_text(ir, "<16 x float>") > 0);
+    assert_int_equal(count_text(ir, "<8 x float>"), 0);
   }
   free(ir);
   fn((void *[]){out, x}, 0, R);
@@ -866,8 +860,8 @@ static void test_tile_transpose(void **state) {
   assert_null(kir_verify(&k));
   char *ir = NULL;
   llvm_kernel_fn fn = compile_text(&k, &ir);
-  assert_true(count_lines(ir, "shufflevector") >= 16);
-  assert_int_equal(count_lines(ir, "gather"), 0);
+  assert_true(count_text(ir, "shufflevector") >= 16);
+  assert_int_equal(count_text(ir, "gather"), 0);
   free(ir);
   static float a[TC * TR], out[TR * TC];
   for (int x = 0; x < TC * TR; x++) a[x] = (float)x;

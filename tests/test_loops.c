@@ -19,6 +19,7 @@
 #include "runtime.h"
 #include "kernel_util.h"
 #include "test_util.h"
+#include "text_util.h"
 
 /* The loop extents [return] of the kernel that would compute t. */
 static int loop_extents(kiln_tensor *t, int64_t *extents) {
@@ -387,13 +388,6 @@ static void ragged_transpose_skews_tiles(void **state) {
   assert_int_equal(skews, 0);
   assert_int_equal(streams, 1);
   rt_set_fusion(-1);
-}
-
-/* Occurrences of needle in text. */
-static int count_text(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
-  return n;
 }
 
 /* The optimised LLVM IR of the kernel of a.T + b[None, :], a [w, r]

@@ -21,6 +21,7 @@
 
 #include "kiln/kiln.h"
 #include "test_util.h"
+#include "text_util.h"
 
 static void null_lists(void **state) {
   (void)state;
@@ -90,12 +91,6 @@ static int child_main(void) {
   return kiln_last_status() == KILN_OK ? 0 : 2;
 }
 
-static int count(const char *s, const char *what) {
-  int k = 0;
-  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) k++;
-  return k;
-}
-
 static void num_threads_warning(void **state) {
   (void)state;
   char out[2048];
@@ -108,12 +103,12 @@ static void num_threads_warning(void **state) {
              ncpu < 1 ? 1 : ncpu);
     /* (other lines may come from the backend: cuda-emu prints its summary) */
     if (!strstr(out, want)) fail_msg("stderr for KILN_NUM_THREADS=%s: \"%s\", want \"%s\"", bad[i], out, want);
-    assert_int_equal(count(out, "KILN_NUM_THREADS"), 1); /* once */
+    assert_int_equal(count_text(out, "KILN_NUM_THREADS"), 1); /* once */
   }
   const char *good[] = {"1", "2", " 3 ", NULL};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     run_child(good[i], out, sizeof out);
-    if (count(out, "KILN_NUM_THREADS"))
+    if (count_text(out, "KILN_NUM_THREADS"))
       fail_msg("stderr for KILN_NUM_THREADS=%s: \"%s\", want no warning", good[i] ? good[i] : "(unset)", out);
   }
 }

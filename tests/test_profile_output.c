@@ -25,6 +25,7 @@
 #include "kiln/kiln.h"
 #include "runtime.h"
 #include "test_util.h"
+#include "text_util.h"
 
 /* relu(a*b + c) over n elements, inputs realized (n differs per test so
  * each test compiles its own kernels). */
@@ -213,12 +214,6 @@ static char *slurp(const char *path) {
   return buf;
 }
 
-static int count(const char *s, const char *what) {
-  int n = 0;
-  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
-  return n;
-}
-
 /* y = relu(a*b + c) and s = sum(exp(x^T), 1): two kernels after fusion. */
 static void dot_graphs(void **state) {
   rt_set_fusion(1);
@@ -235,13 +230,13 @@ static void dot_graphs(void **state) {
   assert_int_equal(kiln_graph_write_dot(ts, 2, path, KILN_DOT_BEFORE_PASSES), KILN_OK);
   const char *g = slurp(path);
   assert_non_null(strstr(g, "digraph kiln {"));
-  assert_int_equal(count(g, "subgraph cluster_"), 0);
-  assert_true(count(g, "[label=\"MUL\\n") == 2 && count(g, "[label=\"ADD\\n") == 1);
-  assert_int_equal(count(g, "[label=\"RELU\\nf32 [33]\"]"), 1);
+  assert_int_equal(count_text(g, "subgraph cluster_"), 0);
+  assert_true(count_text(g, "[label=\"MUL\\n") == 2 && count_text(g, "[label=\"ADD\\n") == 1);
+  assert_int_equal(count_text(g, "[label=\"RELU\\nf32 [33]\"]"), 1);
   assert_non_null(strstr(g, "strides [1, 3]")); /* the transposed read is labelled */
   assert_int_equal(kiln_graph_write_dot(ts, 2, path, KILN_DOT_AFTER_PASSES), KILN_OK);
   g = slurp(path);
-  assert_int_equal(count(g, "subgraph cluster_"), 2);
+  assert_int_equal(count_text(g, "subgraph cluster_"), 2);
   assert_non_null(strstr(g, "label=\"E_mul_add_relu_33\""));
   assert_non_null(strstr(g, "label=\"R_mul_exp_sum_3x1\""));
   /* nothing was forced, and the values are right */
@@ -266,7 +261,7 @@ static void dot_of_realized(void **state) {
   assert_int_equal(kiln_graph_write_dot(&t, 1, path, KILN_DOT_AFTER_PASSES), KILN_OK);
   const char *g = slurp(path);
   assert_non_null(strstr(g, "0 pending nodes"));
-  assert_int_equal(count(g, "->"), 0);
+  assert_int_equal(count_text(g, "->"), 0);
   remove(path);
   kiln_scope_end();
 }
