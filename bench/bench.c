@@ -674,16 +674,19 @@ static limits limits_now(const bench_sizes *s, int reps) {
 
 static limits at_start, at_end; /* the machine's limits at the run's start and end */
 
-/* Row r's limit: the better of its kind's figures measured just before and
- * just after it, so a row is compared with the bandwidth the machine had
- * while it ran (this host's swings by up to 1.6x within one run), never
- * with a figure from a faster moment minutes away. NULL r: no row. */
-static void set_limit(row *r, limits before, limits after) {
+/* Row r's limit: the better of its kind's figures measured just before it
+ * (*before) and just after it (measured here; the next row's before), so
+ * a row is compared with the bandwidth the machine had while it ran (this
+ * host's swings by up to 1.6x within one run), never with a figure from
+ * a faster moment minutes away. NULL r (a skipped row): nothing. */
+static void limit_row(row *r, const bench_sizes *s, limits *before) {
   if (!r) return;
-  r->limit_before = r->read_only ? before.read : before.triad;
+  limits after = limits_now(s, ADJACENT_RUNS);
+  r->limit_before = r->read_only ? before->read : before->triad;
   r->limit_after = r->read_only ? after.read : after.triad;
   r->limit_gbs = fmax(r->limit_before, r->limit_after);
   r->x_triad = r->rate / r->limit_gbs;
+  *before = after;
 }
 
 /* -------------------------------------------------------------- table */
@@ -838,20 +841,12 @@ int main(int argc, char **argv) {
   for (int i = 0; i < bench_n_workloads; i++) {
     const bench_workload *w = &bench_workloads[i];
     if (!selected(&o, w->group, w->id)) continue;
-    row *r = measure(w, &s, budget, max_runs);
-    limits after = limits_now(&s, ADJACENT_RUNS);
-    set_limit(r, before, after);
-    before = after;
+    limit_row(measure(w, &s, budget, max_runs), &s, &before);
   }
   int hand_threads = o.threads ? o.threads : TRIAD_THREADS;
-  for (int h = 0; h < 2; h++) {
-    const char *id = h ? "W7r-hand" : "W7-hand";
-    if (!selected(&o, "W7", id)) continue;
-    row *r = measure_hand(id, h ? s.sq - 1 : s.sq, hand_threads, max_runs);
-    limits after = limits_now(&s, ADJACENT_RUNS);
-    set_limit(r, before, after);
-    before = after;
-  }
+  if (selected(&o, "W7", "W7-hand")) limit_row(measure_hand("W7-hand", s.sq, hand_threads, max_runs), &s, &before);
+  if (selected(&o, "W7", "W7r-hand"))
+    limit_row(measure_hand("W7r-hand", s.sq - 1, hand_threads, max_runs), &s, &before);
   if (selected(&o, "W8", "W8")) measure_w8(&s, o.quick ? 100000000 : 1000000000);
   if (selected(&o, "C1", "C1")) measure_c1(&o);
   if (n_rows == 0) {

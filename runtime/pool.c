@@ -83,7 +83,7 @@ typedef struct pool_job {
   int64_t extent;
   int n_chunks;
   rt_pool_span *spans; /* [n_chunks] timed when not NULL (profiling) */
-  int caller_cpu;      /* where the caller published it; -1: unknown */
+  int caller_cpu;      /* where the caller published it; -1: unknown, or no worker may move */
 } pool_job;
 
 typedef struct pool_state {
@@ -346,7 +346,7 @@ void rt_pool_set_threads(int n) {
 /* Caller side of a parallel run over n chunks (n - 1 ≤ n_workers). */
 static void run_parallel(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int n, rt_pool_span *spans) {
   P.job = (pool_job){.fn = fn, .bufs = bufs, .extent = extent, .n_chunks = n, .spans = spans,
-                     .caller_cpu = sched_getcpu()};
+                     .caller_cpu = P.can_move ? sched_getcpu() : -1};
   atomic_store_explicit(&P.pending, n - 1, memory_order_relaxed);
   publish(n);
   in_pool = true;
