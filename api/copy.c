@@ -9,7 +9,6 @@
  * ops recorded before them.
  */
 #include "api_internal.h"
-#include "device.h"
 #include "runtime.h"
 
 KILN_API kiln_tensor *kiln_clone(kiln_tensor *t) {

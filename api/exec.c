@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "api_internal.h"
-#include "pool.h"
 #include "runtime.h"
 
 KILN_API int kiln_set_backend(const char *name) {

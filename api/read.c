@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "api_internal.h"
-#include "device.h"
 #include "runtime.h"
 
 /* Pending nodes allowed before an op forces its own result (env

@@ -34,7 +34,7 @@
 
 #include "cuda_vec.h"
 
-#include "kiln/kiln.h"
+#include "kiln/types.h"
 
 enum { NO_OFFSET = -2, NOT_AFFINE = -1 };
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "fault.h"
-#include "kiln/kiln.h"
+#include "kiln/types.h"
 
 /* ----------------------------------------------------------- settings */
 

@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kiln/kiln.h"
+#include "kiln/types.h"
 
 #define KIR_INDEX ((kiln_dtype)100) /* int64 index arithmetic */
 #define KIR_PTR ((kiln_dtype)101)   /* buffer parameter */

@@ -22,7 +22,7 @@
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 
-#include "runtime.h"
+#include "rt_internal.h"
 
 #define SMALL_MAX (INT64_C(1) << 20)
 #define HUGE_PAGE (INT64_C(2) << 20)

@@ -24,7 +24,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_driver.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 enum { BACKEND_UNSET = -1, BACKEND_LLVM = 0, BACKEND_CUDA_EMU = 1, BACKEND_CUDA = 2 };
 

@@ -35,7 +35,7 @@
 #include "cuda_blas.h"
 #include "device.h"
 #include "pool.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 /* How one operand matrix goes to BLAS. */
 typedef struct blas_mat {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "rt_internal.h"
 
 static atomic_int_fast64_t debug_cache = GRAPH_ENV_UNREAD;
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime.h"
+#include "rt_internal.h"
 
 static int64_t read_level(void) {
   const char *e = getenv("KILN_DEBUG");

@@ -17,7 +17,7 @@
 
 #include "cuda_launch.h"
 #include "device.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 #define SMALL_MAX (INT64_C(1) << 20)
 #define LARGE_STEP (INT64_C(2) << 20)

@@ -34,12 +34,8 @@
 
 #include "graph.h"
 #include "kir.h"
+#include "runtime.h"
 
-/** KILN_OK when KILN_CUDA buffers can be made now: the emulated device
- *  under "cuda-emu" (from kiln_set_backend or $KILN_BACKEND), else device
- *  0 when present; else KILN_ERR_DEVICE "no CUDA device: <why>" (or the
- *  error of an unusable $KILN_BACKEND). */
-int rt_device_ready(char *err, size_t errlen);
 /** True when the buffer was made by the real device (kernels for it run
  *  through rt_device_launch; the emu's run on the host). */
 bool rt_device_is_real(const graph_buffer *b);
@@ -51,9 +47,6 @@ bool rt_device_next_is_real(void);
 int rt_device_alloc(int64_t bytes, graph_buffer **out, char *err, size_t errlen);
 /** Host -> device: bytes from src into dst (a KILN_CUDA buffer). */
 int rt_device_upload(graph_buffer *dst, const void *src, int64_t bytes, char *err, size_t errlen);
-/** Device -> host: bytes from src at byte `offset` into dst, after every
- *  kernel on the stream finished. */
-int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64_t bytes, char *err, size_t errlen);
 /** A copy of b's bytes in a new buffer on `device` (either direction, or
  *  device to device). */
 int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **out, char *err, size_t errlen);

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 static const char *const check_archs[] = {"sm_80", "compute_90"};
 #define N_ARCHS ((int)(sizeof check_archs / sizeof check_archs[0]))

@@ -42,7 +42,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "rt_internal.h"
 
 #ifndef KILN_VERSION_STRING
 #define KILN_VERSION_STRING "unknown"

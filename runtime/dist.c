@@ -28,7 +28,7 @@
 
 #include "dist.h"
 #include "dist_plugin.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 static const rt_mpi_plugin *plugin;
 static void *plugin_handle;

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "lower.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 /* A node is in the schedule when it is pending and not an inlined source. */
 static bool scheduled(const pass_plan *p, const graph_node *n) { return !n->buffer && pass_pos(p, n) >= 0; }

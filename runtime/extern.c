@@ -20,7 +20,7 @@
 #include "device.h"
 #include "dist.h"
 #include "pool.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 /* Name, flops and bytes of a sort loop (ARGSORT, MODE): rows of len
  * elements along dim, about len * log2(len) comparisons each. */

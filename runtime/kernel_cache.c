@@ -24,7 +24,7 @@
 
 #include "cuda_backend.h"
 #include "device.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 /* Which path built an entry: the key's last byte. */
 enum { PATH_LLVM = 0, PATH_EMU = 1, PATH_DEVICE = 2 };

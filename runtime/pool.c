@@ -70,7 +70,7 @@
 #include <unistd.h>
 
 #include "pool.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 #define SPIN_NS 50000          /* spin this long before sleeping (ns) */
 #define PAUSE_SPINS 200        /* pause-hint spins before yielding */

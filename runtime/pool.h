@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "llvm_backend.h"
+#include "runtime.h"
 
 /** Below this many elements touched (extent × cost_per_item) a kernel runs
  *  inline on the caller: waking a second thread costs more than it saves
@@ -45,10 +46,6 @@ typedef struct rt_pool_span {
 int rt_pool_run_timed(llvm_kernel_fn fn, void *const *bufs, int64_t extent, int64_t cost_per_item,
                       rt_pool_span *spans, int *n_spans);
 
-/** Sets the thread count (n ≥ 1, clamped to RT_POOL_MAX_THREADS; n < 1 is
- *  ignored). Waits for a running parallel kernel, stops the old workers;
- *  new ones start lazily at the next parallel run. */
-void rt_pool_set_threads(int n);
 
 /** Holds the pool for a library call that leaves the cores to others
  *  (an MPI collective, runtime/extern.c): waits for a running parallel kernel,

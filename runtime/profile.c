@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime.h"
+#include "rt_internal.h"
 
 static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool prof_on;

@@ -27,7 +27,7 @@
 #include "device.h"
 #include "lower.h"
 #include "pool.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 /* KILN_FUSE=0 runs one kernel per node (read once; tests may override). */
 static atomic_int_fast64_t fusion = GRAPH_ENV_UNREAD;

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "device.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 #define RT_SCHED_MAX_BYTES (256ll << 20)
 

@@ -28,7 +28,7 @@
 #include "fault.h"
 #include "graph_walk.h"
 #include "pool.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 typedef struct sort_pair {
   uint64_t key;

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 #define GC_MAX_IN 4
 #define GC_MAX_ELEMS 512

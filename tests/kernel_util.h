@@ -9,7 +9,7 @@
 
 #include "kiln/kiln.h"
 #include "lower.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 /* Plans t's pending graph (fusion decisions as a force makes them) and
  * lowers its root into *k (the caller kir_free's it). */

@@ -16,7 +16,7 @@ add_executable(test_kir_llvm
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_stream.c
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_tile.c)
 target_include_directories(test_kir_llvm PRIVATE
-  ${PROJECT_SOURCE_DIR}/api/include ${PROJECT_SOURCE_DIR}/graph ${PROJECT_SOURCE_DIR}/passes
+  ${PROJECT_SOURCE_DIR}/graph/include ${PROJECT_SOURCE_DIR}/graph ${PROJECT_SOURCE_DIR}/passes
   ${PROJECT_SOURCE_DIR}/codegen_llvm ${LLVM_INCLUDE_DIRS} ${KILN_CMOCKA_INCLUDE})
 target_compile_options(test_kir_llvm PRIVATE ${KILN_WARNINGS})
 target_link_libraries(test_kir_llvm PRIVATE ${KILN_LLVM_LIB} ${KILN_CMOCKA} m Threads::Threads ${CMAKE_DL_LIBS})

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 static kiln_tensor *realized(kiln_tensor *t) {

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 static void reuse(int64_t n) {
   rt_alloc_trim();

@@ -39,7 +39,7 @@
 
 #include "graph.h"
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 #define V(...) ((int64_t[]){__VA_ARGS__})
 #define MAXV 64

@@ -21,7 +21,7 @@
 
 #include "kiln/kiln.h"
 #include "lower.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "kernel_util.h"
 #include "test_util.h"
 

@@ -34,7 +34,7 @@
 #include "cuda_flat_kernel.h"
 #include "cuda_test_util.h"
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 /* Skips the calling test when NVRTC cannot be loaded, except in CI on a

@@ -33,7 +33,7 @@
 #include "cuda_test_util.h"
 #include "device.h"
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 /* True when KILN_TEST_DEVICE=cuda asks for the real device. */

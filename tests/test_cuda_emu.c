@@ -27,7 +27,7 @@
 #include "cuda_emu_run.h"
 #include "kir.h"
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 /* Selects cuda-emu, or skips the test when the toolchain is missing

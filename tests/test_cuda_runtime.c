@@ -31,7 +31,7 @@
 #include "cuda_test_util.h"
 #include "device.h"
 #include "kir.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 static const char *const missing_lib[] = {"/nonexistent/libcuda.so.1", NULL};

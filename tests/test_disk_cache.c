@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 enum { PATHLEN = 512 };
 

@@ -15,7 +15,7 @@
 #include "graph.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 static void expect_values(kiln_tensor *t, const double *want, int64_t n) {
   expect_values_tol(t, want, n, 1e-6);

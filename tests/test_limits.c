@@ -23,7 +23,7 @@
 
 #include "api_internal.h"
 #include "graph.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 #define V(...) ((int64_t[]){__VA_ARGS__})

@@ -16,7 +16,7 @@
 
 #include "kiln/kiln.h"
 #include "pool.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 /* [rows, cols] tensor of dtype dt holding 0, 1, 2, ... scaled by `scale`. */

@@ -17,7 +17,7 @@
 
 #include "graph.h"
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 #define V(...) ((int64_t[]){__VA_ARGS__})

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 /* A realized tensor of dtype from F64 values. */

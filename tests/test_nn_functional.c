@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 #include "grad_check.h"
 

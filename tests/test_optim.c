@@ -23,7 +23,7 @@
 
 #include "api_internal.h"
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 #define N 6 /* parameter elements: sizes [2, 3] */

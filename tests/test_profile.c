@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 static void run_once(void) {

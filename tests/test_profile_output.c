@@ -23,7 +23,7 @@
 #include <jansson.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 #include "text_util.h"
 

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "runtime.h"
+#include "rt_internal.h"
 #include "test_util.h"
 
 /* relu(a * b + c) * sigmoid(d) + s over [n] tensors made from `base`. */

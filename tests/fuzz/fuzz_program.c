@@ -38,7 +38,7 @@
 
 #include "kiln/kiln.h"
 #include "prog_ref.h"
-#include "runtime.h"
+#include "rt_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,9 +1,11 @@
 /*
- * runtime.h — execution: scheduling pending nodes into kernel runs, the
- * compiled-kernel cache, and debug output. Internal.
+ * rt_internal.h — the runtime's own interface between its files:
+ * scheduling pending nodes into kernel runs, the kernel and schedule
+ * caches, extern ops, debug output and the profiler's records. Private to
+ * runtime/ (and white-box tests); the layers above see runtime.h only.
  */
-#ifndef KILN_RUNTIME_H
-#define KILN_RUNTIME_H
+#ifndef KILN_RT_INTERNAL_H
+#define KILN_RT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdio.h>
@@ -13,13 +15,10 @@
 #include "lower.h"
 #include "llvm_backend.h"
 #include "pool.h"
+#include "runtime.h"
 
 /* ------------------------------------------------ backend (backend.c) */
 
-/** kiln_set_backend: "llvm", "cuda-emu" (KILN_ERR_UNSUPPORTED without
- *  NVRTC or a host C++ compiler), or "cuda" (KILN_ERR_DEVICE "no CUDA device:
- *  <why>" without a device); else KILN_ERR_ARG. Message in err. */
-int rt_backend_select(const char *name, char *err, size_t errlen);
 /** Called by rt_realize: KILN_OK once a backend is selected; when none
  *  was, selects $KILN_BACKEND (unset or empty: "llvm") with the same
  *  errors as rt_backend_select, repeated at every call until it succeeds. */
@@ -34,11 +33,6 @@ bool rt_backend_is_emu(void);
  *  $KILN_BACKEND again). */
 void rt_backend_reset(void);
 
-/** Realizes every node in nodes[0..n) and the pending nodes they need,
- *  one kernel per node, in dependency order. On failure nothing already
- *  realized is lost, the failed node stays pending, and the message is in
- *  err. Returns KILN_OK or a negative kiln_status. */
-int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen);
 
 /** The plan of the pending nodes roots [n] need, in post-order (producers
  *  first), as rt_realize schedules them: with `passes`, after the
@@ -46,9 +40,6 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen);
  *  readers' kernels compute). Nothing runs; free *p with pass_plan_free.
  *  KILN_OK or KILN_ERR_OOM (nothing to free). */
 int rt_plan(graph_node *const *roots, int n, bool passes, pass_plan *p);
-/** Writes the graph of pending work roots [n] need as Graphviz DOT to f,
- *  before or after the passes (see dot.c). */
-int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, char *err, size_t errlen);
 
 /** Compiled entry point for k, from the cache or compiled now (then cached
  *  by kir_to_string(k)). *cache_hit tells which; a kernel loaded from the
@@ -199,14 +190,6 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen);
 int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 /** Pool threads the calling thread's last rt_blas_matmul ran on. */
 int rt_blas_last_threads(void);
-/** True when the last two dims of v (a matmul operand) are neither
- *  row- nor column-major with a usable leading dimension: BLAS needs a
- *  contiguous copy (the host packs one; the device path gets it from
- *  api/linalg.c). */
-bool rt_blas_view_needs_copy(const graph_view *v);
-/** True when KILN_CUDA products can go to cuBLAS: the real device (not
- *  cuda-emu) and cuda_blas_available. Loads cuBLAS on first use. */
-bool rt_cublas_ready(void);
 /** True when n (a MATMUL on KILN_CUDA) can run through cuBLAS now: F32 or
  *  F64, inputs realized on the real device, no operand to pack, 32-bit
  *  sizes, cuBLAS available. */
@@ -224,8 +207,6 @@ int rt_sort_mode(const graph_node *n, const void *const *in, graph_buffer *out, 
 int rt_sort_last_threads(void);
 
 /* ---- caching allocator (alloc.c) ---- */
-/** Makes the caching allocator the graph layer's (once; thread-safe). */
-void rt_alloc_install(void);
 /** Returns every cached free buffer to the system. */
 void rt_alloc_trim(void);
 /** Bytes held in the cache (free, ready for reuse). */
@@ -240,45 +221,17 @@ void rt_alloc_set_cache_limit(int64_t bytes);
 bool rt_profiling(void);
 /** CLOCK_MONOTONIC in nanoseconds. */
 int64_t rt_now_ns(void);
-void rt_profile_begin(void);
-void rt_profile_end(void);
 /** Adds the record of one kernel run that started at start_ns on this
  *  thread, with the chunks [n_chunks] the pool ran it as (0 when it ran
  *  inline). r->name is copied (interned). */
 void rt_profile_add(const kiln_kernel_record *r, int64_t start_ns, const rt_pool_span *chunks, int n_chunks);
 /** Adds a compile event of `kernel` on this thread. */
 void rt_profile_compile(const char *kernel, int64_t start_ns, int64_t end_ns);
-int rt_profile_count(void);
-bool rt_profile_get(int i, kiln_kernel_record *out);
-
-typedef enum rt_event_kind { RT_EVENT_KERNEL, RT_EVENT_CHUNK, RT_EVENT_COMPILE } rt_event_kind;
-/** A timed event for the trace file: a kernel run (on the launching
- *  thread), one chunk of it (on the pool thread that ran it) or a
- *  compile. `record` indexes the records for runs and chunks, else -1. */
-typedef struct rt_profile_event {
-  rt_event_kind kind;
-  int record, tid;
-  const char *name; /* interned: valid until the next rt_profile_begin */
-  int64_t start_ns, end_ns;
-} rt_profile_event;
-/** A copy of everything recorded, for printing and writing traces. */
-typedef struct rt_profile_snapshot_t {
-  int64_t begin_ns, end_ns; /* the profiled interval (end: now while on) */
-  kiln_kernel_record *records;
-  int n_records;
-  rt_profile_event *events;
-  int n_events;
-} rt_profile_snapshot_t;
-/** Copies the records and events into s (free with _free); false on OOM. */
-bool rt_profile_snapshot(rt_profile_snapshot_t *s);
-void rt_profile_snapshot_free(rt_profile_snapshot_t *s);
 
 /** Small positive id of the calling thread (1, 2, ... in order of first
  *  use), the trace file's track number. */
 int rt_thread_id(void);
 /** Names the calling thread's track in trace files (printf format). */
 void rt_thread_set_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/** The name given to thread tid, or NULL. */
-const char *rt_thread_name(int tid);
 
-#endif /* KILN_RUNTIME_H */
+#endif /* KILN_RT_INTERNAL_H */
