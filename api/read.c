@@ -3,8 +3,8 @@
  *
  * Forcing hands the storages' current versions to the runtime; reading
  * then walks the realized buffer through the tensor's view in row-major
- * order. kiln_set records an ASSIGN like any other in-place write, so it
- * is lazy and seen by every tensor sharing the storage.
+ * order. kiln_set records an ASSIGN (record.c) like any other in-place
+ * write, so it is lazy and seen by every tensor sharing the storage.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,65 +13,7 @@
 #include "api_internal.h"
 #include "runtime.h"
 
-/* Pending nodes allowed before an op forces its own result (env
- * KILN_AUTO_REALIZE; 0 disables). */
-static atomic_int_fast64_t auto_realize_limit = GRAPH_ENV_UNREAD;
-
-void api_set_auto_realize_limit(int64_t limit) {
-  atomic_store_explicit(&auto_realize_limit, limit < 0 ? GRAPH_ENV_UNREAD : limit, memory_order_relaxed);
-}
-
-static int64_t read_auto_limit(void) { return graph_env_int("KILN_AUTO_REALIZE", 0, 10000, "pending nodes"); }
-
-static int64_t auto_limit(void) { return graph_env_once(&auto_realize_limit, read_auto_limit); }
-
-static int force_nodes(graph_node *const *nodes, int n, const char *fn);
-
-void api_maybe_realize(graph_node *n, const char *fn) {
-  int64_t limit = auto_limit();
-  if (limit > 0 && graph_pending_count() > limit) force_nodes(&n, 1, fn);
-}
-
-int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn) {
-  kiln_storage *s = dst->storage;
-  int64_t numel = s->numel;
-  graph_node *n = graph_node_new(GRAPH_OP_ASSIGN, s->dtype, 1, &numel);
-  if (!n) return api_error(KILN_ERR_OOM, fn, "out of memory");
-  graph_view flat = graph_view_contiguous(1, &numel);
-  graph_node_add_input(n, s->version, &flat);
-  graph_node_add_input(n, value, value_view);
-  graph_attr_set_region(n, &dst->view);
-  n->device = s->device; /* a write from another device is copied over */
-  graph_storage_set_version(s, n);
-  api_maybe_realize(n, fn);
-  return KILN_OK;
-}
-
-graph_node *api_version(kiln_tensor *t) {
-  graph_node *v = t->storage->version;
-  if (!t->detached) return v;
-  graph_node *d = t->detach_read;
-  if (d && d->n_inputs == 1 && d->inputs[0].node == v) return d;
-  graph_node *n = graph_node_new(GRAPH_OP_DETACH, v->dtype, 1, &v->numel);
-  if (!n) {
-    api_error(KILN_ERR_OOM, "kiln_detach", "out of memory reading a detached tensor");
-    return NULL;
-  }
-  graph_view flat = graph_view_contiguous(1, &v->numel);
-  graph_node_add_input(n, v, &flat);
-  n->no_grad = true;
-  t->detach_read = n;
-  graph_node_release(d);
-  return n;
-}
-
-bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view) {
-  graph_node *v = api_version(t);
-  if (v) graph_node_add_input(n, v, view);
-  return v != NULL;
-}
-
-static int force_nodes(graph_node *const *nodes, int n, const char *fn) {
+int api_force_nodes(graph_node *const *nodes, int n, const char *fn) {
   char err[512];
   int st = rt_realize(nodes, n, err, sizeof err);
   if (st != KILN_OK) api_error((kiln_status)st, fn, "%s", err);
@@ -80,7 +22,7 @@ static int force_nodes(graph_node *const *nodes, int n, const char *fn) {
 
 graph_node *api_force(kiln_tensor *t, const char *fn) {
   graph_node *v = t->storage->version;
-  if (force_nodes(&v, 1, fn) != KILN_OK) return NULL;
+  if (api_force_nodes(&v, 1, fn) != KILN_OK) return NULL;
   return t->storage->version;
 }
 
@@ -139,7 +81,7 @@ KILN_API int kiln_realize_many(kiln_tensor *const *ts, int n) {
     }
     nodes[i] = ts[i]->storage->version;
   }
-  st = force_nodes(nodes, n, "kiln_realize_many");
+  st = api_force_nodes(nodes, n, "kiln_realize_many");
   free(nodes);
   return st;
 }
@@ -199,7 +141,7 @@ static int read_element(kiln_tensor *t, const int64_t *index, double *out, const
   int st = element_offset(t, index, fn, &off);
   if (st != KILN_OK) return st;
   graph_node *v = t->storage->version;
-  st = force_nodes(&v, 1, fn);
+  st = api_force_nodes(&v, 1, fn);
   if (st != KILN_OK) return st;
   kiln_dtype d = t->storage->dtype;
   unsigned char elem[8]; /* only this element leaves the device */

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "api_internal.h"
+#include "autograd.h"
 #include "test_util.h"
 #include "grad_check.h"
 
@@ -210,7 +210,7 @@ static void gradients(void **state) {
 
 /* ---------------------------------------------------------------- col2im */
 
-/* api_view_add (col2im: a conv's input gradient, conv_transpose) against
+/* grad_view_add (col2im: a conv's input gradient, conv_transpose) against
  * the sum it stands for, in F32 and in its order: zeros, then each
  * window offset's slice added in turn (offsets row-major over the window
  * dims). Exact: the one-kernel path (stride 1) sums in that order too;
@@ -223,7 +223,7 @@ static void col2im_sums_in_order(void **state) {
     int64_t numel, offset, sizes[9], strides[9];
     uint32_t window;
   } cases[] = {
-      /* (the channels are many enough, C·ΠK > 64, that api_view_add's
+      /* (the channels are many enough, C·ΠK > 64, that grad_view_add's
        * window dims are the kernel's, the offsets this loop counts) */
       /* [N 2, C 8, 6, 6] as [G 1, C 8, K 3, K 3, N 2, 4, 4]: 3x3, pad 1 */
       {7, 576, 0, {1, 8, 3, 3, 2, 4, 4}, {288, 36, 6, 1, 288, 6, 1}, 0x0c},
@@ -261,7 +261,7 @@ static void col2im_sums_in_order(void **state) {
       }
     kiln_scope_begin();
     kiln_tensor *ct = kiln_from_data(KILN_F32, v.ndim, v.sizes, c);
-    kiln_tensor *z = api_view_add(KILN_F32, numel, &v, ct, "test");
+    kiln_tensor *z = grad_view_add(KILN_F32, numel, &v, ct, "test");
     assert_non_null(z);
     assert_int_equal(kiln_read(z, got, sizeof got), KILN_OK);
     for (int64_t i = 0; i < numel; i++)

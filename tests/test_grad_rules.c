@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "grad_internal.h"
+#include "autograd.h"
 #include "test_util.h"
 
 static void every_diff_op_has_a_rule(void **state) {

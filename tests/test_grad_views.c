@@ -278,7 +278,7 @@ static void copies(void **state) {
 
 /* The gradient of overlapping windows whose shifted reads of the
  * cotangent would leave it (unfold of 100 windows of 3, the window dim
- * innermost: api_view_add's one-kernel sum does not apply, the per-tap
+ * innermost: grad_view_add's one-kernel sum does not apply, the per-tap
  * adds do): d/dx[j] of sum(unfold(x) * w) is the sum of w[i][k] over
  * i + k = j. */
 static void unfold_windows_past_the_cotangent(void **state) {

@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "api_internal.h"
+#include "nn_internal.h"
 #include "kiln/kiln.h"
 #include "rt_internal.h"
 #include "test_util.h"
@@ -126,7 +126,7 @@ static void read_f64(kiln_tensor *t, double *out, int n) {
 
 /* The optimizer's state buffer k of parameter 0 against want. */
 static void expect_state(kiln_optimizer *o, int k, const double *want) {
-  kiln_tensor *s = api_optimizer_state(o, 0, k);
+  kiln_tensor *s = nn_optimizer_state(o, 0, k);
   assert_non_null(s);
   assert_true(kiln_is_contiguous(s));
   double got[N];
@@ -155,7 +155,7 @@ static void run_against_reference(const cfg *c) {
     assert_int_equal(kiln_optimizer_step(o, &g), KILN_OK);
     kiln_release(g);
     if (t % 2) { /* odd steps force the state with the parameter, even ones only the parameter */
-      kiln_tensor *ts[3] = {p, api_optimizer_state(o, 0, 0), api_optimizer_state(o, 0, 1)};
+      kiln_tensor *ts[3] = {p, nn_optimizer_state(o, 0, 0), nn_optimizer_state(o, 0, 1)};
       assert_int_equal(kiln_realize_many(ts, 1 + (c->adam ? 2 : c->momentum != 0)), KILN_OK);
     }
     double got[N];
@@ -164,7 +164,7 @@ static void run_against_reference(const cfg *c) {
   }
   if (c->adam || c->momentum != 0) expect_state(o, 0, r.s0);
   if (c->adam) expect_state(o, 1, r.s1);
-  assert_null(api_optimizer_state(o, 0, c->adam ? 2 : 1));
+  assert_null(nn_optimizer_state(o, 0, c->adam ? 2 : 1));
   kiln_optimizer_free(o);
   kiln_release(p);
   expect_no_error();
@@ -230,7 +230,7 @@ static int kernels_per_step(const cfg *c, int n_state) {
   int count = 0;
   for (int t = 0; t < 3; t++) {
     assert_int_equal(kiln_optimizer_step(o, &g), KILN_OK);
-    kiln_tensor *ts[3] = {p, api_optimizer_state(o, 0, 0), api_optimizer_state(o, 0, 1)};
+    kiln_tensor *ts[3] = {p, nn_optimizer_state(o, 0, 0), nn_optimizer_state(o, 0, 1)};
     kiln_profile_begin();
     assert_int_equal(kiln_realize_many(ts, 1 + n_state), KILN_OK);
     kiln_profile_end();
@@ -285,8 +285,8 @@ static void detached_update(void **state) {
   assert_null(ver->buffer); /* lazy */
   assert_true(ver->no_grad);
   assert_true(graph_pending_count() > pending);
-  assert_true(api_optimizer_state(o, 0, 0)->storage->version->no_grad);
-  assert_true(api_optimizer_state(o, 0, 1)->storage->version->no_grad);
+  assert_true(nn_optimizer_state(o, 0, 0)->storage->version->no_grad);
+  assert_true(nn_optimizer_state(o, 0, 1)->storage->version->no_grad);
   assert_int_equal(kiln_realize(p), KILN_OK);
   ver = p->storage->version;
   assert_non_null(ver->buffer);
@@ -315,7 +315,7 @@ static void detached_update_forced(void **state) {
   api_set_auto_realize_limit(-1); /* back to the default */
   assert_null(pad->storage->version->buffer);
   kiln_release(pad);
-  kiln_tensor *b = api_optimizer_state(o, 0, 0);
+  kiln_tensor *b = nn_optimizer_state(o, 0, 0);
   graph_node *vers[2] = {p->storage->version, b->storage->version};
   for (int i = 0; i < 2; i++) {
     assert_non_null(vers[i]->buffer);
@@ -429,8 +429,8 @@ static void resume(const cfg *c, int k, int more) {
   assert_memory_equal(got, want, sizeof got);
   for (int s = 0; s < (c->adam ? 2 : c->momentum != 0); s++) {
     float a[N], b[N];
-    assert_int_equal(kiln_read(api_optimizer_state(o, 0, s), a, sizeof a), KILN_OK);
-    assert_int_equal(kiln_read(api_optimizer_state(o2, 0, s), b, sizeof b), KILN_OK);
+    assert_int_equal(kiln_read(nn_optimizer_state(o, 0, s), a, sizeof a), KILN_OK);
+    assert_int_equal(kiln_read(nn_optimizer_state(o2, 0, s), b, sizeof b), KILN_OK);
     assert_memory_equal(a, b, sizeof a);
   }
   for (int j = 0; j < NP; j++) kiln_release(ps[j]), kiln_release(qs[j]);
@@ -609,7 +609,7 @@ static void step_errors(void **state) {
   assert_int_equal(kiln_optimizer_set_lr(o, -1), KILN_ERR_ARG);
   expect_error(KILN_ERR_ARG, "lr = -1 must be >= 0", NULL);
   assert_true(p->storage->version == before); /* nothing recorded */
-  assert_null(api_optimizer_state(o, 0, 0));  /* no state made */
+  assert_null(nn_optimizer_state(o, 0, 0));  /* no state made */
   for (int t = 1; t <= 3; t++) {
     kiln_tensor *g = grad_at(t);
     assert_int_equal(kiln_optimizer_step(o, &g), KILN_OK);
