@@ -38,6 +38,25 @@ def _no_pending_error():
     assert status == 0, f"test left a Kiln error behind: {msg}"
 
 
+def import_torch(what):
+    """The torch module, for the Torch differential tests of `what` (e.g.
+    "gradient"). Without it the calling module is skipped, with a message;
+    under KILN_TEST_EXPECT_TORCH=1 (.ci/run sets it) a missing torch fails
+    the run instead, so CI cannot pass with these tests silently skipped
+    (as KILN_TEST_EXPECT_DEVICE does for the CUDA device)."""
+    try:
+        import torch
+        return torch
+    except ImportError as e:
+        msg = (f"PyTorch cannot be imported by {sys.executable} ({e}; Debian "
+               f"python3-torch, installed by scripts/setup.sh): the {what} "
+               "Torch differential tests cannot run")
+        if os.environ.get("KILN_TEST_EXPECT_TORCH") == "1":
+            pytest.fail(msg + " and KILN_TEST_EXPECT_TORCH=1 requires them",
+                        pytrace=False)
+        pytest.skip(msg, allow_module_level=True)
+
+
 def run_in_child(code, timeout=120):
     """Runs Python `code` (which may `import kiln_ctypes as K`) in a child
     interpreter with the same environment, so a crash in Kiln (a trap, or a

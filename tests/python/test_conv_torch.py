@@ -12,15 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed for this Python (Debian "
-    "python3-torch, installed by scripts/setup.sh): the convolution's "
-    "Torch differential tests are skipped")
+from conftest import examples, import_torch  # noqa: E402
+
+torch = import_torch("convolution")
 
 import kiln_ctypes as K  # noqa: E402
 # (the binding fills kiln_conv's nd in from the length of stride: calls
 # pass stride, padding and dilation as lists of nd entries)
-from conftest import examples  # noqa: E402
 
 torch.set_num_threads(1)
 F = torch.nn.functional

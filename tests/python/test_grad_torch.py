@@ -36,13 +36,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed for this Python (Debian "
-    "python3-torch, installed by scripts/setup.sh): the gradient "
-    "differential tests are skipped")
+from conftest import examples, import_torch  # noqa: E402
+
+torch = import_torch("gradient")
 
 import kiln_ctypes as K  # noqa: E402
-from conftest import examples  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -737,9 +735,13 @@ def test_random_programs_forced(seed):
     run_program(seed, force_each=True)
 
 
-def test_zz_figures():
-    """Prints the figures of the random programs (run after them: pytest
-    keeps the file's order) and checks that most were compared."""
+@pytest.fixture(scope="module", autouse=True)
+def _figures():
+    """After the module's last test, whichever ran and in whatever order:
+    prints the figures of the random programs and checks that most were
+    compared (a run of fewer than 20 examples, e.g. one test picked with
+    -k, is too small to judge)."""
+    yield
     print(f"\ngrad vs torch: {STATS}")
     n = STATS["examples"]
     assert n < 20 or STATS["programs"] >= 0.8 * n, STATS

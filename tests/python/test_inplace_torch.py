@@ -25,13 +25,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed for this Python (Debian "
-    "python3-torch, installed by scripts/setup.sh): the in-place "
-    "differential tests are skipped")
+from conftest import examples, import_torch  # noqa: E402
+
+torch = import_torch("in-place")
 
 import kiln_ctypes as K  # noqa: E402
-from conftest import examples  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -269,10 +267,12 @@ def test_addc(seed, op, view, k1, k2, value, data):
             f"{K.DTYPE_NAMES[d1]} t2 {k2} {K.DTYPE_NAMES[d2]} value {value}")
 
 
-def test_some_examples_succeeded_and_some_raised():
-    """Guards the strategies above: both outcomes are exercised (runs after
-    the others in file order)."""
-    if STATS["ok"] + STATS["both_raised"] == 0:
-        pytest.skip("run together with the tests above")
+@pytest.fixture(scope="module", autouse=True)
+def _both_outcomes():
+    """Guards the strategies of this module: after its last test (in any
+    order), both outcomes were exercised, when enough examples ran to
+    judge (not for one test picked with -k)."""
+    yield
     total = STATS["ok"] + STATS["both_raised"]  # (scales with KILN_TEST_SCALE)
-    assert STATS["ok"] >= 0.3 * total and STATS["both_raised"] >= 0.1 * total, STATS
+    if total >= 50:
+        assert STATS["ok"] >= 0.3 * total and STATS["both_raised"] >= 0.1 * total, STATS

@@ -15,9 +15,9 @@ import pytest
 
 import kiln_ctypes as K
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch cannot be imported (install python3-torch, "
-    "see scripts/setup.sh): the optimizer differential tests need it")
+from conftest import import_torch  # noqa: E402
+
+torch = import_torch("optimizer")
 
 STEPS = 12
 SHAPES = [(3, 4), (7,), (2, 3, 2), ()]

@@ -14,14 +14,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed for this Python (Debian "
-    "python3-torch, installed by scripts/setup.sh): the pooling Torch "
-    "differential tests are skipped")
+from conftest import examples, import_torch  # noqa: E402
+
+torch = import_torch("pooling")
 import torch.nn.functional as F  # noqa: E402
 
 import kiln_ctypes as K  # noqa: E402
-from conftest import examples  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -13,14 +13,12 @@ fixed). Skips with torch absent (Debian python3-torch).
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed for this Python (Debian "
-    "python3-torch, installed by scripts/setup.sh): the scatters' Torch "
-    "differential tests are skipped")
+from conftest import SCALE, import_torch  # noqa: E402
+
+torch = import_torch("scatters'")
 
 import kiln_ctypes as K  # noqa: E402
 import oracle as O  # noqa: E402
-from conftest import SCALE  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -19,14 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed for this Python (Debian "
-    "python3-torch, installed by scripts/setup.sh): the sorting ops' Torch "
-    "differential tests are skipped")
+from conftest import examples, import_torch  # noqa: E402
+
+torch = import_torch("sorting ops'")
 
 import kiln_ctypes as K  # noqa: E402
 import oracle as O  # noqa: E402
-from conftest import examples  # noqa: E402
 
 torch.set_num_threads(1)
 
