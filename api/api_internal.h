@@ -93,7 +93,7 @@ bool api_add_input(graph_node *n, kiln_tensor *t, const graph_view *view);
  *  Returns KILN_OK or an error. */
 int api_assign(kiln_tensor *dst, graph_node *value, const graph_view *value_view, const char *fn);
 /** Forces n when more than the auto-realize limit of nodes are pending
- *  (DESIGN.md: a graph that is never forced cannot grow without bound).
+ *  (docs/semantics.md: a graph that is never forced cannot grow without bound).
  *  A failure is recorded as the thread's error; n then stays pending. */
 void api_maybe_realize(graph_node *n, const char *fn);
 /** Sets that limit (0 disables; default 10,000 or env KILN_AUTO_REALIZE). */

@@ -313,7 +313,7 @@ static kiln_tensor *r_scatter(grad_inputs *in, int k, kiln_tensor *g) {
   return gm && at ? ops_gather(gm, &gm->view, dim, at, &at->view, "kiln_grad") : NULL;
 }
 
-/* A collective's gradient is another collective (api/dist.c). */
+/* A collective's gradient is another collective (dist/collectives.c). */
 static kiln_tensor *r_collective(grad_inputs *in, int k, kiln_tensor *g) { return dist_grad(in->n, g); }
 
 /* ------------------------------------------------------------- table */

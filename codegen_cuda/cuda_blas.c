@@ -1,7 +1,7 @@
 /*
  * cuda_blas.c — cuBLAS loaded with dlopen (cuda_blas.h), so Kiln neither
  * links against it nor needs it: without it, matrix products of CUDA
- * tensors are generated kernels (api/linalg.c).
+ * tensors are generated kernels (ops/linalg.c).
  *
  * Loading: libcublas.so.13, libcublas.so.12, libcublas.so — each through
  * the dynamic linker's path, then under /usr/local/cuda/lib64 and

@@ -226,7 +226,7 @@ typedef struct graph_input {
   bool no_grad; /* no gradient flows along this edge: it bypasses a DETACH
                    (passes/algebra.c), which must not change a recipe */
   bool order_only; /* an ordering edge (a collective's previous one in its
-                      group, api/dist.c): the input is realized first, its
+                      group, dist/collectives.c): the input is realized first, its
                       value is never read, no gradient flows along it, and
                       a realized node's recipe does not keep it */
 } graph_input;
@@ -280,7 +280,7 @@ typedef struct graph_node {
    * holds the node; every other scheduler decision lives in the plan. */
   uint64_t plan_id;
   int32_t plan_pos;
-  /* Automatic differentiation (api/grad.c, docs/autodiff.md). A realized
+  /* Automatic differentiation (autograd/grad.c, docs/autodiff.md). A realized
    * node keeps its inputs as its recipe: n_inputs becomes 0 (no pass sees
    * them) and n_hist holds how many of inputs[] are kept, so a gradient
    * through a forced value is the same as through a pending one. */
@@ -385,7 +385,7 @@ void graph_node_settle(graph_node *n);
 void graph_node_retire(graph_node *n);
 /** Lets a realized node's recipe go (releases the kept inputs) and marks
  *  it hist_dropped when there was one: for an orphan the history budget
- *  evicts, and for a value written detached (api/detach.c). */
+ *  evicts, and for a value written detached (ops/detach.c). */
 void graph_node_drop_history(graph_node *n);
 /** n is an orphan: no tensor shows it any more (its storage was freed, or
  *  a later write superseded this version); the caller holds a reference

@@ -7,7 +7,7 @@
  * Every op is written as a user would write it from Kiln's public ops, so
  * it fuses (an activation is one elementwise kernel, or folds into its
  * producer's or consumer's kernel) and kiln_grad differentiates it with
- * the existing rules (api/grad_rules.c): no op of its own in
+ * the existing rules (autograd/grad_rules.c): no op of its own in
  * graph/ops.def. Float inputs only, as Torch's kernels (BOOL and integers
  * are KILN_ERR_DTYPE); F16/BF16 compute in F32 and round once at the end,
  * as nn.c does.

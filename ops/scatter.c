@@ -6,7 +6,7 @@
  * index.c: out = self, then out[c with c[dim] = index[c]] += src[c] for
  * every c of the index in row-major order) reading the target's current
  * version, written back by an ASSIGN. So they stay lazy, fuse as SCATTER
- * does, and get their gradients from SCATTER's rule (api/grad_rules.c):
+ * does, and get their gradients from SCATTER's rule (autograd/grad_rules.c):
  * the target's gradient passes through, src's is a gather of it.
  *
  * What each forces, as Torch's checks do before any write:

@@ -22,7 +22,7 @@
  * the column-major matrix of its transpose with the same ld, so the
  * row-major C = A·B is the column-major C^T = B^T·A^T — operands swapped,
  * each keeping its transpose flag and leading dimension, ldc = N. On the
- * device nothing is packed: api/linalg.c makes an operand that needs it
+ * device nothing is packed: ops/linalg.c makes an operand that needs it
  * contiguous first (rt_blas_view_needs_copy). One batch dim (bmm, and a
  * broadcast one of stride 0) is one strided-batched call; more are a loop.
  */

@@ -2,7 +2,7 @@
  * sort.c — the ARGSORT and MODE extern ops: plain C loops over realized
  * buffers, run by rt_run_extern (extern.c). Everything the API builds on
  * them (sort values, topk, kthvalue, median, unique) is a lazy GATHER or
- * narrow of their I64 result (api/sort.c).
+ * narrow of their I64 result (ops/sort.c).
  *
  * Both sort each row along dim (the node's scalar attribute) by
  * graph_order_key: Torch's order, NaN above +inf, -0.0 equal to 0.0. The

@@ -281,7 +281,7 @@ done:
   kiln_scope_end();
 }
 
-/* The accumulating scatters (api/scatter.c): scatter_add_ and index_put_
+/* The accumulating scatters (ops/scatter.c): scatter_add_ and index_put_
  * (accumulate, and last write through a transposed target, which goes
  * through a copy written back), bincount with weights, histc. */
 static void prog_scatter(run_state *rs) {

@@ -721,7 +721,7 @@ static graph_view mat_view(int64_t rows, int64_t cols, int64_t s_row, int64_t s_
   return v;
 }
 
-/* Which matmul operands cuBLAS cannot take as they are (api/linalg.c
+/* Which matmul operands cuBLAS cannot take as they are (ops/linalg.c
  * copies them contiguous on the device first): no device needed. */
 static void blas_operand_layouts(void **state) {
   (void)state;

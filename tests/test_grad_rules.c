@@ -1,5 +1,5 @@
 /*
- * test_grad_rules.c — the gradient rule table (api/grad_rules.c) against
+ * test_grad_rules.c — the gradient rule table (autograd/grad_rules.c) against
  * the op table (graph/ops.def): every differentiable (DIFF) op has a rule
  * and no other op has one, so an op added later without its rule fails
  * here rather than in a user's kiln_grad. Then the rules' values where a

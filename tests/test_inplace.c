@@ -21,7 +21,7 @@ static void expect_values(kiln_tensor *t, const double *want, int64_t n) {
   expect_values_tol(t, want, n, 1e-6);
 }
 
-/* DESIGN.md's example, step by step. */
+/* The write-through-a-view example of docs/semantics.md, step by step. */
 static void design_example(void **state) {
   kiln_scope_begin();
   kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){5});

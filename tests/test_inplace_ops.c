@@ -1,5 +1,5 @@
 /*
- * test_inplace_ops.c — the in-place arithmetic of api/inplace_ops.c
+ * test_inplace_ops.c — the in-place arithmetic of ops/inplace_ops.c
  * (kiln_add_, kiln_mul_scalar_, kiln_exp_, kiln_addcmul_, ...): values
  * written through views of a larger storage, laziness, Torch 1.13's dtype
  * (can_cast) and shape rules, NULL arguments, aliasing, gradients.

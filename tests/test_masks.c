@@ -1,6 +1,6 @@
 /*
- * test_masks.c — the masks and constructors of api/masks.c and
- * api/creation.c: kiln_tril/kiln_triu (diagonals -2..2 on a matrix, a
+ * test_masks.c — the masks and constructors of ops/masks.c and
+ * ops/creation.c: kiln_tril/kiln_triu (diagonals -2..2 on a matrix, a
  * batch and a transposed view, BOOL, laziness, the gradient through
  * where), kiln_eye, kiln_full_like/zeros_like/ones_like, kiln_randint and
  * kiln_randperm (ranges, reproducibility after kiln_manual_seed, coverage

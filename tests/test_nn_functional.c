@@ -1,6 +1,6 @@
 /*
- * test_nn_functional.c — the torch.nn.functional ops of api/nn_functional.c
- * and api/loss.c: values against hand-computed references (F64, F32 and
+ * test_nn_functional.c — the torch.nn.functional ops of nn/functional.c
+ * and nn/loss.c: values against hand-computed references (F64, F32 and
  * F16), non-contiguous inputs, the kernels linear promises (the GEMM and
  * one epilogue), dropout's generator, every error path (status and the
  * message naming the function), and a gradient check (grad_check.h) per

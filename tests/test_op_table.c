@@ -59,7 +59,7 @@ static void arity_matches_kind(void **state) {
   assert_int_equal(graph_ops[GRAPH_OP_WHERE].arity, 3);
 }
 
-/* api/elementwise.c infers an elementwise node's dtype from its result
+/* ops/elementwise.c infers an elementwise node's dtype from its result
  * rule; the other kinds' creators set it (NODE), except arg-reductions. */
 static void result_rules_fit_kind(void **state) {
   for (int op = 0; op < GRAPH_OP_COUNT; op++) {

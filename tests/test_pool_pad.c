@@ -221,7 +221,7 @@ static int kernels(kiln_tensor *y) {
 
 /* max pooling without padding: the choice (an elementwise chain over the
  * taps), the masked sum over the kernel dims, and its division by c
- * (api/pool.c select_sum): 3 kernels; avg pooling: one. With fusion on
+ * (nn/pooling.c select_sum): 3 kernels; avg pooling: one. With fusion on
  * (the KILN_FUSE=0 run checks nothing here). */
 static void pool_kernels(void **state) {
   (void)state;
@@ -278,7 +278,7 @@ static void max_pool_routing(void **state) {
 }
 
 /* d sum(max_pool(x)) / dx for x [1, 1, n] and a 1-D kernel of k taps
- * (stride k): past 32 taps the choice takes api/pool.c's key/amin
+ * (stride k): past 32 taps the choice takes nn/pooling.c's key/amin
  * fallback instead of the chain; both must route the same. */
 static void routing_both_paths(int64_t k) {
   double x[80], want[80];

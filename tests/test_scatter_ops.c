@@ -1,5 +1,5 @@
 /*
- * test_scatter_ops.c — the accumulating scatters of api/scatter.c on known
+ * test_scatter_ops.c — the accumulating scatters of ops/scatter.c on known
  * values: scatter_add_ (duplicates, dims, index smaller than src, 0-d,
  * transposed and stepped targets, integer/BOOL/F16 dtypes), index_put_
  * (accumulate or last write, negative and broadcast indices, BOOL/U8

@@ -1,5 +1,5 @@
 /*
- * test_sort.c — the sorting ops (api/sort.c) on known values: sort and
+ * test_sort.c — the sorting ops (ops/sort.c) on known values: sort and
  * argsort (NaN largest, -0.0 == 0.0 keeping input order, stable ties in
  * both directions), topk, kthvalue, median (NaN propagates), mode (ties,
  * last index), max/min with indices (first occurrence, NaN wins), unique

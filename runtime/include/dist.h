@@ -1,7 +1,7 @@
 /*
  * dist.h — process groups and the collective extern ops (dist.c), over the
  * MPI plugin (dist_plugin.h) loaded at run time. Internal; the API
- * (api/dist.c) records the nodes, the runtime runs them.
+ * (dist/collectives.c) records the nodes, the runtime runs them.
  */
 #ifndef KILN_RT_DIST_H
 #define KILN_RT_DIST_H

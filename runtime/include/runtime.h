@@ -55,7 +55,7 @@ int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64
 /** True when the last two dims of v (a matmul operand) are neither
  *  row- nor column-major with a usable leading dimension: BLAS needs a
  *  contiguous copy (the host packs one; the device path gets it from
- *  api/linalg.c). */
+ *  ops/linalg.c). */
 bool rt_blas_view_needs_copy(const graph_view *v);
 /** True when KILN_CUDA products can go to cuBLAS: the real device (not
  *  cuda-emu) and cuda_blas_available. Loads cuBLAS on first use. */

@@ -1,5 +1,5 @@
 /*
- * fuzz_npy.c — libFuzzer harness of the .npy loader (api/io_npy.c).
+ * fuzz_npy.c — libFuzzer harness of the .npy loader (io/npy.c).
  *
  * Each input is the whole contents of a .npy file, parsed from memory
  * through io_load_npy_mem (kiln_load_npy without the file system). The

@@ -1,6 +1,6 @@
 /*
  * fuzz_safetensors.c — libFuzzer harness of the safetensors loader
- * (api/io_safetensors.c).
+ * (io/safetensors.c).
  *
  * Each input is the whole contents of a safetensors file, parsed from
  * memory through io_load_safetensors_mem (kiln_load_safetensors without

@@ -1,4 +1,4 @@
-"""torch.nn.functional ops (api/nn_functional.c, api/loss.c) against
+"""torch.nn.functional ops (nn/functional.c, nn/loss.c) against
 PyTorch 1.13: values and gradients (kiln_grad against autograd, with a
 random cotangent) on random shapes, F32 and F64, contiguous and
 transposed inputs; the errors Torch raises; dropout's statistics (Kiln's

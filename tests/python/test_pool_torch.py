@@ -215,7 +215,7 @@ SPECIAL = np.array([-np.inf, -0.0, 0.0, 1.0, 2.0, np.nan])
 @st.composite
 def special_pool_args(draw):
     """Small windows (the elementwise chain) and windows of more than 32
-    taps (api/pool.c's key/amin fallback), with padding, dilation and
+    taps (nn/pooling.c's key/amin fallback), with padding, dilation and
     ceil_mode."""
     nd = draw(st.integers(1, 3))
     big = draw(st.booleans())

@@ -726,7 +726,7 @@ KILN_API kiln_tensor *kiln_conv_transpose(kiln_tensor *input, kiln_tensor *weigh
                                           const int64_t *output_padding, int64_t groups, const int64_t *dilation);
 
 /* ------------------------------------------------------------- sorting
- * Torch 1.13's sorting ops (api/sort.c). Order: by value; for floats NaN
+ * Torch 1.13's sorting ops (ops/sort.c). Order: by value; for floats NaN
  * is above +inf (first in descending order) and -0.0 equals 0.0; equal
  * elements keep their input order (every sort here is stable, also when
  * `stable` or `sorted` is false, which Torch allows to order differently).

@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 /* -------------------------------- torch.nn.functional: layers and losses
- * api/nn_functional.c and api/loss.c. Composed lazily from the ops above,
+ * nn/functional.c and nn/loss.c. Composed lazily from the ops above,
  * so they fuse with their neighbours and kiln_grad differentiates them
  * (w.r.t. every float tensor argument). Inputs may have any strides.
  * Float dtypes (F32, F64; F16/BF16 compute in F32 and round once) unless
