@@ -36,6 +36,7 @@ _CODE = {"kiln_tensor *": "T", "const kiln_tensor *": "T",
 def header_signatures():
     text = "".join(open(h).read() for h in HEADERS)
     src = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    src = re.sub(r"^\s*#.*$", "", src, flags=re.M)  # the KILN_API #defines
     out = {}
     for ret, args in re.findall(r"KILN_API\s+([^;]*?)\s*\(([^;]*?)\)\s*;",
                                 src, flags=re.S):
