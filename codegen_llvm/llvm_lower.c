@@ -59,17 +59,17 @@ typedef struct lower_ctx {
 
 /* ---------------------------------------------------------------- types */
 
-static LLVMTypeRef reg_type(const lower_ctx *c, kiln_dtype t) {
+static LLVMTypeRef reg_type(const lower_ctx *c, kir_type t) {
   switch ((int)t) {
-  case KILN_BOOL: return c->i1;
-  case KILN_U8:
-  case KILN_I8: return c->i8;
-  case KILN_I16:
-  case KILN_BF16: return c->i16;
-  case KILN_I32: return c->i32;
-  case KILN_F16: return c->f16;
-  case KILN_F32: return c->f32;
-  case KILN_F64: return c->f64;
+  case KIR_BOOL: return c->i1;
+  case KIR_U8:
+  case KIR_I8: return c->i8;
+  case KIR_I16:
+  case KIR_BF16: return c->i16;
+  case KIR_I32: return c->i32;
+  case KIR_F16: return c->f16;
+  case KIR_F32: return c->f32;
+  case KIR_F64: return c->f64;
   case KIR_PTR: return c->ptr;
   default: return c->i64; /* I64, KIR_INDEX */
   }
@@ -77,18 +77,20 @@ static LLVMTypeRef reg_type(const lower_ctx *c, kiln_dtype t) {
 
 static void init_types(lower_ctx *c);
 
-static LLVMTypeRef mem_type(const lower_ctx *c, kiln_dtype t) {
-  return t == KILN_BOOL ? c->i8 : reg_type(c, t);
+static LLVMTypeRef mem_type(const lower_ctx *c, kir_type t) {
+  return t == KIR_BOOL ? c->i8 : reg_type(c, t);
 }
 
-LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kiln_dtype t) {
+LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kir_type t) {
   lower_ctx c = {.ctx = ctx};
   init_types(&c);
   return mem_type(&c, t);
 }
 
-static bool is_fp(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64; }
-static bool is_unsigned(kiln_dtype t) { return t == KILN_U8 || t == KILN_BOOL; }
+/* A float type arithmetic runs in (F32, F64; not F16/BF16). */
+static bool is_fp(kir_type t) { return kir_is_float(t) && !kir_is_half(t); }
+/* U8 and BOOL: zero-extended, compared and converted unsigned. */
+static bool is_unsigned(kir_type t) { return kir_is_elem(t) && !kir_types[t].is_signed; }
 
 static LLVMValueRef cint(LLVMTypeRef t, unsigned long long v) { return LLVMConstInt(t, v, 0); }
 
@@ -99,7 +101,7 @@ static LLVMValueRef val(lower_ctx *c, int i) {
   return c->vals[i];
 }
 
-static kiln_dtype src_type(const lower_ctx *c, const kir_uop *u, int s) {
+static kir_type src_type(const lower_ctx *c, const kir_uop *u, int s) {
   return c->k->uops[u->src[s]].type;
 }
 
@@ -125,10 +127,10 @@ static LLVMValueRef call_intrinsic(lower_ctx *c, const char *name, LLVMTypeRef t
 
 /* Calls libm's `base` (F64) or `base`f (F32), declared on first use as a
  * pure function (errno is never read). */
-static LLVMValueRef call_libm(lower_ctx *c, const char *base, kiln_dtype t, LLVMValueRef *args,
+static LLVMValueRef call_libm(lower_ctx *c, const char *base, kir_type t, LLVMValueRef *args,
                               unsigned n) {
   char name[32];
-  snprintf(name, sizeof name, "%s%s", base, t == KILN_F32 ? "f" : "");
+  snprintf(name, sizeof name, "%s%s", base, t == KIR_F32 ? "f" : "");
   LLVMTypeRef ft = reg_type(c, t), params[2] = {ft, ft};
   LLVMTypeRef fty = LLVMFunctionType(ft, params, n, 0);
   LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
@@ -174,7 +176,7 @@ static unsigned f32_to_bf16_bits(float f) {
 
 /* Float → int of type `to`: truncate to int64 (out of range and NaN give
  * INT64_MIN, never poison), then wrap to the narrower type. */
-static LLVMValueRef float_to_int(lower_ctx *c, LLVMValueRef v, kiln_dtype to) {
+static LLVMValueRef float_to_int(lower_ctx *c, LLVMValueRef v, kir_type to) {
   LLVMBuilderRef b = c->b;
   LLVMTypeRef ft = LLVMTypeOf(v);
   LLVMValueRef lo = LLVMBuildFCmp(b, LLVMRealOGT, v, LLVMConstReal(ft, -9223372036854775808.0), "");
@@ -187,29 +189,29 @@ static LLVMValueRef float_to_int(lower_ctx *c, LLVMValueRef v, kiln_dtype to) {
 }
 
 /* Conversion between compute types (no F16/BF16), C semantics. */
-static LLVMValueRef convert(lower_ctx *c, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
+static LLVMValueRef convert(lower_ctx *c, LLVMValueRef v, kir_type from, kir_type to) {
   LLVMBuilderRef b = c->b;
   LLVMTypeRef t = reg_type(c, to);
   if (from == to) return v;
-  if (to == KILN_BOOL) {
+  if (to == KIR_BOOL) {
     if (is_fp(from)) return LLVMBuildFCmp(b, LLVMRealUNE, v, LLVMConstReal(LLVMTypeOf(v), 0.0), "");
     return LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
   }
   if (is_fp(from) && is_fp(to))
-    return to == KILN_F64 ? LLVMBuildFPExt(b, v, t, "") : LLVMBuildFPTrunc(b, v, t, "");
+    return to == KIR_F64 ? LLVMBuildFPExt(b, v, t, "") : LLVMBuildFPTrunc(b, v, t, "");
   if (is_fp(from)) return float_to_int(c, v, to);
   if (is_fp(to)) return is_unsigned(from) ? LLVMBuildUIToFP(b, v, t, "") : LLVMBuildSIToFP(b, v, t, "");
   return LLVMBuildIntCast2(b, v, t, !is_unsigned(from), "");
 }
 
 /* Any conversion: F16/BF16 go through F32 both ways (as graph/dtype.c). */
-static LLVMValueRef cast_value(lower_ctx *c, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
+static LLVMValueRef cast_value(lower_ctx *c, LLVMValueRef v, kir_type from, kir_type to) {
   if (from == to) return v;
-  if (from == KILN_F16) v = LLVMBuildFPExt(c->b, v, c->f32, "");
-  if (from == KILN_BF16) v = bf16_to_f32(c, v);
-  if (from == KILN_F16 || from == KILN_BF16) from = KILN_F32;
-  if (to == KILN_F16) return LLVMBuildFPTrunc(c->b, convert(c, v, from, KILN_F32), c->f16, "");
-  if (to == KILN_BF16) return f32_to_bf16(c, convert(c, v, from, KILN_F32));
+  if (from == KIR_F16) v = LLVMBuildFPExt(c->b, v, c->f32, "");
+  if (from == KIR_BF16) v = bf16_to_f32(c, v);
+  if (from == KIR_F16 || from == KIR_BF16) from = KIR_F32;
+  if (to == KIR_F16) return LLVMBuildFPTrunc(c->b, convert(c, v, from, KIR_F32), c->f16, "");
+  if (to == KIR_BF16) return f32_to_bf16(c, convert(c, v, from, KIR_F32));
   return convert(c, v, from, to);
 }
 
@@ -240,11 +242,11 @@ static LLVMValueRef lower_param(lower_ctx *c, const kir_uop *u) {
 
 static LLVMValueRef lower_const(lower_ctx *c, const kir_uop *u) {
   switch ((int)u->type) {
-  case KILN_BOOL: return cint(c->i1, u->cval != 0);
-  case KILN_F16: return LLVMConstReal(c->f16, (double)(float)u->cval);
-  case KILN_BF16: return cint(c->i16, f32_to_bf16_bits((float)u->cval));
-  case KILN_F32: return LLVMConstReal(c->f32, (double)(float)u->cval);
-  case KILN_F64: return LLVMConstReal(c->f64, u->cval);
+  case KIR_BOOL: return cint(c->i1, u->cval != 0);
+  case KIR_F16: return LLVMConstReal(c->f16, (double)(float)u->cval);
+  case KIR_BF16: return cint(c->i16, f32_to_bf16_bits((float)u->cval));
+  case KIR_F32: return LLVMConstReal(c->f32, (double)(float)u->cval);
+  case KIR_F64: return LLVMConstReal(c->f64, u->cval);
   default: return LLVMConstInt(reg_type(c, u->type), (unsigned long long)u->ival, 1);
   }
 }
@@ -346,8 +348,8 @@ static unsigned mixed_width(const kir_kernel *k, int r, int e) {
   for (int i = r + 1; i < e; i++) {
     const kir_uop *u = &k->uops[i];
     if (u->op == KIR_RANGE) return 0; /* not innermost */
-    f32 |= u->type == KILN_F32 && u->op != KIR_LOAD;
-    f64_acc |= u->type == KILN_F64 && u->reassoc;
+    f32 |= u->type == KIR_F32 && u->op != KIR_LOAD;
+    f64_acc |= u->type == KIR_F64 && u->reassoc;
   }
   return f32 && f64_acc ? 16 : 0;
 }
@@ -473,7 +475,7 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   }
   LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
   tag_access(c, v, block ? -1 : u->src[0]);
-  if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
+  if (u->type == KIR_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
   return v;
 }
 
@@ -493,7 +495,7 @@ static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
   LLVMValueRef p = u->nontemporal && c->skew >= 0 ? skewed_store_ptr(c, u, &mt) : element_ptr(c, u, &mt);
   LLVMValueRef v = val(c, u->src[2]);
-  if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
+  if (src_type(c, u, 2) == KIR_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
   tag_access(c, st, u->src[0]);
   if (u->nontemporal) llvm_stream_tag_store(st);
@@ -553,7 +555,7 @@ static LLVMValueRef lower_minmax(lower_ctx *c, const kir_uop *u) {
 
 static LLVMValueRef lower_cmp(lower_ctx *c, const kir_uop *u) {
   const op_lowering *l = &lowerings[u->op];
-  kiln_dtype t = src_type(c, u, 0);
+  kir_type t = src_type(c, u, 0);
   LLVMValueRef a = val(c, u->src[0]), b = val(c, u->src[1]);
   if (is_fp(t)) return LLVMBuildFCmp(c->b, l->fpred, a, b, "");
   return LLVMBuildICmp(c->b, is_unsigned(t) ? l->upred : l->spred, a, b, "");
@@ -569,7 +571,7 @@ static LLVMValueRef lower_math(lower_ctx *c, const kir_uop *u) {
   const op_lowering *l = &lowerings[u->op];
   unsigned n = (unsigned)kir_op_arity(u->op);
   LLVMValueRef args[2] = {val(c, u->src[0]), n > 1 ? val(c, u->src[1]) : NULL};
-  if (u->type == KILN_F32) {
+  if (u->type == KIR_F32) {
     LLVMValueRef v = llvm_math_f32(c->b, c->mod, u->op, args[0], args[1], &c->failed);
     if (v) return v;
   }

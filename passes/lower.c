@@ -209,7 +209,7 @@ static int input_param(lower_ctx *c, const graph_node *n, int input) {
   int i = c->b->n_inputs++;
   c->b->inputs[i] = src;
   c->b->input_slot[i] = slot_of(c, n, input);
-  c->input_param[i] = kir_param(c->k, src->dtype, false);
+  c->input_param[i] = kir_param(c->k, kir_type_of(src->dtype), false);
   return c->input_param[i];
 }
 
@@ -262,7 +262,7 @@ static int scalar_arg(lower_ctx *c, const graph_node *n, int input) {
   if (is_float) c->b->fargs[*count] = fv, c->b->farg_slot[*count] = slot_of(c, n, input);
   else c->b->args[*count] = iv, c->b->arg_slot[*count] = slot_of(c, n, input);
   int u = kir_load(c->k, is_float ? c->fargs : c->args, kir_const_i(c->k, KIR_INDEX, (*count)++));
-  return pass_cast_to(c->k, graph_compute_dtype(src->dtype), u);
+  return pass_cast_to(c->k, kir_compute_type(kir_type_of(src->dtype)), u);
 }
 
 void pass_rebind(pass_binding *b, graph_node *const *order) {
@@ -352,7 +352,7 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
   if (src->op == GRAPH_OP_FULL) {
     unsigned char tmp[8];
     graph_store_scalar(src->dtype, tmp, graph_attr_scalar(src)); /* round as a cast does */
-    return pass_cst(k, graph_compute_dtype(src->dtype), graph_load_scalar(src->dtype, tmp));
+    return pass_cst(k, kir_compute_type(kir_type_of(src->dtype)), graph_load_scalar(src->dtype, tmp));
   }
   /* ARANGE: start + i * step, computed in F64 then converted; in index
    * arithmetic when the dtype is an integer and every value is an exact
@@ -365,12 +365,12 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
       fabs(start) + fabs(step) * (double)src->numel < bound) {
     int x = pass_alu2(k, KIR_MUL, idx, kir_const_i(k, KIR_INDEX, (int64_t)step));
     x = pass_alu2(k, KIR_ADD, x, kir_const_i(k, KIR_INDEX, (int64_t)start));
-    return pass_to_register(k, pass_cast_to(k, src->dtype, x));
+    return pass_to_register(k, pass_cast_to(k, kir_type_of(src->dtype), x));
   }
-  int x = kir_cast(k, KILN_F64, idx);
-  x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KILN_F64, graph_attr_scalar2(src)));
-  x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KILN_F64, graph_attr_scalar(src)));
-  return pass_to_register(k, pass_cast_to(k, src->dtype, x));
+  int x = kir_cast(k, KIR_F64, idx);
+  x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KIR_F64, graph_attr_scalar2(src)));
+  x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KIR_F64, graph_attr_scalar(src)));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(src->dtype), x));
 }
 
 static int value_at(lower_ctx *c, const graph_node *n, const int *idx);
@@ -394,7 +394,7 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
   }
   if (!ok) {
     c->full = true;
-    return pass_cst(c->k, graph_compute_dtype(q->dtype), 0);
+    return pass_cst(c->k, kir_compute_type(kir_type_of(q->dtype)), 0);
   }
   return r;
 }
@@ -464,7 +464,7 @@ static int written_value(lower_ctx *c, const graph_node *x, const int *ridx) {
   int ndim = graph_attr_region(x).ndim;
   int v = memo_find(c, x, ridx, ndim);
   if (v >= 0) return v;
-  v = pass_to_register(c->k, pass_cast_to(c->k, x->dtype, lower_input_at(c, x, 1, ridx)));
+  v = pass_to_register(c->k, pass_cast_to(c->k, kir_type_of(x->dtype), lower_input_at(c, x, 1, ridx)));
   return memo_add(c, x, ridx, ndim, v);
 }
 
@@ -481,7 +481,7 @@ static int half_operand(lower_ctx *c, const graph_node *n, int i, int v) {
   scalar = scalar || (!src->buffer && src->op == GRAPH_OP_FULL);
   bool is_cond = n->op == GRAPH_OP_WHERE && i == 0;
   if (!half || scalar || is_cond || src->dtype == n->cdtype) return v;
-  return pass_to_register(c->k, pass_cast_to(c->k, n->cdtype, v));
+  return pass_to_register(c->k, pass_cast_to(c->k, kir_type_of(n->cdtype), v));
 }
 
 /* GATHER at idx: the index (maybe fused) at idx, then the source read at
@@ -496,13 +496,13 @@ static int gather_at(lower_ctx *c, const graph_node *n, const int *idx) {
   i = pass_alu2(k, KIR_MAX, i, kir_const_i(k, KIR_INDEX, 0));
   i = pass_alu2(k, KIR_MIN, i, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
   for (int d = 0; d < n->ndim; d++) sidx[d] = d == dim ? i : idx[d];
-  return pass_to_register(k, pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, sidx)));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, sidx)));
 }
 
 static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   kir_kernel *k = c->k;
   if (n->op == GRAPH_OP_GATHER) return gather_at(c, n, idx);
-  kiln_dtype t = graph_compute_dtype(n->cdtype);
+  kir_type t = kir_compute_type(kir_type_of(n->cdtype));
   int v[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) v[i] = half_operand(c, n, i, lower_input_at(c, n, i, idx));
   int res = -1;
@@ -511,7 +511,7 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   case GRAPH_UNARY: res = pass_op_unary(k, n->op, pass_cast_to(k, t, v[0]), n); break;
   case GRAPH_BINARY: res = pass_op_binary(k, n->op, pass_cast_to(k, t, v[0]), pass_cast_to(k, t, v[1])); break;
   case GRAPH_TERNARY:
-    res = pass_where(k, pass_cast_to(k, KILN_BOOL, v[0]), pass_cast_to(k, t, v[1]), pass_cast_to(k, t, v[2]));
+    res = pass_where(k, pass_cast_to(k, KIR_BOOL, v[0]), pass_cast_to(k, t, v[1]), pass_cast_to(k, t, v[2]));
     break;
   case GRAPH_SOURCE: {
     graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
@@ -521,7 +521,7 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   default: break;
   }
   if (res < 0) return -1;
-  return pass_to_register(k, pass_cast_to(k, n->dtype, res));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), res));
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -571,7 +571,7 @@ static bool streams(const lower_ctx *c, const graph_node *n) {
 static void store_node(lower_ctx *c, const graph_node *n, int param, const int *ranges, int value) {
   graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
   int idx = view_index(c->k, &flat, ranges, -1);
-  value = pass_cast_to(c->k, n->dtype, value);
+  value = pass_cast_to(c->k, kir_type_of(n->dtype), value);
   if (streams(c, n) && !c->spill_stored && !c->plain_stores) kir_store_streaming(c->k, param, idx, value);
   else kir_store(c->k, param, idx, value);
 }
@@ -592,7 +592,7 @@ static int store_outputs(lower_ctx *c, const int *ranges) {
     if (s->op == GRAPH_OP_ASSIGN) {
       graph_view reg = graph_attr_region(s);
       int v = written_value(c, s, ranges);
-      kir_store(c->k, c->store_param[j], view_index(c->k, &reg, ranges, -1), pass_cast_to(c->k, s->dtype, v));
+      kir_store(c->k, c->store_param[j], view_index(c->k, &reg, ranges, -1), pass_cast_to(c->k, kir_type_of(s->dtype), v));
       continue;
     }
     int v = value_at(c, s, ranges);
@@ -796,60 +796,60 @@ static int lower_elementwise(lower_ctx *c) {
 }
 
 /* Identity of a reduction in accumulator type t. */
-int lower_reduce_init(kir_kernel *k, graph_op op, kiln_dtype t) {
-  bool fl = !pass_is_int_type(t) && t != KILN_BOOL;
-  int bits = graph_dtypes[t].bits;
-  bool sgn = graph_dtypes[t].is_signed;
+int lower_reduce_init(kir_kernel *k, graph_op op, kir_type t) {
+  bool fl = kir_is_float(t);
+  int bits = kir_types[t].bits;
+  bool sgn = kir_types[t].is_signed;
   switch (op) {
   case GRAPH_OP_SUM: return pass_cst(k, t, 0);
   case GRAPH_OP_PROD: return pass_cst(k, t, 1);
   case GRAPH_OP_AMAX: case GRAPH_OP_ARGMAX:
-    if (t == KILN_BOOL) return kir_const_f(k, t, 0);
+    if (t == KIR_BOOL) return kir_const_f(k, t, 0);
     if (fl) return kir_const_f(k, t, -INFINITY);
     if (!sgn) return kir_const_i(k, t, 0);
     return kir_const_i(k, t, bits == 64 ? INT64_MIN : -(INT64_C(1) << (bits - 1)));
   default: /* AMIN, ARGMIN */
-    if (t == KILN_BOOL) return kir_const_f(k, t, 1);
+    if (t == KIR_BOOL) return kir_const_f(k, t, 1);
     if (fl) return kir_const_f(k, t, INFINITY);
     if (bits == 64) return kir_const_i(k, t, INT64_MAX);
     return kir_const_i(k, t, (INT64_C(1) << (bits - (sgn ? 1 : 0))) - 1);
   }
 }
 
-kir_op lower_reduce_alu(graph_op op, kiln_dtype t) {
+kir_op lower_reduce_alu(graph_op op, kir_type t) {
   switch (op) {
   case GRAPH_OP_SUM: return KIR_ADD;
   case GRAPH_OP_PROD: return KIR_MUL;
-  case GRAPH_OP_AMAX: return t == KILN_BOOL ? KIR_OR : KIR_MAX;
-  default: return t == KILN_BOOL ? KIR_AND : KIR_MIN;
+  case GRAPH_OP_AMAX: return t == KIR_BOOL ? KIR_OR : KIR_MAX;
+  default: return t == KIR_BOOL ? KIR_AND : KIR_MIN;
   }
 }
 
 /* acc = op(acc, x), marked reassociable so the backend can vectorise it. */
 static void reduce_update(kir_kernel *k, graph_op op, int acc, int x) {
-  kiln_dtype t = pass_type_of(k, acc);
+  kir_type t = pass_type_of(k, acc);
   int upd = kir_alu(k, lower_reduce_alu(op, t), t, acc, x, -1);
   kir_set_reassoc(k, upd);
   kir_acc_set(k, acc, upd);
 }
 
-kiln_dtype lower_reduce_acc_type(const graph_node *n) {
-  kiln_dtype in = n->inputs[0].node->dtype;
-  if (n->op == GRAPH_OP_SUM || n->op == GRAPH_OP_PROD) return graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
-  if (n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN) return graph_compute_dtype(in);
-  return graph_compute_dtype(n->dtype);
+kir_type lower_reduce_acc_type(const graph_node *n) {
+  kir_type in = kir_type_of(n->inputs[0].node->dtype);
+  if (n->op == GRAPH_OP_SUM || n->op == GRAPH_OP_PROD) return graph_is_float(n->dtype) ? KIR_F64 : KIR_I64;
+  if (n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN) return kir_compute_type(in);
+  return kir_compute_type(kir_type_of(n->dtype));
 }
 
 /* Argmax/argmin update: take the new element when strictly better, or when
  * it is the first NaN (NaN counts as the extreme, as in Torch). */
 static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, int r) {
   int better = op == GRAPH_OP_ARGMAX ? pass_cmp(k, KIR_CMPLT, acc, v) : pass_cmp(k, KIR_CMPLT, v, acc);
-  kiln_dtype t = pass_type_of(k, v);
-  if (!pass_is_int_type(t) && t != KILN_BOOL) {
+  kir_type t = pass_type_of(k, v);
+  if (kir_is_float(t)) {
     int first_nan = pass_alu2(k, KIR_AND, pass_cmp(k, KIR_CMPNE, v, v), pass_cmp(k, KIR_CMPEQ, acc, acc));
     better = pass_alu2(k, KIR_OR, better, first_nan);
   }
-  kir_acc_set(k, acc_idx, pass_where(k, better, kir_cast(k, KILN_I64, r), acc_idx));
+  kir_acc_set(k, acc_idx, pass_where(k, better, kir_cast(k, KIR_I64, r), acc_idx));
   kir_acc_set(k, acc, pass_where(k, better, v, acc));
 }
 
@@ -880,19 +880,19 @@ static int64_t unrolled_terms(const graph_node *q) {
  * t; stored for the epilogue when it is the spill (the caller sets
  * spill_stored once every term is stored: until then the spill's value
  * is computed, not loaded). */
-static int reduce_term(lower_ctx *c, const graph_node *q, int *ranges, kiln_dtype t) {
+static int reduce_term(lower_ctx *c, const graph_node *q, int *ranges, kir_type t) {
   kir_kernel *k = c->k;
   int in = lower_input_at(c, q, 0, ranges);
   if (q->inputs[0].node == c->spill) { /* keep it for the epilogue: the root's dtype and sizes */
     graph_view flat = graph_view_contiguous(c->spill->ndim, c->spill->sizes);
-    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, c->spill->dtype, in));
+    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, kir_type_of(c->spill->dtype), in));
   }
   return pass_cast_to(k, t, in);
 }
 
 /* The unrolled reduction (unrolled_terms): terms e = 0, 1, ... in
  * row-major order over the masked dims, each at constant indices there. */
-static int unrolled_reduce(lower_ctx *c, const graph_node *q, int *ranges, kiln_dtype t, int64_t terms) {
+static int unrolled_reduce(lower_ctx *c, const graph_node *q, int *ranges, kir_type t, int64_t terms) {
   kir_kernel *k = c->k;
   const graph_view *v = &q->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(q);
@@ -916,12 +916,12 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   const graph_view *v = &q->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(q);
   bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
-  kiln_dtype t = lower_reduce_acc_type(q);
+  kir_type t = lower_reduce_acc_type(q);
   int64_t terms = unrolled_terms(q);
-  if (terms) return pass_to_register(k, pass_cast_to(k, q->dtype, unrolled_reduce(c, q, ranges, t, terms)));
+  if (terms) return pass_to_register(k, pass_cast_to(k, kir_type_of(q->dtype), unrolled_reduce(c, q, ranges, t, terms)));
   int red_dim = -1;
   int acc = kir_acc(k, t, lower_reduce_init(k, q->op, t));
-  int acc_idx = is_arg ? kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0)) : -1;
+  int acc_idx = is_arg ? kir_acc(k, KIR_I64, kir_const_i(k, KIR_I64, 0)) : -1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
   int x = reduce_term(c, q, ranges, t);
@@ -934,7 +934,7 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
       ranges[d] = -1;
     }
   c->n_memo = 0; /* values of the closed loops are out of scope */
-  return pass_to_register(k, pass_cast_to(k, q->dtype, is_arg ? acc_idx : acc));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(q->dtype), is_arg ? acc_idx : acc));
 }
 
 /* Opens the loops over the kept (leading) dims of view v under mask. */
@@ -1089,7 +1089,7 @@ static int lower_scan(lower_ctx *c) {
     if (mask & (1u << d)) s = d;
   if (s < 0) return KILN_ERR_UNSUPPORTED;
   graph_op red = n->op == GRAPH_OP_CUMSUM ? GRAPH_OP_SUM : GRAPH_OP_PROD;
-  kiln_dtype t = graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
+  kir_type t = graph_is_float(n->dtype) ? KIR_F64 : KIR_I64;
   graph_view out = graph_view_contiguous(n->ndim, n->sizes);
   bool lanes = s != last && v->strides[last] == 1 && v->sizes[last] % COLS == 0 && v->sizes[last] > 0;
   int n_lanes = lanes ? COLS : 1, acc[COLS], block = -1, base = -1;
@@ -1113,8 +1113,8 @@ static int lower_scan(lower_ctx *c) {
     int x = pass_cast_to(k, t, lower_input_at(c, n, 0, ranges));
     int upd = kir_alu(k, lower_reduce_alu(red, t), t, acc[u], x, -1);
     kir_acc_set(k, acc[u], upd);
-    int value = pass_to_register(k, pass_cast_to(k, n->dtype, upd));
-    kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, n->dtype, value));
+    int value = pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), upd));
+    kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, kir_type_of(n->dtype), value));
   }
   kir_end(k, ranges[s]);
   ranges[s] = -1;
@@ -1156,8 +1156,8 @@ static void scatter_one(lower_ctx *c, const int *idx, int row, int first, int ma
     int coord = d == dim ? at : idx[d];
     dest = pass_alu2(k, KIR_ADD, dest, ts[d] == 1 ? coord : pass_alu2(k, KIR_MUL, coord, kir_const_i(k, KIR_INDEX, ts[d])));
   }
-  int v = pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, idx));
-  if (mask >= 0) v = pass_where(k, mask, v, pass_cst(k, n->dtype, 0));
+  int v = pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, idx));
+  if (mask >= 0) v = pass_where(k, mask, v, pass_cst(k, kir_type_of(n->dtype), 0));
   int old = pass_to_register(k, kir_load(k, c->out, dest));
   kir_store(k, c->out, dest, pass_alu2(k, KIR_ADD, old, v));
 }
@@ -1176,7 +1176,7 @@ static int lower_scatter_slabs(lower_ctx *c) {
   int t0 = kir_range(k, slabs, true);
   int row = pass_alu2(k, KIR_MUL, t0, kir_const_i(k, KIR_INDEX, slab));
   int z = kir_range(k, slab, false);
-  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, n->dtype, 0));
+  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, kir_type_of(n->dtype), 0));
   kir_end(k, z);
   if (graph_view_numel(iv) > 0) {
     idx[0] = pass_alu2(k, KIR_MIN, t0, kir_const_i(k, KIR_INDEX, iv->sizes[0] - 1));
@@ -1201,7 +1201,7 @@ static int lower_scatter(lower_ctx *c) {
   int ch = kir_range(k, chunks, true);
   int row = pass_alu2(k, KIR_MUL, ch, kir_const_i(k, KIR_INDEX, row_len));
   int z = kir_range(k, row_len, false);
-  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, n->dtype, 0));
+  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, kir_type_of(n->dtype), 0));
   kir_end(k, z);
   if (total > 0 && len > 0) {
     int i = kir_range(k, len, false);
@@ -1260,7 +1260,7 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   bool whole = pass_whole_write(n);
   if (!in_place && !whole) {
     int r = kir_range(k, n->numel, true);
-    kir_store(k, c->out, r, pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, &r)));
+    kir_store(k, c->out, r, pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, &r)));
     kir_end(k, r);
     c->n_memo = 0;
   }
@@ -1271,7 +1271,7 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   for (int i = 0; i < reg->ndim; i++)
     ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], (in_place || whole) && i == 0);
   int val = lower_input_at(c, n, 1, ranges);
-  kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, n->dtype, val));
+  kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, kir_type_of(n->dtype), val));
   int st = store_outputs(c, ranges);
   for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);
   return st;
@@ -1293,7 +1293,7 @@ static void add_outputs(lower_ctx *c) {
     int j = c->b->n_outputs++;
     c->b->outputs[j] = p->order[s];
     c->b->output_pos[j] = s;
-    c->store_param[j] = kir_param(c->k, p->order[s]->dtype, true);
+    c->store_param[j] = kir_param(c->k, kir_type_of(p->order[s]->dtype), true);
   }
   for (int j = 0; j < c->b->n_outputs && !c->full; j++)
     if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], c->b->outputs[j]->op == GRAPH_OP_ASSIGN);
@@ -1371,9 +1371,9 @@ pass_kernel_cost pass_kernel_cost_of(const graph_node *n, bool in_place, int n_o
 static int lower_root(lower_ctx *c, bool in_place) {
   const graph_node *n = c->root;
   const kind_rules *rules = &kinds[graph_ops[n->op].kind];
-  c->out = kir_param(c->k, n->dtype, true);
-  c->args = kir_param(c->k, KILN_I64, false);
-  c->fargs = kir_param(c->k, KILN_F64, false);
+  c->out = kir_param(c->k, kir_type_of(n->dtype), true);
+  c->args = kir_param(c->k, KIR_I64, false);
+  c->fargs = kir_param(c->k, KIR_F64, false);
   add_outputs(c);
   if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
   walk(c, n, rules->skips_old && (in_place || pass_whole_write(n)));

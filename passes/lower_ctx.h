@@ -56,9 +56,9 @@ void lower_store_contiguous(lower_ctx *c, const int *ranges, int value);
 /* Closes the open loops (>= 0) of ranges [ndim], innermost first. */
 void lower_close_ranges(kir_kernel *k, int ndim, const int *ranges);
 /* A reduction's accumulator dtype, identity and update op. */
-kiln_dtype lower_reduce_acc_type(const graph_node *n);
-int lower_reduce_init(kir_kernel *k, graph_op op, kiln_dtype t);
-kir_op lower_reduce_alu(graph_op op, kiln_dtype t);
+kir_type lower_reduce_acc_type(const graph_node *n);
+int lower_reduce_init(kir_kernel *k, graph_op op, kir_type t);
+kir_op lower_reduce_alu(graph_op op, kir_type t);
 
 /* Column reductions (lower_columns.c): the block width for reduction n,
  * 0 when the pattern does not apply; its loops. */
