@@ -1,7 +1,7 @@
 /*
  * fuse.c — fusion decisions: which pending nodes of a schedule are
- * computed inside their readers' kernels (node->fused) and which get a
- * kernel and a buffer of their own (materialized).
+ * computed inside their readers' kernels (the plan's `fused`) and which
+ * get a kernel and a buffer of their own (materialized).
  *
  * The cost function, in order:
  *  1. Requested nodes, in-place writes (ASSIGN) and sources are
@@ -42,10 +42,10 @@
  *     checks its own limits and falls back the same way at run time.)
  *  7. Multi-output kernels: a materialized elementwise node p (requested,
  *     or read by several readers, one of them after r) whose value a later
- *     elementwise kernel r of the same sizes can compute — r reads p through its plain
- *     contiguous view, or reads a buffer p reads too — is computed and
- *     stored by r's kernel (p->store_host = r) instead of a kernel of its
- *     own, so the loop over their shared inputs runs once: two forced
+ *     elementwise kernel r of the same sizes can compute — r reads p
+ *     through its plain contiguous view, or reads a buffer p reads too —
+ *     is computed and stored by r's kernel (p's plan entry: host = r's
+ *     position) instead of a kernel of its own, so the loop over their shared inputs runs once: two forced
  *     results of one loop (`a+b`, `a*b`) read a and b once, and `y =
  *     exp(x)` forced with `z = y*2` writes y and z from one kernel.
  *     A whole-buffer write p (an ASSIGN whose region is its storage's

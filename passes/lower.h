@@ -2,9 +2,9 @@
  * lower.h — lowering of one kernel (a materialized graph node together
  * with the pending producers fused into it) to kernel IR.
  *
- * A producer is fused when the fusion pass set node->fused: its value is
- * computed inside its reader's loops, at the index its reader's view
- * names, instead of being loaded from a buffer. Fused producers are
+ * A producer is fused when the force's plan says so (pass_fused, decided
+ * by pass_fuse): its value is computed inside its reader's loops, at the
+ * index its reader's view names, instead of being loaded from a buffer. Fused producers are
  * elementwise (unary, binary, ternary, cast); sources (pending FULL and
  * ARANGE) are always computed in place.
  *
@@ -14,7 +14,8 @@
  *                 external read, and the values of integer/bool fills;
  *   PARAM 2       F64 arguments (binding->fargs): values of float fills;
  *   PARAM 3 + j   binding->outputs[j]: more results the kernel stores (a
- *                 multi-output kernel: node->store_host is the root);
+ *                 multi-output kernel: the plan's host of each,
+ *                 pass_host, is the root's position);
  *   PARAM 3 + n_outputs + i
  *                 binding->inputs[i]: a realized node's buffer.
  * Arguments are loaded once at kernel entry.
