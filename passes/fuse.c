@@ -85,7 +85,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
+#include "pass_internal.h"
 
 /* Fuses into its readers as one value per index (a gather too: its index
  * fuses into it, its source is a buffer, rule 5). */

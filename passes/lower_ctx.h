@@ -6,7 +6,7 @@
 #ifndef KILN_LOWER_CTX_H
 #define KILN_LOWER_CTX_H
 
-#include "lower.h"
+#include "pass_internal.h"
 
 /* One external read: input `input` of `consumer`. */
 typedef struct edge {

@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
+#include "pass_internal.h"
 
 #define MAX_GROUP 256
 #define MAX_RESHAPED 64 /* copies over the loop space, a group */
