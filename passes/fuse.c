@@ -141,7 +141,8 @@ typedef struct group_count {
   int *stamp; /* [p->n]: the walk that counted the entry */
   int walk;
   int32_t reads, edges, nodes;
-  const graph_node *bufs[PASS_MAX_INPUTS + 1];
+  const graph_node *bufs[PASS_MAX_INPUTS + 1]; /* the distinct ones, until past the limit
+                                                  (the count then only needs to exceed it) */
 } group_count;
 
 static void count_buffer(group_count *g, const graph_node *in) {
@@ -267,8 +268,12 @@ static bool reads(const graph_node *r, const graph_node *x) {
 }
 
 /* The multi-output pass's state: the plan, kernel_span's first/last
- * positions, and what the candidate host's kernel reads (mark_reads). */
-#define EXT_MAX 64
+ * positions, and what the candidate host's kernel reads (mark_reads).
+ * A host's group reads at most PASS_MAX_EDGES nodes from outside the
+ * plan (an edge each: fit_kernel_limits ran first and keeps every group
+ * within it), so ext never fills: the cap is the kernel-size contract,
+ * not a limit of its own. */
+#define EXT_MAX PASS_MAX_EDGES
 typedef struct outputs {
   pass_plan *p;
   int *first, *last; /* [n] each */
@@ -284,7 +289,7 @@ static void mark_group(outputs *o, const graph_node *r) {
     const graph_node *in = r->inputs[i].node;
     int at = pass_pos(o->p, in);
     if (at < 0) {
-      if (!pass_is_inlined(in) && o->n_ext < EXT_MAX) o->ext[o->n_ext++] = in; /* beyond: less sharing seen */
+      if (!pass_is_inlined(in) && o->n_ext < EXT_MAX) o->ext[o->n_ext++] = in; /* (always room: see EXT_MAX) */
       continue;
     }
     if (o->read[at] == o->walk) continue;

@@ -179,15 +179,52 @@ static void map_index(kir_kernel *k, const graph_view *v, const shape *src, cons
   }
 }
 
+/* ------------------------------------------------------ growing state */
+
+/* Room for element n of the array at *arrp (elements of `size`,
+ * capacity *cap), doubling it when full; false, with c->oom set, when it
+ * cannot allocate. (ROOM takes the array itself.) */
+static bool room(lower_ctx *c, void *arrp, size_t size, int n, int *cap) {
+  if (n < *cap) return true;
+  int want = *cap ? 2 * *cap : 32;
+  void *old, *grown;
+  memcpy(&old, arrp, sizeof old);
+  grown = graph_realloc(old, size * (size_t)want);
+  if (!grown) {
+    c->oom = true;
+    return false;
+  }
+  memcpy(arrp, &grown, sizeof grown);
+  *cap = want;
+  return true;
+}
+#define ROOM(c, arr, n, cap) room((c), &(arr), sizeof *(arr), (n), &(cap))
+
+static void free_state(lower_ctx *c) {
+  free(c->seen);
+  free(c->memo);
+  free(c->rows);
+  free(c->row_value);
+}
+
+/* The group does not fit one kernel: `limit` (a passes.h limit, named) of
+ * `max` `what` is exceeded. Lowering stops with KILN_ERR_UNSUPPORTED; the
+ * runtime then materializes the group's producers. */
+static void over_limit(lower_ctx *c, int max, const char *what, const char *limit) {
+  if (c->unfit) return;
+  snprintf(c->why, sizeof c->why, "more than %d %s (%s)", max, what, limit);
+  c->unfit = c->why;
+}
+
+/* Lowering stops: the group does not fit, or memory ran out. */
+static bool stopped(const lower_ctx *c) { return c->unfit || c->oom; }
+
 /* ------------------------------------------------------ external reads */
 
 static bool seen(lower_ctx *c, const graph_node *n) {
   for (int i = 0; i < c->n_seen; i++)
     if (c->seen[i] == n) return true;
-  if (c->n_seen == (int)(sizeof c->seen / sizeof c->seen[0])) {
-    c->full = true;
-    return true;
-  }
+  if (!ROOM(c, c->seen, c->n_seen, c->cap_seen)) return true; /* (out of memory: stops) */
   c->seen[c->n_seen++] = n;
   return false;
 }
@@ -203,7 +240,7 @@ static int input_param(lower_ctx *c, const graph_node *n, int input) {
   for (int i = 0; i < c->b->n_inputs; i++)
     if (c->b->inputs[i] == src) return c->input_param[i];
   if (c->b->n_inputs + c->b->n_outputs == PASS_MAX_INPUTS) {
-    c->full = true;
+    over_limit(c, PASS_MAX_INPUTS, "buffers besides the output", "PASS_MAX_INPUTS");
     return -1;
   }
   int i = c->b->n_inputs++;
@@ -225,7 +262,7 @@ static int64_t touched(const graph_view *v) {
  * the argument array is full. */
 static int int_arg(lower_ctx *c, int64_t value) {
   if (c->b->n_args == PASS_MAX_ARGS) {
-    c->full = true;
+    over_limit(c, PASS_MAX_ARGS, "int64 arguments", "PASS_MAX_ARGS");
     return -1;
   }
   c->b->args[c->b->n_args] = value;
@@ -256,7 +293,7 @@ static int scalar_arg(lower_ctx *c, const graph_node *n, int input) {
   bool is_float = fill_value(src, &iv, &fv);
   int *count = is_float ? &c->b->n_fargs : &c->b->n_args;
   if (*count == PASS_MAX_ARGS) {
-    c->full = true;
+    over_limit(c, PASS_MAX_ARGS, is_float ? "F64 arguments" : "int64 arguments", "PASS_MAX_ARGS");
     return -1;
   }
   if (is_float) c->b->fargs[*count] = fv, c->b->farg_slot[*count] = slot_of(c, n, input);
@@ -298,8 +335,8 @@ bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n) {
 
 static void add_edge(lower_ctx *c, const graph_node *n, int i) {
   const graph_node *src = n->inputs[i].node;
-  if (c->n_edges == PASS_MAX_ARGS) {
-    c->full = true;
+  if (c->n_edges == PASS_MAX_ARGS) { /* fusion keeps groups within PASS_MAX_EDGES */
+    over_limit(c, PASS_MAX_ARGS, "external reads", "PASS_MAX_ARGS");
     return;
   }
   edge *e = &c->edges[c->n_edges++];
@@ -326,14 +363,15 @@ static void name_op(lower_ctx *c, const graph_node *n) {
 /* Walks the fused group below n (producers first, for the name), adding
  * an edge for every external read. */
 static void walk(lower_ctx *c, const graph_node *n, bool skip_first) {
-  for (int i = skip_first ? 1 : 0; i < n->n_inputs && !c->full; i++) {
+  for (int i = skip_first ? 1 : 0; i < n->n_inputs && !stopped(c); i++) {
     const graph_node *src = n->inputs[i].node;
     if (!is_fused(c, src)) add_edge(c, n, i);
     else if (!seen(c, src)) {
       walk(c, src, false);
       if (graph_ops[src->op].kind != GRAPH_REDUCE) continue;
-      if (c->n_rows == (int)(sizeof c->rows / sizeof c->rows[0])) c->full = true;
-      else c->rows[c->n_rows++] = src;
+      int cap = c->cap_rows; /* rows and row_value grow together */
+      if (ROOM(c, c->rows, c->n_rows, cap) && ROOM(c, c->row_value, c->n_rows, c->cap_rows))
+        c->rows[c->n_rows++] = src;
     }
   }
   name_op(c, n);
@@ -393,7 +431,7 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
       ok = q->sizes[d] == 1 && (v->strides[d] == 0 || v->sizes[d] == 1);
   }
   if (!ok) {
-    c->full = true;
+    if (!c->unfit) c->unfit = "a fused reduction read other than along its rows";
     return pass_cst(c->k, kir_compute_type(kir_type_of(q->dtype)), 0);
   }
   return r;
@@ -434,7 +472,7 @@ static int memo_find(const lower_ctx *c, const graph_node *n, const int *idx, in
 }
 
 static int memo_add(lower_ctx *c, const graph_node *n, const int *idx, int ndim, int value) {
-  if (c->n_memo < (int)(sizeof c->memo / sizeof c->memo[0])) {
+  if (ROOM(c, c->memo, c->n_memo, c->cap_memo)) { /* (out of memory: lowering fails) */
     c->memo[c->n_memo].n = n;
     memcpy(c->memo[c->n_memo].idx, idx, sizeof(int) * (size_t)ndim);
     c->memo[c->n_memo++].value = value;
@@ -1059,7 +1097,7 @@ static int lower_rows(lower_ctx *c) {
     for (int d = 0; d < v->ndim; d++) idx[d] = d < c->n_outer ? ranges[d] : kir_const_i(c->k, KIR_INDEX, 0);
     value = value_at(c, root, idx);
   }
-  if (c->full || value < 0) return KILN_ERR_UNSUPPORTED;
+  if (stopped(c) || value < 0) return KILN_ERR_UNSUPPORTED;
   lower_store_contiguous(c, ranges, value);
   lower_close_ranges(c->k, v->ndim, ranges);
   return KILN_OK;
@@ -1124,7 +1162,7 @@ static int lower_scan(lower_ctx *c) {
     ranges[last] = -1;
   }
   lower_close_ranges(k, v->ndim, ranges);
-  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+  return stopped(c) ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
 /* Scatter-add into chunk partials (ops.def SCATTER): the root is [C, *t
@@ -1187,7 +1225,7 @@ static int lower_scatter_slabs(lower_ctx *c) {
   }
   kir_end(k, t0);
   c->n_memo = 0;
-  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+  return stopped(c) ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
 static int lower_scatter(lower_ctx *c) {
@@ -1217,7 +1255,7 @@ static int lower_scatter(lower_ctx *c) {
   }
   kir_end(k, ch);
   c->n_memo = 0; /* values of the closed loops are out of scope */
-  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+  return stopped(c) ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
 /* The order in which the loops over a written region open: by decreasing
@@ -1284,10 +1322,14 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
 static void add_outputs(lower_ctx *c) {
   const pass_plan *p = c->plan;
   int at = pass_pos(p, c->host);
-  for (int s = at >= 0 ? p->e[at].stores : -1; s >= 0 && !c->full; s = p->e[s].store_next) {
+  for (int s = at >= 0 ? p->e[at].stores : -1; s >= 0 && !stopped(c); s = p->e[s].store_next) {
     const graph_node *x = p->order[s];
-    if (c->b->n_outputs == PASS_MAX_OUTPUTS || (x->op == GRAPH_OP_ASSIGN && !pass_whole_write(x))) {
-      c->full = true;
+    if (c->b->n_outputs == PASS_MAX_OUTPUTS) {
+      over_limit(c, PASS_MAX_OUTPUTS, "stored results", "PASS_MAX_OUTPUTS");
+      break;
+    }
+    if (x->op == GRAPH_OP_ASSIGN && !pass_whole_write(x)) {
+      c->unfit = "a stored write that is not a whole-buffer write";
       break;
     }
     int j = c->b->n_outputs++;
@@ -1295,7 +1337,7 @@ static void add_outputs(lower_ctx *c) {
     c->b->output_pos[j] = s;
     c->store_param[j] = kir_param(c->k, kir_type_of(p->order[s]->dtype), true);
   }
-  for (int j = 0; j < c->b->n_outputs && !c->full; j++)
+  for (int j = 0; j < c->b->n_outputs && !stopped(c); j++)
     if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], c->b->outputs[j]->op == GRAPH_OP_ASSIGN);
 }
 
@@ -1377,7 +1419,7 @@ static int lower_root(lower_ctx *c, bool in_place) {
   add_outputs(c);
   if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
   walk(c, n, rules->skips_old && (in_place || pass_whole_write(n)));
-  if (c->full) return KILN_ERR_UNSUPPORTED;
+  if (stopped(c)) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0) return rules->rows && !c->b->n_outputs ? lower_rows(c) : KILN_ERR_UNSUPPORTED;
   return rules->lower(c, in_place);
 }
@@ -1403,15 +1445,17 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   bool not_kernel = n->op == GRAPH_OP_BUFFER || !kinds[graph_ops[n->op].kind].lower;
   int at = pass_pos(p, n);
   bool stores = at >= 0 && p->e[at].stores >= 0;
-  bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged);
-  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b};
-  int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
+  bool merge_oom = false;
+  bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged, &merge_oom);
+  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b, .oom = merge_oom};
+  int st = not_kernel ? KILN_ERR_ARG : merge_oom ? KILN_ERR_OOM : lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
-  if (k->oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
+  free_state(&c);
+  if (k->oom || c.oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
   if (st == KILN_ERR_OOM) snprintf(err, errlen, "out of memory lowering op %s", graph_ops[n->op].name);
   else if (st != KILN_OK)
-    snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, graph_status_name(st),
-             c.full ? ": too many inputs for one kernel" : "");
+    snprintf(err, errlen, "cannot lower op %s (%s%s%s)", graph_ops[n->op].name, graph_status_name(st),
+             c.unfit ? ": " : "", c.unfit ? c.unfit : "");
   if (st != KILN_OK) {
     kir_free(k);
     return st;

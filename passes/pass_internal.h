@@ -26,9 +26,9 @@ typedef struct pass_merged {
 } pass_merged;
 
 /** Fills *out and returns true when the kernel rooted at `root` has loop
- *  dims to drop or merge; false (nothing to free) otherwise. Free with
- *  pass_merged_free. */
-bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out);
+ *  dims to drop or merge; false (nothing to free) otherwise, with *oom
+ *  set when that is because memory ran out. Free with pass_merged_free. */
+bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out, bool *oom);
 void pass_merged_free(pass_merged *m);
 
 /** True when view v reads src in src's own contiguous layout (offset 0,

@@ -36,12 +36,21 @@
 #include "kir.h"
 #include "plan.h"
 
+/* The kernel-size contract. A kernel takes at most PASS_MAX_INPUTS
+ * buffers besides its output, stores at most PASS_MAX_OUTPUTS further
+ * results and takes at most PASS_MAX_ARGS arguments of each array (the
+ * binding's arrays have these sizes). Lowering a group past one of them
+ * fails with KILN_ERR_UNSUPPORTED and a message naming it, and the
+ * runtime then materializes the group's producers (they run as kernels
+ * of their own) and lowers it again. The fusion pass keeps groups within
+ * them so that this fallback is rare, and within two limits of its own:
+ * PASS_MAX_EDGES external reads (each takes an argument; one more is
+ * kept for an ASSIGN's region offset) and PASS_MAX_GROUP fused nodes,
+ * which bounds a kernel's size and compile time (lowering itself has no
+ * node cap: its arrays grow). */
 #define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3) /* outputs beyond the first included */
 #define PASS_MAX_OUTPUTS 8                   /* results stored besides the root's */
 #define PASS_MAX_ARGS 64
-/** Fusion keeps a kernel's group within these: external reads (each
- *  takes one argument; one more is kept for an ASSIGN's region offset)
- *  and fused nodes (lower.c's walk tracks up to 256). */
 #define PASS_MAX_EDGES (PASS_MAX_ARGS - 1)
 #define PASS_MAX_GROUP 200
 
