@@ -61,7 +61,7 @@ static bool combine_form(const kir_kernel *k, int s, int r, int e) {
   if (u <= r || u >= e) return false;
   const kir_uop *x = &k->uops[u];
   if (!is_combine(x->op) || (x->src[0] == acc) == (x->src[1] == acc)) return false;
-  bool fp = x->type == KILN_F32 || x->type == KILN_F64;
+  bool fp = x->type == KIR_F32 || x->type == KIR_F64;
   return !fp || x->reassoc || cuda_coop_idempotent(x->op);
 }
 
@@ -134,8 +134,8 @@ static bool arg_form(const kir_kernel *k, const cuda_coop *p, int r, cuda_coop_a
   if (ui->op != KIR_WHERE || ua->op != KIR_WHERE || ui->src[0] != ua->src[0] || ui->src[2] != I || ua->src[2] != A)
     return false;
   int c = ui->src[1], v = ua->src[1], b = ui->src[0];
-  if (k->uops[c].op != KIR_CAST || k->uops[c].src[0] != r || k->uops[I].type != KILN_I64 || v == A) return false;
-  bool fp = k->uops[A].type == KILN_F32 || k->uops[A].type == KILN_F64;
+  if (k->uops[c].op != KIR_CAST || k->uops[c].src[0] != r || k->uops[I].type != KIR_I64 || v == A) return false;
+  bool fp = k->uops[A].type == KIR_F32 || k->uops[A].type == KIR_F64;
   int cmp = b, eq = -1, fn = -1;
   if (fp) { /* OR(cmp, AND(CMPNE(v, v), CMPEQ(A, A))) */
     if (k->uops[b].op != KIR_OR) return false;

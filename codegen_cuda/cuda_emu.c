@@ -301,11 +301,11 @@ static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const
 
 static bool uses_half(const kir_kernel *k) {
   for (int p = 0; p < k->n_params; p++)
-    if (k->param_dtype[p] == KILN_F16 || k->param_dtype[p] == KILN_BF16) return true;
+    if (kir_is_half(k->param_type[p])) return true;
   for (int i = 0; i < k->n_uops; i++) {
     const kir_uop *u = &k->uops[i];
-    if (u->type == KILN_F16 || u->type == KILN_BF16) return true;
-    if (u->op == KIR_PARAM && (u->elem == KILN_F16 || u->elem == KILN_BF16)) return true;
+    if (kir_is_half(u->type)) return true;
+    if (u->op == KIR_PARAM && kir_is_half(u->elem)) return true;
   }
   return false;
 }

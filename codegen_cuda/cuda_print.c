@@ -49,27 +49,27 @@
 
 /* ---------------------------------------------------------------- types */
 
-static bool is_fp(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64; }
-static bool is_half(kiln_dtype t) { return t == KILN_F16 || t == KILN_BF16; }
+/* A float type arithmetic runs in (F32, F64; not F16/BF16). */
+static bool is_fp(kir_type t) { return kir_is_float(t) && !kir_is_half(t); }
 
 /* Register type of a value. */
-static const char *ctype(kiln_dtype t) {
+static const char *ctype(kir_type t) {
   switch ((int)t) {
-  case KILN_BOOL: return "bool";
-  case KILN_U8: return "unsigned char";
-  case KILN_I8: return "signed char";
-  case KILN_I16: return "short";
-  case KILN_I32: return "int";
-  case KILN_F16: return "__half";
-  case KILN_BF16: return "__nv_bfloat16";
-  case KILN_F32: return "float";
-  case KILN_F64: return "double";
+  case KIR_BOOL: return "bool";
+  case KIR_U8: return "unsigned char";
+  case KIR_I8: return "signed char";
+  case KIR_I16: return "short";
+  case KIR_I32: return "int";
+  case KIR_F16: return "__half";
+  case KIR_BF16: return "__nv_bfloat16";
+  case KIR_F32: return "float";
+  case KIR_F64: return "double";
   default: return "long long"; /* I64, KIR_INDEX */
   }
 }
 
 /* Element type in memory: BOOL is a byte. */
-static const char *mtype(kiln_dtype t) { return t == KILN_BOOL ? "unsigned char" : ctype(t); }
+static const char *mtype(kir_type t) { return t == KIR_BOOL ? "unsigned char" : ctype(t); }
 
 /* ------------------------------------------------------------ constants */
 
@@ -89,22 +89,22 @@ static void put_float(kir_strbuf *b, double v, bool f32) {
   }
 }
 
-static void put_int(kir_strbuf *b, kiln_dtype t, int64_t v) {
+static void put_int(kir_strbuf *b, kir_type t, int64_t v) {
   if (v == INT64_MIN) kir_sb_printf(b, "(%s)(-9223372036854775807LL - 1)", ctype(t));
   else kir_sb_printf(b, "(%s)%lldLL", ctype(t), (long long)v);
 }
 
 static void put_const(kir_strbuf *b, const kir_uop *u) {
   switch ((int)u->type) {
-  case KILN_BOOL: kir_sb_printf(b, u->cval != 0 ? "true" : "false"); break;
-  case KILN_F16:
-  case KILN_BF16:
-    kir_sb_printf(b, u->type == KILN_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
+  case KIR_BOOL: kir_sb_printf(b, u->cval != 0 ? "true" : "false"); break;
+  case KIR_F16:
+  case KIR_BF16:
+    kir_sb_printf(b, u->type == KIR_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
     put_float(b, u->cval, true);
     kir_sb_printf(b, ")");
     break;
-  case KILN_F32:
-  case KILN_F64: put_float(b, u->cval, u->type == KILN_F32); break;
+  case KIR_F32:
+  case KIR_F64: put_float(b, u->cval, u->type == KIR_F32); break;
   default: put_int(b, u->type, u->ival);
   }
 }
@@ -113,24 +113,24 @@ static void put_const(kir_strbuf *b, const kir_uop *u) {
 
 /* Prints the conversion of value `v` (a name) from `from` to `to`, C
  * semantics as kir.h's CAST; F16/BF16 go through float both ways. */
-static void put_cast(kir_strbuf *b, const char *v, kiln_dtype from, kiln_dtype to) {
+static void put_cast(kir_strbuf *b, const char *v, kir_type from, kir_type to) {
   char x[64];
   if (from == to) {
     kir_sb_printf(b, "%s", v);
     return;
   }
-  if (is_half(from)) {
-    snprintf(x, sizeof x, from == KILN_F16 ? "__half2float(%s)" : "__bfloat162float(%s)", v);
+  if (kir_is_half(from)) {
+    snprintf(x, sizeof x, from == KIR_F16 ? "__half2float(%s)" : "__bfloat162float(%s)", v);
     v = x;
-    from = KILN_F32;
+    from = KIR_F32;
   }
-  if (is_half(to)) {
-    kir_sb_printf(b, to == KILN_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
-    put_cast(b, v, from, KILN_F32);
+  if (kir_is_half(to)) {
+    kir_sb_printf(b, to == KIR_F16 ? "__float2half_rn(" : "__float2bfloat16_rn(");
+    put_cast(b, v, from, KIR_F32);
     kir_sb_printf(b, ")");
   } else if (from == to) {
     kir_sb_printf(b, "%s", v);
-  } else if (to == KILN_BOOL) {
+  } else if (to == KIR_BOOL) {
     kir_sb_printf(b, "(%s != 0)", v);
   } else if (is_fp(from) && !is_fp(to)) {
     kir_sb_printf(b, "(%s)kiln_f2i((double)%s)", ctype(to), v);
@@ -187,11 +187,11 @@ static const char *infix(kir_op op) {
  * plain / or % is exact. */
 static bool divisor_is_safe(const kir_kernel *k, int d) {
   const kir_uop *u = &k->uops[d];
-  int64_t max = u->type == KILN_U8     ? 255
-                : u->type == KILN_I8   ? 127
-                : u->type == KILN_I16  ? 32767
-                : u->type == KILN_I32  ? 2147483647
-                : u->type == KILN_BOOL ? 0
+  int64_t max = u->type == KIR_U8     ? 255
+                : u->type == KIR_I8   ? 127
+                : u->type == KIR_I16  ? 32767
+                : u->type == KIR_I32  ? 2147483647
+                : u->type == KIR_BOOL ? 0
                                        : INT64_MAX;
   return u->op == KIR_CONST && u->ival > 0 && u->ival <= max;
 }
@@ -201,26 +201,26 @@ static bool divisor_is_safe(const kir_kernel *k, int d) {
  * and truncated (BOOL as 1-bit integers: + and - are xor, * is and). */
 static void put_alu_on(kir_strbuf *b, const kir_kernel *k, const kir_uop *u, const char *a, const char *c,
                        const char *d) {
-  kiln_dtype t = u->type;
+  kir_type t = u->type;
   const char *T = ctype(t);
   bool wrap = !is_fp(t) && t != KIR_INDEX;
   switch (u->op) {
   case KIR_NEG:
-    if (t == KILN_BOOL) kir_sb_printf(b, "%s", a);
+    if (t == KIR_BOOL) kir_sb_printf(b, "%s", a);
     else if (wrap) kir_sb_printf(b, "(%s)(0ull - (unsigned long long)%s)", T, a);
     else kir_sb_printf(b, "-%s", a);
     return;
   case KIR_ADD:
   case KIR_SUB:
   case KIR_MUL:
-    if (t == KILN_BOOL) kir_sb_printf(b, u->op == KIR_MUL ? "(%s && %s)" : "(%s != %s)", a, c);
+    if (t == KIR_BOOL) kir_sb_printf(b, u->op == KIR_MUL ? "(%s && %s)" : "(%s != %s)", a, c);
     else if (wrap) kir_sb_printf(b, "(%s)((unsigned long long)%s %s (unsigned long long)%s)", T, a, infix(u->op), c);
     else kir_sb_printf(b, "%s %s %s", a, infix(u->op), c);
     return;
   case KIR_DIV:
   case KIR_MOD:
     if (is_fp(t) && u->op == KIR_DIV) kir_sb_printf(b, "%s / %s", a, c);
-    else if (is_fp(t)) kir_sb_printf(b, "%s(%s, %s)", t == KILN_F32 ? "fmodf" : "fmod", a, c);
+    else if (is_fp(t)) kir_sb_printf(b, "%s(%s, %s)", t == KIR_F32 ? "fmodf" : "fmod", a, c);
     else if (divisor_is_safe(k, u->src[1])) kir_sb_printf(b, "(%s)(%s %s %s)", T, a, u->op == KIR_DIV ? "/" : "%", c);
     else kir_sb_printf(b, "kiln_%s<%s>(%s, %s)", u->op == KIR_DIV ? "idiv" : "imod", T, a, c);
     return;
@@ -240,7 +240,7 @@ static void put_alu_on(kir_strbuf *b, const kir_kernel *k, const kir_uop *u, con
   default: break;
   }
   const char *fn = math_name(u->op);
-  const char *suffix = t == KILN_F32 ? "f" : "";
+  const char *suffix = t == KIR_F32 ? "f" : "";
   if (kir_op_arity(u->op) == 2) kir_sb_printf(b, "%s%s(%s, %s)", fn, suffix, a, c);
   else kir_sb_printf(b, "%s%s(%s)", fn, suffix, a);
 }
@@ -373,9 +373,9 @@ static const char coop_prelude[] =
     "  __syncthreads();\n"
     "}\n";
 
-static bool uses_type(const kir_kernel *k, kiln_dtype t) {
+static bool uses_type(const kir_kernel *k, kir_type t) {
   for (int p = 0; p < k->n_params; p++)
-    if (k->param_dtype[p] == t) return true;
+    if (k->param_type[p] == t) return true;
   for (int i = 0; i < k->n_uops; i++)
     if (k->uops[i].type == t || (k->uops[i].op == KIR_PARAM && k->uops[i].elem == t)) return true;
   return false;
@@ -411,10 +411,10 @@ static void indent(print_ctx *c) { kir_sb_printf(c->b, "%*s", 2 * c->depth, "");
 
 /* The identity of combine op `op` on type t, for threads other than 0
  * (ADD and XOR: 0, -0.0 for floats so that a sum of -0s stays -0; MUL: 1). */
-static void put_identity(kir_strbuf *b, kir_op op, kiln_dtype t) {
+static void put_identity(kir_strbuf *b, kir_op op, kir_type t) {
   bool one = op == KIR_MUL;
-  if (t == KILN_BOOL) kir_sb_printf(b, one ? "true" : "false");
-  else if (is_fp(t)) kir_sb_printf(b, "%s%s", one ? "1.0" : "-0.0", t == KILN_F32 ? "f" : "");
+  if (t == KIR_BOOL) kir_sb_printf(b, one ? "true" : "false");
+  else if (is_fp(t)) kir_sb_printf(b, "%s%s", one ? "1.0" : "-0.0", t == KIR_F32 ? "f" : "");
   else kir_sb_printf(b, "(%s)%d", ctype(t), one ? 1 : 0);
 }
 
@@ -592,7 +592,7 @@ static void print_uop(print_ctx *c, int i) {
       return;
     }
     if (c->plan->on && c->per_thread == 0) kir_sb_printf(b, "if (threadIdx.x == 0) "); /* one value per block */
-    if (src0->elem == KILN_BOOL) kir_sb_printf(b, "v%d[v%d] = (unsigned char)v%d;\n", u->src[0], u->src[1], u->src[2]);
+    if (src0->elem == KIR_BOOL) kir_sb_printf(b, "v%d[v%d] = (unsigned char)v%d;\n", u->src[0], u->src[1], u->src[2]);
     else kir_sb_printf(b, "v%d[v%d] = v%d;\n", u->src[0], u->src[1], u->src[2]);
     return;
   default: break;
@@ -604,7 +604,7 @@ static void print_uop(print_ctx *c, int i) {
   } else if (u->op == KIR_LOAD && c->lanes && c->vec->wide[i]) {
     cuda_vec_put_load(c->k, b, i);
   } else if (u->op == KIR_LOAD) {
-    kir_sb_printf(b, u->type == KILN_BOOL ? "v%d[v%d] != 0" : "v%d[v%d]", u->src[0], u->src[1]);
+    kir_sb_printf(b, u->type == KIR_BOOL ? "v%d[v%d] != 0" : "v%d[v%d]", u->src[0], u->src[1]);
   } else if (u->op == KIR_CAST) {
     char v[24];
     snprintf(v, sizeof v, "v%d", u->src[0]);
@@ -641,13 +641,13 @@ int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *
   bool split = cuda_kernel_splittable(k);
   b.oom |= cuda_vec_plan(k, split && !plan.on, &vec) != KILN_OK;
   kir_sb_printf(&b, "/* %s: generated by Kiln from kernel IR */\n", k->name);
-  if (uses_type(k, KILN_F16)) kir_sb_printf(&b, "#include <cuda_fp16.h>\n");
-  if (uses_type(k, KILN_BF16)) kir_sb_printf(&b, "#include <cuda_bf16.h>\n");
+  if (uses_type(k, KIR_F16)) kir_sb_printf(&b, "#include <cuda_fp16.h>\n");
+  if (uses_type(k, KIR_BF16)) kir_sb_printf(&b, "#include <cuda_bf16.h>\n");
   kir_sb_printf(&b, "%s%s\nextern \"C\" __global__ void ", prelude, plan.on ? coop_prelude : "");
   put_name(&b, fname ? fname : k->name);
   kir_sb_printf(&b, "(");
   for (int p = 0; p < k->n_params; p++)
-    kir_sb_printf(&b, "%s%s *p%d, ", k->param_written[p] ? "" : "const ", mtype(k->param_dtype[p]), p);
+    kir_sb_printf(&b, "%s%s *p%d, ", k->param_written[p] ? "" : "const ", mtype(k->param_type[p]), p);
   kir_sb_printf(&b, "long long start, long long end) {\n");
   print_ctx c = {.k = k, .plan = &plan, .vec = &vec, .b = &b, .depth = 1, .split = split};
   print_entry_guard(&c);

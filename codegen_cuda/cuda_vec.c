@@ -38,7 +38,7 @@
 
 enum { NO_OFFSET = -2, NOT_AFFINE = -1 };
 
-static bool wide_type(kiln_dtype t) { return t == KILN_F32 || t == KILN_I32; }
+static bool wide_type(kir_type t) { return t == KIR_F32 || t == KIR_I32; }
 
 /* True when uop x has the same value in every iteration of loop r. */
 static bool invariant(const kir_kernel *k, int r, int x) { return x < r || k->uops[x].op == KIR_CONST; }
@@ -123,10 +123,10 @@ int cuda_vec_plan(const kir_kernel *k, bool split, cuda_vec *v) {
 
 /* "float4" or "int4" (and the scalar "float" / "int") for wide uop i. */
 static const char *vtype(const kir_kernel *k, int i) {
-  return k->uops[k->uops[i].src[0]].elem == KILN_F32 ? "float4" : "int4";
+  return k->uops[k->uops[i].src[0]].elem == KIR_F32 ? "float4" : "int4";
 }
 static const char *stype(const kir_kernel *k, int i) {
-  return k->uops[k->uops[i].src[0]].elem == KILN_F32 ? "float" : "int";
+  return k->uops[k->uops[i].src[0]].elem == KIR_F32 ? "float" : "int";
 }
 
 /* The address of wide uop i of loop r at index `base` (NULL: 0) plus its

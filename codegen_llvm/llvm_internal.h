@@ -44,8 +44,8 @@ bool llvm_assume_aligned(LLVMBuilderRef b, LLVMModuleRef mod, LLVMValueRef ptr, 
  *  alignment covers their size; returns how many. */
 int llvm_stream_mark(LLVMModuleRef mod);
 
-/** The LLVM type of a buffer element of dtype t (BOOL: i8; BF16: i16). */
-LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kiln_dtype t);
+/** The LLVM type of a buffer element of type t (BOOL: i8; BF16: i16). */
+LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kir_type t);
 
 /* Transposed reads of a tile (llvm_tile.c). */
 typedef struct llvm_tile_env {

@@ -34,7 +34,7 @@ typedef struct loop_info {
   LLVMBasicBlockRef header, exit;
 } loop_info;
 
-typedef struct lower_ctx {
+typedef struct llvm_ctx {
   const kir_kernel *k;
   LLVMContextRef ctx;
   LLVMModuleRef mod;
@@ -55,63 +55,65 @@ typedef struct lower_ctx {
    * its accesses (NULL: none) and !noalias (every other's scope) */
   LLVMValueRef scope[KIR_MAX_PARAMS + 1], noalias[KIR_MAX_PARAMS + 1];
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr;
-} lower_ctx;
+} llvm_ctx;
 
 /* ---------------------------------------------------------------- types */
 
-static LLVMTypeRef reg_type(const lower_ctx *c, kiln_dtype t) {
+static LLVMTypeRef reg_type(const llvm_ctx *c, kir_type t) {
   switch ((int)t) {
-  case KILN_BOOL: return c->i1;
-  case KILN_U8:
-  case KILN_I8: return c->i8;
-  case KILN_I16:
-  case KILN_BF16: return c->i16;
-  case KILN_I32: return c->i32;
-  case KILN_F16: return c->f16;
-  case KILN_F32: return c->f32;
-  case KILN_F64: return c->f64;
+  case KIR_BOOL: return c->i1;
+  case KIR_U8:
+  case KIR_I8: return c->i8;
+  case KIR_I16:
+  case KIR_BF16: return c->i16;
+  case KIR_I32: return c->i32;
+  case KIR_F16: return c->f16;
+  case KIR_F32: return c->f32;
+  case KIR_F64: return c->f64;
   case KIR_PTR: return c->ptr;
   default: return c->i64; /* I64, KIR_INDEX */
   }
 }
 
-static void init_types(lower_ctx *c);
+static void init_types(llvm_ctx *c);
 
-static LLVMTypeRef mem_type(const lower_ctx *c, kiln_dtype t) {
-  return t == KILN_BOOL ? c->i8 : reg_type(c, t);
+static LLVMTypeRef mem_type(const llvm_ctx *c, kir_type t) {
+  return t == KIR_BOOL ? c->i8 : reg_type(c, t);
 }
 
-LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kiln_dtype t) {
-  lower_ctx c = {.ctx = ctx};
+LLVMTypeRef llvm_mem_type(LLVMContextRef ctx, kir_type t) {
+  llvm_ctx c = {.ctx = ctx};
   init_types(&c);
   return mem_type(&c, t);
 }
 
-static bool is_fp(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64; }
-static bool is_unsigned(kiln_dtype t) { return t == KILN_U8 || t == KILN_BOOL; }
+/* A float type arithmetic runs in (F32, F64; not F16/BF16). */
+static bool is_fp(kir_type t) { return kir_is_float(t) && !kir_is_half(t); }
+/* U8 and BOOL: zero-extended, compared and converted unsigned. */
+static bool is_unsigned(kir_type t) { return kir_is_elem(t) && !kir_types[t].is_signed; }
 
 static LLVMValueRef cint(LLVMTypeRef t, unsigned long long v) { return LLVMConstInt(t, v, 0); }
 
 /* Value of uop i at the insertion point (an ACC reads its current value). */
-static LLVMValueRef val(lower_ctx *c, int i) {
+static LLVMValueRef val(llvm_ctx *c, int i) {
   const kir_uop *u = &c->k->uops[i];
   if (u->op == KIR_ACC) return LLVMBuildLoad2(c->b, reg_type(c, u->type), c->vals[i], "");
   return c->vals[i];
 }
 
-static kiln_dtype src_type(const lower_ctx *c, const kir_uop *u, int s) {
+static kir_type src_type(const llvm_ctx *c, const kir_uop *u, int s) {
   return c->k->uops[u->src[s]].type;
 }
 
 /* ---------------------------------------------------------------- calls */
 
-static void add_attr(lower_ctx *c, LLVMValueRef fn, unsigned idx, const char *name) {
+static void add_attr(llvm_ctx *c, LLVMValueRef fn, unsigned idx, const char *name) {
   unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
   LLVMAddAttributeAtIndex(fn, idx, LLVMCreateEnumAttribute(c->ctx, kind, 0));
 }
 
 /* Calls an intrinsic overloaded on one type `t` (llvm.sqrt, llvm.smax...). */
-static LLVMValueRef call_intrinsic(lower_ctx *c, const char *name, LLVMTypeRef t, LLVMValueRef *args,
+static LLVMValueRef call_intrinsic(llvm_ctx *c, const char *name, LLVMTypeRef t, LLVMValueRef *args,
                                    unsigned n) {
   unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
   if (!id) {
@@ -125,10 +127,10 @@ static LLVMValueRef call_intrinsic(lower_ctx *c, const char *name, LLVMTypeRef t
 
 /* Calls libm's `base` (F64) or `base`f (F32), declared on first use as a
  * pure function (errno is never read). */
-static LLVMValueRef call_libm(lower_ctx *c, const char *base, kiln_dtype t, LLVMValueRef *args,
+static LLVMValueRef call_libm(llvm_ctx *c, const char *base, kir_type t, LLVMValueRef *args,
                               unsigned n) {
   char name[32];
-  snprintf(name, sizeof name, "%s%s", base, t == KILN_F32 ? "f" : "");
+  snprintf(name, sizeof name, "%s%s", base, t == KIR_F32 ? "f" : "");
   LLVMTypeRef ft = reg_type(c, t), params[2] = {ft, ft};
   LLVMTypeRef fty = LLVMFunctionType(ft, params, n, 0);
   LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
@@ -144,14 +146,14 @@ static LLVMValueRef call_libm(lower_ctx *c, const char *base, kiln_dtype t, LLVM
 /* ---------------------------------------------------------- conversions */
 
 /* bf16 bits → float: the bits are the top half of an f32. */
-static LLVMValueRef bf16_to_f32(lower_ctx *c, LLVMValueRef v) {
+static LLVMValueRef bf16_to_f32(llvm_ctx *c, LLVMValueRef v) {
   LLVMValueRef w = LLVMBuildZExt(c->b, v, c->i32, "");
   w = LLVMBuildShl(c->b, w, cint(c->i32, 16), "");
   return LLVMBuildBitCast(c->b, w, c->f32, "");
 }
 
 /* float → bf16 bits, round to nearest even; NaN stays a quiet NaN. */
-static LLVMValueRef f32_to_bf16(lower_ctx *c, LLVMValueRef v) {
+static LLVMValueRef f32_to_bf16(llvm_ctx *c, LLVMValueRef v) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef u = LLVMBuildBitCast(b, v, c->i32, "");
   LLVMValueRef mag = LLVMBuildAnd(b, u, cint(c->i32, 0x7fffffff), "");
@@ -174,7 +176,7 @@ static unsigned f32_to_bf16_bits(float f) {
 
 /* Float → int of type `to`: truncate to int64 (out of range and NaN give
  * INT64_MIN, never poison), then wrap to the narrower type. */
-static LLVMValueRef float_to_int(lower_ctx *c, LLVMValueRef v, kiln_dtype to) {
+static LLVMValueRef float_to_int(llvm_ctx *c, LLVMValueRef v, kir_type to) {
   LLVMBuilderRef b = c->b;
   LLVMTypeRef ft = LLVMTypeOf(v);
   LLVMValueRef lo = LLVMBuildFCmp(b, LLVMRealOGT, v, LLVMConstReal(ft, -9223372036854775808.0), "");
@@ -187,35 +189,35 @@ static LLVMValueRef float_to_int(lower_ctx *c, LLVMValueRef v, kiln_dtype to) {
 }
 
 /* Conversion between compute types (no F16/BF16), C semantics. */
-static LLVMValueRef convert(lower_ctx *c, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
+static LLVMValueRef convert(llvm_ctx *c, LLVMValueRef v, kir_type from, kir_type to) {
   LLVMBuilderRef b = c->b;
   LLVMTypeRef t = reg_type(c, to);
   if (from == to) return v;
-  if (to == KILN_BOOL) {
+  if (to == KIR_BOOL) {
     if (is_fp(from)) return LLVMBuildFCmp(b, LLVMRealUNE, v, LLVMConstReal(LLVMTypeOf(v), 0.0), "");
     return LLVMBuildICmp(b, LLVMIntNE, v, LLVMConstNull(LLVMTypeOf(v)), "");
   }
   if (is_fp(from) && is_fp(to))
-    return to == KILN_F64 ? LLVMBuildFPExt(b, v, t, "") : LLVMBuildFPTrunc(b, v, t, "");
+    return to == KIR_F64 ? LLVMBuildFPExt(b, v, t, "") : LLVMBuildFPTrunc(b, v, t, "");
   if (is_fp(from)) return float_to_int(c, v, to);
   if (is_fp(to)) return is_unsigned(from) ? LLVMBuildUIToFP(b, v, t, "") : LLVMBuildSIToFP(b, v, t, "");
   return LLVMBuildIntCast2(b, v, t, !is_unsigned(from), "");
 }
 
 /* Any conversion: F16/BF16 go through F32 both ways (as graph/dtype.c). */
-static LLVMValueRef cast_value(lower_ctx *c, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
+static LLVMValueRef cast_value(llvm_ctx *c, LLVMValueRef v, kir_type from, kir_type to) {
   if (from == to) return v;
-  if (from == KILN_F16) v = LLVMBuildFPExt(c->b, v, c->f32, "");
-  if (from == KILN_BF16) v = bf16_to_f32(c, v);
-  if (from == KILN_F16 || from == KILN_BF16) from = KILN_F32;
-  if (to == KILN_F16) return LLVMBuildFPTrunc(c->b, convert(c, v, from, KILN_F32), c->f16, "");
-  if (to == KILN_BF16) return f32_to_bf16(c, convert(c, v, from, KILN_F32));
+  if (from == KIR_F16) v = LLVMBuildFPExt(c->b, v, c->f32, "");
+  if (from == KIR_BF16) v = bf16_to_f32(c, v);
+  if (from == KIR_F16 || from == KIR_BF16) from = KIR_F32;
+  if (to == KIR_F16) return LLVMBuildFPTrunc(c->b, convert(c, v, from, KIR_F32), c->f16, "");
+  if (to == KIR_BF16) return f32_to_bf16(c, convert(c, v, from, KIR_F32));
   return convert(c, v, from, to);
 }
 
 /* ------------------------------------------------------ uop lowerings */
 
-typedef LLVMValueRef (*lower_fn)(lower_ctx *c, const kir_uop *u);
+typedef LLVMValueRef (*lower_fn)(llvm_ctx *c, const kir_uop *u);
 
 typedef struct op_lowering {
   lower_fn fn;
@@ -228,7 +230,7 @@ typedef struct op_lowering {
 
 static const op_lowering lowerings[KIR_OP_COUNT];
 
-static LLVMValueRef lower_param(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_param(llvm_ctx *c, const kir_uop *u) {
   LLVMValueRef idx = cint(c->i64, (unsigned long long)u->ival);
   LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, c->bufs, &idx, 1, "");
   char name[16];
@@ -238,18 +240,18 @@ static LLVMValueRef lower_param(lower_ctx *c, const kir_uop *u) {
   return buf;
 }
 
-static LLVMValueRef lower_const(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_const(llvm_ctx *c, const kir_uop *u) {
   switch ((int)u->type) {
-  case KILN_BOOL: return cint(c->i1, u->cval != 0);
-  case KILN_F16: return LLVMConstReal(c->f16, (double)(float)u->cval);
-  case KILN_BF16: return cint(c->i16, f32_to_bf16_bits((float)u->cval));
-  case KILN_F32: return LLVMConstReal(c->f32, (double)(float)u->cval);
-  case KILN_F64: return LLVMConstReal(c->f64, u->cval);
+  case KIR_BOOL: return cint(c->i1, u->cval != 0);
+  case KIR_F16: return LLVMConstReal(c->f16, (double)(float)u->cval);
+  case KIR_BF16: return cint(c->i16, f32_to_bf16_bits((float)u->cval));
+  case KIR_F32: return LLVMConstReal(c->f32, (double)(float)u->cval);
+  case KIR_F64: return LLVMConstReal(c->f64, u->cval);
   default: return LLVMConstInt(reg_type(c, u->type), (unsigned long long)u->ival, 1);
   }
 }
 
-static LLVMValueRef call_i64(lower_ctx *c, const char *name, LLVMValueRef a, LLVMValueRef b) {
+static LLVMValueRef call_i64(llvm_ctx *c, const char *name, LLVMValueRef a, LLVMValueRef b) {
   LLVMValueRef args[2] = {a, b};
   return call_intrinsic(c, name, c->i64, args, 2);
 }
@@ -268,14 +270,14 @@ static bool innermost(const kir_kernel *k, int r) {
  * neighbouring chunks still meet, and every vector store of the
  * vectorised loop is aligned to its size. */
 #define STREAM_CHUNK 64
-static void align_chunk(lower_ctx *c, LLVMValueRef *lo, LLVMValueRef *hi, int64_t extent) {
+static void align_chunk(llvm_ctx *c, LLVMValueRef *lo, LLVMValueRef *hi, int64_t extent) {
   LLVMValueRef mask = cint(c->i64, (unsigned long long)-STREAM_CHUNK), ext = cint(c->i64, (unsigned long long)extent);
   *lo = LLVMBuildAnd(c->b, *lo, mask, "");
   LLVMValueRef whole = LLVMBuildICmp(c->b, LLVMIntSGE, *hi, ext, "");
   *hi = LLVMBuildSelect(c->b, whole, ext, LLVMBuildAnd(c->b, *hi, mask, ""), "");
 }
 
-static LLVMValueRef lower_range(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_range(llvm_ctx *c, const kir_uop *u) {
   int i = (int)(u - c->k->uops);
   llvm_tile_env e = {.k = c->k, .ctx = c->ctx, .b = c->b, .ab = c->ab, .vals = c->vals};
   if (u->tile) {
@@ -346,8 +348,8 @@ static unsigned mixed_width(const kir_kernel *k, int r, int e) {
   for (int i = r + 1; i < e; i++) {
     const kir_uop *u = &k->uops[i];
     if (u->op == KIR_RANGE) return 0; /* not innermost */
-    f32 |= u->type == KILN_F32 && u->op != KIR_LOAD;
-    f64_acc |= u->type == KILN_F64 && u->reassoc;
+    f32 |= u->type == KIR_F32 && u->op != KIR_LOAD;
+    f64_acc |= u->type == KIR_F64 && u->reassoc;
   }
   return f32 && f64_acc ? 16 : 0;
 }
@@ -372,7 +374,7 @@ static bool short_row(const kir_kernel *k, int r, int e) {
   return true;
 }
 
-static LLVMMetadataRef loop_hint(lower_ctx *c, const char *key, unsigned n) {
+static LLVMMetadataRef loop_hint(llvm_ctx *c, const char *key, unsigned n) {
   LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, strlen(key)), LLVMValueAsMetadata(cint(c->i32, n))};
   return LLVMMDNodeInContext2(c->ctx, hint, 2);
 }
@@ -381,7 +383,7 @@ static LLVMMetadataRef loop_hint(lower_ctx *c, const char *key, unsigned n) {
  * count and a vector width, each when nonzero, an unroll hint
  * ("llvm.loop.unroll.disable", ".full") when not NULL, and a masked
  * (predicated) vector tail when `predicate`. */
-static void set_loop_hints(lower_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width, const char *unroll,
+static void set_loop_hints(llvm_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width, const char *unroll,
                            bool predicate) {
   if (!interleave && !width && !unroll && !predicate) return;
   LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
@@ -404,7 +406,7 @@ static void set_loop_hints(lower_ctx *c, LLVMValueRef br, unsigned interleave, u
   LLVMSetMetadata(br, LLVMGetMDKindIDInContext(c->ctx, "llvm.loop", 9), LLVMMetadataAsValue(c->ctx, loop));
 }
 
-static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_end(llvm_ctx *c, const kir_uop *u) {
   const loop_info *l = &c->loops[u->src[0]];
   LLVMValueRef next = LLVMBuildNSWAdd(c->b, l->phi, cint(c->i64, 1), "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(c->b);
@@ -425,26 +427,26 @@ static LLVMValueRef lower_end(lower_ctx *c, const kir_uop *u) {
   return NULL;
 }
 
-static LLVMValueRef lower_acc(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_acc(llvm_ctx *c, const kir_uop *u) {
   LLVMValueRef slot = LLVMBuildAlloca(c->ab, reg_type(c, u->type), "acc");
   LLVMBuildStore(c->b, val(c, u->src[0]), slot);
   return slot;
 }
 
-static LLVMValueRef lower_local(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_local(llvm_ctx *c, const kir_uop *u) {
   LLVMTypeRef t = LLVMArrayType2(mem_type(c, u->elem), (uint64_t)u->ival);
   LLVMValueRef slot = LLVMBuildAlloca(c->ab, t, "local");
   LLVMSetAlignment(slot, 64);
   return slot;
 }
 
-static LLVMValueRef lower_acc_set(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_acc_set(llvm_ctx *c, const kir_uop *u) {
   LLVMBuildStore(c->b, val(c, u->src[1]), c->vals[u->src[0]]);
   return NULL;
 }
 
 /* Address of element src[1] of the buffer src[0]; *mt gets its type. */
-static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
+static LLVMValueRef element_ptr(llvm_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
   *mt = mem_type(c, c->k->uops[u->src[0]].elem);
   LLVMValueRef idx = val(c, u->src[1]);
   return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
@@ -453,14 +455,14 @@ static LLVMValueRef element_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt)
 /* Tags an access to buffer uop `buf` (a PARAM; -1: a staged block) with
  * its scoped no-alias metadata, when the kernel has it (distinct_params).
  * A LOCAL's accesses stay untagged. */
-static void tag_access(lower_ctx *c, LLVMValueRef inst, int buf) {
+static void tag_access(llvm_ctx *c, LLVMValueRef inst, int buf) {
   int scope = buf < 0 ? c->k->n_params : c->k->uops[buf].op == KIR_PARAM ? (int)c->k->uops[buf].ival : -1;
   if (scope < 0 || !c->scope[scope]) return;
   LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "alias.scope", 11), c->scope[scope]);
   LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(c->ctx, "noalias", 7), c->noalias[scope]);
 }
 
-static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_load(llvm_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
   LLVMValueRef p, block = c->staged[u - c->k->uops];
   if (block) { /* a transposed read of a tile */
@@ -473,7 +475,7 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
   }
   LLVMValueRef v = LLVMBuildLoad2(c->b, mt, p, "");
   tag_access(c, v, block ? -1 : u->src[0]);
-  if (u->type == KILN_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
+  if (u->type == KIR_BOOL) v = LLVMBuildICmp(c->b, LLVMIntNE, v, cint(c->i8, 0), "");
   return v;
 }
 
@@ -481,7 +483,7 @@ static LLVMValueRef lower_load(lower_ctx *c, const kir_uop *u) {
  * (kir.h); LLVM cannot prove it from the skew's arithmetic, so its index
  * is written (idx - tj) & -KIR_TILE + tj, the same value, whose
  * alignment LLVM's known bits see. */
-static LLVMValueRef skewed_store_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
+static LLVMValueRef skewed_store_ptr(llvm_ctx *c, const kir_uop *u, LLVMTypeRef *mt) {
   *mt = mem_type(c, c->k->uops[u->src[0]].elem);
   LLVMValueRef tj = c->vals[c->tile + 1];
   LLVMValueRef row = LLVMBuildAnd(c->b, LLVMBuildSub(c->b, val(c, u->src[1]), tj, ""), cint(c->i64, (unsigned long long)-KIR_TILE), "");
@@ -489,22 +491,22 @@ static LLVMValueRef skewed_store_ptr(lower_ctx *c, const kir_uop *u, LLVMTypeRef
   return LLVMBuildInBoundsGEP2(c->b, *mt, val(c, u->src[0]), &idx, 1, "");
 }
 
-static LLVMValueRef lower_store(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_store(llvm_ctx *c, const kir_uop *u) {
   LLVMTypeRef mt;
   LLVMValueRef p = u->nontemporal && c->skew >= 0 ? skewed_store_ptr(c, u, &mt) : element_ptr(c, u, &mt);
   LLVMValueRef v = val(c, u->src[2]);
-  if (src_type(c, u, 2) == KILN_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
+  if (src_type(c, u, 2) == KIR_BOOL) v = LLVMBuildZExt(c->b, v, c->i8, "");
   LLVMValueRef st = LLVMBuildStore(c->b, v, p);
   tag_access(c, st, u->src[0]);
   if (u->nontemporal) llvm_stream_tag_store(st);
   return NULL;
 }
 
-static LLVMValueRef lower_cast(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_cast(llvm_ctx *c, const kir_uop *u) {
   return cast_value(c, val(c, u->src[0]), src_type(c, u, 0), u->type);
 }
 
-static LLVMValueRef lower_neg(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_neg(llvm_ctx *c, const kir_uop *u) {
   LLVMValueRef a = val(c, u->src[0]);
   if (is_fp(u->type)) return LLVMBuildFNeg(c->b, a, "");
   return u->type == KIR_INDEX ? LLVMBuildNSWNeg(c->b, a, "") : LLVMBuildNeg(c->b, a, "");
@@ -512,7 +514,7 @@ static LLVMValueRef lower_neg(lower_ctx *c, const kir_uop *u) {
 
 /* ADD SUB MUL AND OR XOR. Index arithmetic never wraps (nsw), which lets
  * LLVM reason about strided addresses; other ints wrap as in Torch. */
-static LLVMValueRef lower_arith(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_arith(llvm_ctx *c, const kir_uop *u) {
   const op_lowering *l = &lowerings[u->op];
   LLVMValueRef a = val(c, u->src[0]), b = val(c, u->src[1]);
   LLVMValueRef r = LLVMBuildBinOp(c->b, is_fp(u->type) ? l->fop : l->iop, a, b, "");
@@ -524,7 +526,7 @@ static LLVMValueRef lower_arith(lower_ctx *c, const kir_uop *u) {
 /* Integer DIV/MOD that never traps: the divisor 0 and (signed) -1 are
  * replaced by 1; then ÷0 selects 0 and ÷-1 selects the wrapping -a.
  * a % 1 == 0 is already the right remainder for both. */
-static LLVMValueRef lower_divmod(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_divmod(llvm_ctx *c, const kir_uop *u) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef a = val(c, u->src[0]), d = val(c, u->src[1]);
   bool div = u->op == KIR_DIV, uns = is_unsigned(u->type);
@@ -542,7 +544,7 @@ static LLVMValueRef lower_divmod(lower_ctx *c, const kir_uop *u) {
 }
 
 /* Floats: llvm.maximum/minimum propagate NaN (and order -0 < +0). */
-static LLVMValueRef lower_minmax(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_minmax(llvm_ctx *c, const kir_uop *u) {
   bool max = u->op == KIR_MAX;
   const char *name = is_fp(u->type) ? (max ? "llvm.maximum" : "llvm.minimum")
                      : is_unsigned(u->type) ? (max ? "llvm.umax" : "llvm.umin")
@@ -551,25 +553,25 @@ static LLVMValueRef lower_minmax(lower_ctx *c, const kir_uop *u) {
   return call_intrinsic(c, name, reg_type(c, u->type), args, 2);
 }
 
-static LLVMValueRef lower_cmp(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_cmp(llvm_ctx *c, const kir_uop *u) {
   const op_lowering *l = &lowerings[u->op];
-  kiln_dtype t = src_type(c, u, 0);
+  kir_type t = src_type(c, u, 0);
   LLVMValueRef a = val(c, u->src[0]), b = val(c, u->src[1]);
   if (is_fp(t)) return LLVMBuildFCmp(c->b, l->fpred, a, b, "");
   return LLVMBuildICmp(c->b, is_unsigned(t) ? l->upred : l->spred, a, b, "");
 }
 
-static LLVMValueRef lower_where(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_where(llvm_ctx *c, const kir_uop *u) {
   return LLVMBuildSelect(c->b, val(c, u->src[0]), val(c, u->src[1]), val(c, u->src[2]), "");
 }
 
 /* F32 transcendentals are expanded inline (llvm_math.c) so that loops
  * containing them vectorise; F64 and the rest call intrinsics or libm. */
-static LLVMValueRef lower_math(lower_ctx *c, const kir_uop *u) {
+static LLVMValueRef lower_math(llvm_ctx *c, const kir_uop *u) {
   const op_lowering *l = &lowerings[u->op];
   unsigned n = (unsigned)kir_op_arity(u->op);
   LLVMValueRef args[2] = {val(c, u->src[0]), n > 1 ? val(c, u->src[1]) : NULL};
-  if (u->type == KILN_F32) {
+  if (u->type == KIR_F32) {
     LLVMValueRef v = llvm_math_f32(c->b, c->mod, u->op, args[0], args[1], &c->failed);
     if (v) return v;
   }
@@ -632,7 +634,7 @@ _Static_assert(KIR_OP_COUNT == 44, "lowerings must list every kir_op");
 
 /* ------------------------------------------------------------- function */
 
-static void init_types(lower_ctx *c) {
+static void init_types(llvm_ctx *c) {
   LLVMContextRef x = c->ctx;
   c->i1 = LLVMInt1TypeInContext(x);
   c->i8 = LLVMInt8TypeInContext(x);
@@ -646,7 +648,7 @@ static void init_types(lower_ctx *c) {
 }
 
 /* Which buffers nontemporal stores write (kir.h: they are 64-byte aligned). */
-static void find_streams(lower_ctx *c) {
+static void find_streams(llvm_ctx *c) {
   for (int i = 0; i < c->k->n_uops; i++) {
     const kir_uop *u = &c->k->uops[i];
     if (u->op != KIR_STORE || !u->nontemporal) continue;
@@ -665,7 +667,7 @@ static void find_streams(lower_ctx *c) {
  * PARAM gets an alias scope of its own, and the staged blocks one more
  * (index n_params); every access is in its scope and no-alias with all
  * the others. */
-static void distinct_params(lower_ctx *c) {
+static void distinct_params(llvm_ctx *c) {
   const kir_kernel *k = c->k;
   bool skewed = false;
   for (int i = 0; i < k->n_uops && !skewed; i++) skewed = k->uops[i].skew;
@@ -690,7 +692,7 @@ static void distinct_params(lower_ctx *c) {
 }
 
 /* Declares the kernel, its entry block (allocas) and first code block. */
-static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
+static LLVMValueRef begin_function(llvm_ctx *c, const char *fname) {
   LLVMTypeRef params[3] = {c->ptr, c->i64, c->i64};
   LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(c->ctx), params, 3, 0);
   LLVMValueRef fn = LLVMAddFunction(c->mod, fname, fty);
@@ -714,7 +716,7 @@ static LLVMValueRef begin_function(lower_ctx *c, const char *fname) {
 
 LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const char *fname, char *err,
                                size_t errlen) {
-  lower_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod), .skew = -1};
+  llvm_ctx c = {.k = k, .mod = mod, .ctx = LLVMGetModuleContext(mod), .skew = -1};
   size_t n = (size_t)k->n_uops + 1;
   c.vals = calloc(n, sizeof *c.vals);
   c.loops = calloc(n, sizeof *c.loops);

@@ -43,7 +43,7 @@ static const affine not_affine = {false, 0, 0, 0};
 /* The integer value of CONST uop u, if it is one. */
 static bool const_int(const kir_kernel *k, int u, int64_t *v) {
   const kir_uop *x = &k->uops[u];
-  if (x->op != KIR_CONST || (x->type != KIR_INDEX && x->type != KILN_I64)) return false;
+  if (x->op != KIR_CONST || (x->type != KIR_INDEX && x->type != KIR_I64)) return false;
   *v = x->ival;
   return true;
 }
@@ -60,10 +60,10 @@ static affine affine_of(const kir_kernel *k, int tile, int u, int depth) {
   if (depth > 32) return not_affine;
   int64_t m;
   switch (x->op) {
-  case KIR_CONST: return (affine){x->type == KIR_INDEX || x->type == KILN_I64, 0, 0, 0};
+  case KIR_CONST: return (affine){x->type == KIR_INDEX || x->type == KIR_I64, 0, 0, 0};
   case KIR_CAST: {
-    kiln_dtype from = k->uops[x->src[0]].type;
-    if ((x->type != KIR_INDEX && x->type != KILN_I64) || (from != KIR_INDEX && from != KILN_I64)) return not_affine;
+    kir_type from = k->uops[x->src[0]].type;
+    if ((x->type != KIR_INDEX && x->type != KIR_I64) || (from != KIR_INDEX && from != KIR_I64)) return not_affine;
     return affine_of(k, tile, x->src[0], depth + 1);
   }
   case KIR_ADD:
@@ -243,7 +243,7 @@ static bool mod_tile(const kir_kernel *k, int tile, int u, int64_t ti, int64_t *
   if (u == tile) return *m = ti % T, true;
   if (depth > 32 || u == tile + 1 || x->skew) return false;
   switch (x->op) {
-  case KIR_CONST: return *m = ((x->ival % T) + T) % T, x->type == KIR_INDEX || x->type == KILN_I64;
+  case KIR_CONST: return *m = ((x->ival % T) + T) % T, x->type == KIR_INDEX || x->type == KIR_I64;
   case KIR_CAST: return x->type == KIR_INDEX && mod_tile(k, tile, x->src[0], ti, m, depth + 1);
   case KIR_ADD:
   case KIR_SUB:

@@ -2,11 +2,12 @@
  * graph.h — Kiln's graph layer: dtype traits, views, storages, version
  * nodes and tensor handles. Internal; nothing here knows a backend exists.
  *
- * Model (DESIGN.md): a storage's contents are a *version*, a graph_node that
- * produces the whole flat storage (numel elements, contiguous). A node is
- * either realized (node->buffer set) or pending (an op over inputs). Each
- * input is (node, view) captured when the op was recorded, so later writes
- * never change an already recorded op. Tensors hold a storage and a view.
+ * Model (docs/internals.md, "Versions and in-place writes"): a storage's
+ * contents are a *version*, a graph_node that produces the whole flat
+ * storage (numel elements, contiguous). A node is either realized
+ * (node->buffer set) or pending (an op over inputs). Each input is (node,
+ * view) captured when the op was recorded, so later writes never change
+ * an already recorded op. Tensors hold a storage and a view.
  */
 #ifndef KILN_GRAPH_H
 #define KILN_GRAPH_H

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
+#include "passes.h"
 
 /* ------------------------------------------------------------- helpers */
 

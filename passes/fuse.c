@@ -1,7 +1,7 @@
 /*
  * fuse.c — fusion decisions: which pending nodes of a schedule are
- * computed inside their readers' kernels (node->fused) and which get a
- * kernel and a buffer of their own (materialized).
+ * computed inside their readers' kernels (the plan's `fused`) and which
+ * get a kernel and a buffer of their own (materialized).
  *
  * The cost function, in order:
  *  1. Requested nodes, in-place writes (ASSIGN) and sources are
@@ -42,10 +42,10 @@
  *     checks its own limits and falls back the same way at run time.)
  *  7. Multi-output kernels: a materialized elementwise node p (requested,
  *     or read by several readers, one of them after r) whose value a later
- *     elementwise kernel r of the same sizes can compute — r reads p through its plain
- *     contiguous view, or reads a buffer p reads too — is computed and
- *     stored by r's kernel (p->store_host = r) instead of a kernel of its
- *     own, so the loop over their shared inputs runs once: two forced
+ *     elementwise kernel r of the same sizes can compute — r reads p
+ *     through its plain contiguous view, or reads a buffer p reads too —
+ *     is computed and stored by r's kernel (p's plan entry: host = r's
+ *     position) instead of a kernel of its own, so the loop over their shared inputs runs once: two forced
  *     results of one loop (`a+b`, `a*b`) read a and b once, and `y =
  *     exp(x)` forced with `z = y*2` writes y and z from one kernel.
  *     A whole-buffer write p (an ASSIGN whose region is its storage's
@@ -85,7 +85,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
+#include "pass_internal.h"
 
 /* Fuses into its readers as one value per index (a gather too: its index
  * fuses into it, its source is a buffer, rule 5). */
@@ -141,7 +141,8 @@ typedef struct group_count {
   int *stamp; /* [p->n]: the walk that counted the entry */
   int walk;
   int32_t reads, edges, nodes;
-  const graph_node *bufs[PASS_MAX_INPUTS + 1];
+  const graph_node *bufs[PASS_MAX_INPUTS + 1]; /* the distinct ones, until past the limit
+                                                  (the count then only needs to exceed it) */
 } group_count;
 
 static void count_buffer(group_count *g, const graph_node *in) {
@@ -267,8 +268,12 @@ static bool reads(const graph_node *r, const graph_node *x) {
 }
 
 /* The multi-output pass's state: the plan, kernel_span's first/last
- * positions, and what the candidate host's kernel reads (mark_reads). */
-#define EXT_MAX 64
+ * positions, and what the candidate host's kernel reads (mark_reads).
+ * A host's group reads at most PASS_MAX_EDGES nodes from outside the
+ * plan (an edge each: fit_kernel_limits ran first and keeps every group
+ * within it), so ext never fills: the cap is the kernel-size contract,
+ * not a limit of its own. */
+#define EXT_MAX PASS_MAX_EDGES
 typedef struct outputs {
   pass_plan *p;
   int *first, *last; /* [n] each */
@@ -284,7 +289,7 @@ static void mark_group(outputs *o, const graph_node *r) {
     const graph_node *in = r->inputs[i].node;
     int at = pass_pos(o->p, in);
     if (at < 0) {
-      if (!pass_is_inlined(in) && o->n_ext < EXT_MAX) o->ext[o->n_ext++] = in; /* beyond: less sharing seen */
+      if (!pass_is_inlined(in) && o->n_ext < EXT_MAX) o->ext[o->n_ext++] = in; /* (always room: see EXT_MAX) */
       continue;
     }
     if (o->read[at] == o->walk) continue;

@@ -11,7 +11,7 @@
  *    while that loop is open;
  *  - types: PARAM and LOCAL are KIR_PTR, RANGE is KIR_INDEX, LOAD/STORE
  *    index operands are KIR_INDEX, loaded/stored values have the PARAM's
- *    (LOCAL's) element dtype; a LOCAL holds a compute type (not F16/BF16)
+ *    (LOCAL's) element type; a LOCAL holds a compute type (not F16/BF16)
  *    within KIR_LOCAL_MAX bytes and is never stored to nontemporally; ALU
  *    operands match the result type (CMP: result BOOL, WHERE: BOOL
  *    condition) and are never F16/BF16, float math is F32/F64 only.
@@ -91,28 +91,36 @@ static bool op_valid(kir_op op) { return (unsigned)op < KIR_OP_COUNT; }
 const char *kir_op_name(kir_op op) { return op_valid(op) ? op_table[op].name : "?"; }
 int kir_op_arity(kir_op op) { return op_valid(op) ? op_table[op].arity : -1; }
 
-static const char *const type_names[KILN_DTYPE_COUNT] = {
-    "bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
+const kir_type_traits kir_types[KIR_TYPE_COUNT] = {
+    [KIR_BOOL] = {"bool", 1, 1, KIR_CAT_BOOL, false, false},
+    [KIR_U8] = {"u8", 1, 8, KIR_CAT_INT, false, false},
+    [KIR_I8] = {"i8", 1, 8, KIR_CAT_INT, true, false},
+    [KIR_I16] = {"i16", 2, 16, KIR_CAT_INT, true, false},
+    [KIR_I32] = {"i32", 4, 32, KIR_CAT_INT, true, false},
+    [KIR_I64] = {"i64", 8, 64, KIR_CAT_INT, true, false},
+    [KIR_F16] = {"f16", 2, 16, KIR_CAT_FLOAT, true, true},
+    [KIR_BF16] = {"bf16", 2, 16, KIR_CAT_FLOAT, true, true},
+    [KIR_F32] = {"f32", 4, 32, KIR_CAT_FLOAT, true, false},
+    [KIR_F64] = {"f64", 8, 64, KIR_CAT_FLOAT, true, false},
+    [KIR_INDEX] = {"index", 8, 64, KIR_CAT_INT, true, false},
+    [KIR_PTR] = {"ptr", 8, 64, KIR_CAT_NONE, false, false},
+    [KIR_VOID] = {"void", 0, 0, KIR_CAT_NONE, false, false},
+};
+_Static_assert(KIR_TYPE_COUNT == 103, "kir_types must list every kir_type");
 
-const char *kir_type_name(kiln_dtype t) {
-  if ((unsigned)t < KILN_DTYPE_COUNT) return type_names[t];
-  if (t == KIR_INDEX) return "index";
-  if (t == KIR_PTR) return "ptr";
-  if (t == KIR_VOID) return "void";
-  return "?";
-}
+const char *kir_type_name(kir_type t) { return kir_type_valid(t) ? kir_types[t].name : "?"; }
 
-static bool is_dtype(kiln_dtype t) { return (unsigned)t < KILN_DTYPE_COUNT; }
-static bool is_half(kiln_dtype t) { return t == KILN_F16 || t == KILN_BF16; }
-static bool is_value_type(kiln_dtype t) { return is_dtype(t) || t == KIR_INDEX; }
-static bool is_float_type(kiln_dtype t) { return t == KILN_F32 || t == KILN_F64 || is_half(t); }
+static bool is_value_type(kir_type t) { return kir_is_elem(t) || t == KIR_INDEX; }
 
 /* Type class of a compute (non-half) value type, 0 for anything else. */
-static unsigned type_class(kiln_dtype t) {
-  if (t == KILN_BOOL) return C_BOOL;
-  if (t == KILN_F32 || t == KILN_F64) return C_FLOAT;
-  if (t == KIR_INDEX || (is_dtype(t) && !is_half(t))) return C_INT;
-  return 0;
+static unsigned type_class(kir_type t) {
+  if (!is_value_type(t) || kir_is_half(t)) return 0;
+  switch (kir_types[t].category) {
+  case KIR_CAT_BOOL: return C_BOOL;
+  case KIR_CAT_FLOAT: return C_FLOAT;
+  case KIR_CAT_INT: return C_INT;
+  default: return 0;
+  }
 }
 
 /* -------------------------------------------------------------- builder */
@@ -129,7 +137,7 @@ void kir_free(kir_kernel *k) {
 }
 
 /* Appends a zeroed uop (operands -1); returns its index or -1 on OOM. */
-static int push(kir_kernel *k, kir_op op, kiln_dtype type) {
+static int push(kir_kernel *k, kir_op op, kir_type type) {
   if (k->oom) return -1;
   if (k->n_uops == k->cap) {
     int cap = k->cap ? k->cap * 2 : 64;
@@ -152,7 +160,7 @@ static int push(kir_kernel *k, kir_op op, kiln_dtype type) {
   return k->n_uops++;
 }
 
-static int push_src(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c) {
+static int push_src(kir_kernel *k, kir_op op, kir_type type, int a, int b, int c) {
   int i = push(k, op, type);
   if (i >= 0) {
     k->uops[i].src[0] = a;
@@ -163,12 +171,12 @@ static int push_src(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int
 }
 
 /* A full table records index KIR_MAX_PARAMS, which kir_verify rejects. */
-int kir_param(kir_kernel *k, kiln_dtype elem, bool written) {
+int kir_param(kir_kernel *k, kir_type elem, bool written) {
   int i = push(k, KIR_PARAM, KIR_PTR);
   if (i < 0) return -1;
   k->uops[i].elem = elem;
   if (k->n_params < KIR_MAX_PARAMS) {
-    k->param_dtype[k->n_params] = elem;
+    k->param_type[k->n_params] = elem;
     k->param_written[k->n_params] = written;
     k->uops[i].ival = k->n_params++;
   } else {
@@ -183,20 +191,20 @@ static int64_t double_to_i64(double v) {
   return (int64_t)v;
 }
 
-int kir_const_f(kir_kernel *k, kiln_dtype type, double v) {
+int kir_const_f(kir_kernel *k, kir_type type, double v) {
   int i = push(k, KIR_CONST, type);
   if (i < 0) return -1;
-  if (type == KILN_BOOL) k->uops[i].cval = v != 0;
-  else if (is_float_type(type)) k->uops[i].cval = v;
+  if (type == KIR_BOOL) k->uops[i].cval = v != 0;
+  else if (kir_is_float(type)) k->uops[i].cval = v;
   else k->uops[i].ival = double_to_i64(v);
   return i;
 }
 
-int kir_const_i(kir_kernel *k, kiln_dtype type, int64_t v) {
+int kir_const_i(kir_kernel *k, kir_type type, int64_t v) {
   int i = push(k, KIR_CONST, type);
   if (i < 0) return -1;
-  if (type == KILN_BOOL) k->uops[i].cval = v != 0;
-  else if (is_float_type(type)) k->uops[i].cval = (double)v;
+  if (type == KIR_BOOL) k->uops[i].cval = v != 0;
+  else if (kir_is_float(type)) k->uops[i].cval = (double)v;
   else k->uops[i].ival = v;
   return i;
 }
@@ -223,7 +231,7 @@ int kir_tile_skew(kir_kernel *k, int off) {
 
 void kir_end(kir_kernel *k, int range) { push_src(k, KIR_END, KIR_VOID, range, -1, -1); }
 
-int kir_acc(kir_kernel *k, kiln_dtype type, int init) {
+int kir_acc(kir_kernel *k, kir_type type, int init) {
   return push_src(k, KIR_ACC, type, init, -1, -1);
 }
 
@@ -231,7 +239,7 @@ void kir_acc_set(kir_kernel *k, int acc, int value) {
   push_src(k, KIR_ACC_SET, KIR_VOID, acc, value, -1);
 }
 
-int kir_local(kir_kernel *k, kiln_dtype elem, int64_t n) {
+int kir_local(kir_kernel *k, kir_type elem, int64_t n) {
   int i = push(k, KIR_LOCAL, KIR_PTR);
   if (i < 0) return -1;
   k->uops[i].elem = elem;
@@ -244,7 +252,7 @@ static bool is_buffer(const kir_kernel *k, int u) {
 }
 
 int kir_load(kir_kernel *k, int param, int index) {
-  kiln_dtype t = KIR_VOID;
+  kir_type t = KIR_VOID;
   if (is_buffer(k, param)) t = k->uops[param].elem;
   return push_src(k, KIR_LOAD, t, param, index, -1);
 }
@@ -262,11 +270,11 @@ void kir_set_reassoc(kir_kernel *k, int u) {
   if (u >= 0 && u < k->n_uops) k->uops[u].reassoc = true;
 }
 
-int kir_cast(kir_kernel *k, kiln_dtype type, int a) { return push_src(k, KIR_CAST, type, a, -1, -1); }
+int kir_cast(kir_kernel *k, kir_type type, int a) { return push_src(k, KIR_CAST, type, a, -1, -1); }
 
 /* CMP ops always produce BOOL, whatever `type` says. */
-int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c) {
-  if (op >= KIR_CMPLT && op <= KIR_CMPNE) type = KILN_BOOL;
+int kir_alu(kir_kernel *k, kir_op op, kir_type type, int a, int b, int c) {
+  if (op >= KIR_CMPLT && op <= KIR_CMPNE) type = KIR_BOOL;
   return push_src(k, op, type, a, b, c);
 }
 
@@ -300,9 +308,9 @@ void kir_sb_printf(kir_strbuf *sb, const char *fmt, ...) {
 }
 
 static void print_const(kir_strbuf *sb, const kir_uop *u) {
-  if (u->type == KILN_BOOL) {
+  if (u->type == KIR_BOOL) {
     kir_sb_printf(sb, " %s", u->cval != 0 ? "true" : "false");
-  } else if (is_float_type(u->type)) {
+  } else if (kir_is_float(u->type)) {
     if (isnan(u->cval)) {
       uint64_t bits;
       memcpy(&bits, &u->cval, sizeof bits);
@@ -334,7 +342,7 @@ char *kir_to_string(const kir_kernel *k) {
   kir_strbuf sb = {0};
   kir_sb_printf(&sb, "params");
   for (int p = 0; p < k->n_params && p < KIR_MAX_PARAMS; p++)
-    kir_sb_printf(&sb, " %s:%c", kir_type_name(k->param_dtype[p]), k->param_written[p] ? 'w' : 'r');
+    kir_sb_printf(&sb, " %s:%c", kir_type_name(k->param_type[p]), k->param_written[p] ? 'w' : 'r');
   kir_sb_printf(&sb, "\n");
   for (int i = 0; i < k->n_uops; i++) print_uop(&sb, i, &k->uops[i]);
   if (sb.oom) {
@@ -384,7 +392,7 @@ static const char *check_operands(const vstate *v, int i) {
   return NULL;
 }
 
-static kiln_dtype src_type(const vstate *v, const kir_uop *u, int s) {
+static kir_type src_type(const vstate *v, const kir_uop *u, int s) {
   return v->k->uops[u->src[s]].type;
 }
 
@@ -392,29 +400,18 @@ static const char *check_param(const vstate *v, int i, const kir_uop *u) {
   const kir_kernel *k = v->k;
   if (u->type != KIR_PTR) return fail(i, u, "type must be ptr");
   if (u->ival < 0 || u->ival >= k->n_params) return fail(i, u, "param index >= n_params");
-  if (k->param_dtype[u->ival] != u->elem || !is_dtype(u->elem))
-    return fail(i, u, "element dtype differs from param_dtype or is invalid");
+  if (k->param_type[u->ival] != u->elem || !kir_is_elem(u->elem))
+    return fail(i, u, "element type differs from param_type or is invalid");
   for (int j = 0; j < i; j++)
     if (k->uops[j].op == KIR_PARAM && k->uops[j].ival == u->ival)
       return fail(i, u, "param index defined twice");
   return NULL;
 }
 
-/* Bytes in memory of an element of compute type t (not half); not
- * graph_dtypes: kir.c builds without the graph layer (test_kir_llvm). */
-static int64_t elem_bytes(kiln_dtype t) {
-  switch ((int)t) {
-  case KILN_BOOL: case KILN_U8: case KILN_I8: return 1;
-  case KILN_I16: return 2;
-  case KILN_I32: case KILN_F32: return 4;
-  default: return 8;
-  }
-}
-
 static const char *check_local(int i, const kir_uop *u) {
   if (u->type != KIR_PTR) return fail(i, u, "type must be ptr");
-  if (!is_dtype(u->elem) || !type_class(u->elem)) return fail(i, u, "element dtype is not a compute type");
-  if (u->ival <= 0 || u->ival > KIR_LOCAL_MAX / elem_bytes(u->elem))
+  if (!kir_is_elem(u->elem) || !type_class(u->elem)) return fail(i, u, "element type is not a compute type");
+  if (u->ival <= 0 || u->ival > KIR_LOCAL_MAX / kir_types[u->elem].size)
     return fail(i, u, "length not in 1..KIR_LOCAL_MAX bytes");
   return NULL;
 }
@@ -472,11 +469,11 @@ static const char *check_loop(vstate *v, int i, const kir_uop *u) {
 static const char *check_alu(const vstate *v, int i, const kir_uop *u) {
   const op_info *info = &op_table[u->op];
   bool cmp = u->op >= KIR_CMPLT && u->op <= KIR_CMPNE;
-  kiln_dtype t = cmp ? src_type(v, u, 0) : u->type;
-  if (cmp && u->type != KILN_BOOL) return fail(i, u, "comparison result must be bool");
+  kir_type t = cmp ? src_type(v, u, 0) : u->type;
+  if (cmp && u->type != KIR_BOOL) return fail(i, u, "comparison result must be bool");
   if (!(type_class(t) & info->classes)) return fail(i, u, "type not allowed for this op");
   int first = u->op == KIR_WHERE ? 1 : 0;
-  if (u->op == KIR_WHERE && src_type(v, u, 0) != KILN_BOOL) return fail(i, u, "condition must be bool");
+  if (u->op == KIR_WHERE && src_type(v, u, 0) != KIR_BOOL) return fail(i, u, "condition must be bool");
   for (int s = first; s < info->arity; s++)
     if (src_type(v, u, s) != t) return fail(i, u, "operand types differ");
   return NULL;

@@ -14,11 +14,12 @@
  * its definition is reached, so a kernel writes an element before reading
  * it (kir_local).
  *
- * Types are kiln_dtype values plus KIR_INDEX (int64 index arithmetic) and
- * KIR_PTR (a buffer parameter or a LOCAL). Values of BOOL type are 1-bit
- * truths in registers and 1 byte (0/1) in memory. ALU uops never take F16 or BF16
- * operands: lowering casts them to F32 (CAST to and from F16/BF16 rounds to
- * nearest even).
+ * Types are kir_type values: the element types (KIR_BOOL .. KIR_F64, equal
+ * to their kiln_dtype), KIR_INDEX (int64 index arithmetic), KIR_PTR (a
+ * buffer parameter or a LOCAL) and KIR_VOID (no value); kir_types[] has
+ * their traits. Values of BOOL type are 1-bit truths in registers and 1
+ * byte (0/1) in memory. ALU uops never take F16 or BF16 operands: lowering
+ * casts them to F32 (CAST to and from F16/BF16 rounds to nearest even).
  *
  * Calling convention of a compiled kernel:
  *   void kernel(void *const *bufs, int64_t start, int64_t end);
@@ -35,15 +36,76 @@
 
 #include "kiln/types.h"
 
-#define KIR_INDEX ((kiln_dtype)100) /* int64 index arithmetic */
-#define KIR_PTR ((kiln_dtype)101)   /* buffer parameter */
-#define KIR_VOID ((kiln_dtype)102)  /* no value: END, ACC_SET, STORE */
+/* ---------------------------------------------------------------- types */
+
+/** The type of a uop's result, or of a buffer's elements. The element
+ *  types have their kiln_dtype's value (kir_type_of converts), so a node's
+ *  dtype becomes a uop type without a table. KIR_INDEX, KIR_PTR and
+ *  KIR_VOID keep the values 100..102 they had when they were kiln_dtype
+ *  values out of range: a kernel's uop bytes, the kernel caches' key (on
+ *  disk too), are what they were. Values 10..99 are not types. */
+typedef enum kir_type {
+  KIR_BOOL = 0,
+  KIR_U8 = 1,
+  KIR_I8 = 2,
+  KIR_I16 = 3,
+  KIR_I32 = 4,
+  KIR_I64 = 5,
+  KIR_F16 = 6,  /* memory only: arithmetic runs in F32 */
+  KIR_BF16 = 7, /* memory only: arithmetic runs in F32 */
+  KIR_F32 = 8,
+  KIR_F64 = 9,
+  KIR_INDEX = 100, /* int64 index arithmetic */
+  KIR_PTR = 101,   /* a buffer: PARAM or LOCAL */
+  KIR_VOID = 102,  /* no value: END, ACC_SET, STORE */
+  KIR_TYPE_COUNT = 103
+} kir_type;
+
+_Static_assert(KIR_BOOL == (int)KILN_BOOL && KIR_U8 == (int)KILN_U8 && KIR_I8 == (int)KILN_I8 &&
+                   KIR_I16 == (int)KILN_I16 && KIR_I32 == (int)KILN_I32 && KIR_I64 == (int)KILN_I64 &&
+                   KIR_F16 == (int)KILN_F16 && KIR_BF16 == (int)KILN_BF16 && KIR_F32 == (int)KILN_F32 &&
+                   KIR_F64 == (int)KILN_F64 && KILN_DTYPE_COUNT == 10,
+               "kir_type's element types are kiln_dtype's, value for value");
+_Static_assert(sizeof(kir_type) == sizeof(kiln_dtype), "a uop's type field keeps its size (the cache key's bytes)");
+
+typedef enum kir_category {
+  KIR_CAT_NONE = 0, /* PTR, VOID, and values that are not types */
+  KIR_CAT_BOOL,
+  KIR_CAT_INT, /* integers and INDEX */
+  KIR_CAT_FLOAT
+} kir_category;
+
+/** Traits of a kir_type, indexed by it (name NULL: not a type). */
+typedef struct kir_type_traits {
+  const char *name;      /* "f32", "index", "ptr", "void": the canonical text */
+  int size;              /* bytes of an element in memory (BOOL: 1; INDEX,
+                            PTR: 8; VOID: 0) */
+  int bits;              /* value bits: BOOL 1, U8 8, ... INDEX 64 */
+  kir_category category;
+  bool is_signed;        /* signed integer, INDEX or float */
+  bool is_half;          /* F16, BF16: loaded and stored, never computed */
+} kir_type_traits;
+
+extern const kir_type_traits kir_types[KIR_TYPE_COUNT];
+
+static inline bool kir_type_valid(kir_type t) { return (unsigned)t < KIR_TYPE_COUNT && kir_types[t].name; }
+/** An element type (a kiln_dtype's): what a buffer holds. */
+static inline bool kir_is_elem(kir_type t) { return (unsigned)t <= KIR_F64; }
+static inline bool kir_is_float(kir_type t) { return kir_type_valid(t) && kir_types[t].category == KIR_CAT_FLOAT; }
+/** Integers and INDEX (not BOOL). */
+static inline bool kir_is_int(kir_type t) { return kir_type_valid(t) && kir_types[t].category == KIR_CAT_INT; }
+static inline bool kir_is_half(kir_type t) { return t == KIR_F16 || t == KIR_BF16; }
+/** The type arithmetic on t runs in: F16 and BF16 compute in F32. */
+static inline kir_type kir_compute_type(kir_type t) { return kir_is_half(t) ? KIR_F32 : t; }
+/** The uop type of a graph dtype: lowering's one conversion. */
+static inline kir_type kir_type_of(kiln_dtype d) { return (kir_type)d; }
+
 #define KIR_MAX_PARAMS 32
 
 typedef enum kir_op {
   /* definitions */
-  KIR_PARAM,   /* arg = param index; type KIR_PTR; elem = element dtype */
-  KIR_LOCAL,   /* per-thread array of ival elements of dtype elem; type
+  KIR_PARAM,   /* arg = param index; type KIR_PTR; elem = element type */
+  KIR_LOCAL,   /* per-thread array of ival elements of type elem; type
                   KIR_PTR (kir_local) */
   KIR_CONST,   /* cval (floats/bool) or ival (ints, KIR_INDEX) of `type` */
   KIR_RANGE,   /* loop var 0..ival-1 (type KIR_INDEX); `parallel` flag */
@@ -75,8 +137,8 @@ typedef enum kir_op {
 
 typedef struct kir_uop {
   kir_op op;
-  kiln_dtype type;  /* result type */
-  kiln_dtype elem;  /* PARAM, LOCAL: element dtype of the buffer */
+  kir_type type;    /* result type */
+  kir_type elem;    /* PARAM, LOCAL: element type of the buffer */
   int src[3];       /* operand uop indices, -1 if unused */
   int64_t ival;     /* CONST (ints, KIR_INDEX), RANGE extent, PARAM index,
                        LOCAL length */
@@ -98,7 +160,7 @@ typedef struct kir_uop {
 typedef struct kir_kernel {
   char name[96];
   int n_params;
-  kiln_dtype param_dtype[KIR_MAX_PARAMS];
+  kir_type param_type[KIR_MAX_PARAMS];
   bool param_written[KIR_MAX_PARAMS];
   int n_uops, cap;
   kir_uop *uops;
@@ -112,9 +174,9 @@ typedef struct kir_kernel {
  *  gives CMP ops type BOOL whatever `type` says; unused operands are -1. */
 void kir_init(kir_kernel *k, const char *name);
 void kir_free(kir_kernel *k);
-int kir_param(kir_kernel *k, kiln_dtype elem, bool written);
-int kir_const_f(kir_kernel *k, kiln_dtype type, double v);
-int kir_const_i(kir_kernel *k, kiln_dtype type, int64_t v);
+int kir_param(kir_kernel *k, kir_type elem, bool written);
+int kir_const_f(kir_kernel *k, kir_type type, double v);
+int kir_const_i(kir_kernel *k, kir_type type, int64_t v);
 int kir_range(kir_kernel *k, int64_t extent, bool parallel);
 void kir_end(kir_kernel *k, int range);
 /** Opens a tile: two nested ranges of KIR_TILE elements each, the first
@@ -146,16 +208,16 @@ int kir_range_tile(kir_kernel *k, int *inner);
  *  instead of loading them again. One skew per tile; other backends
  *  compute it as written. Returns off. */
 int kir_tile_skew(kir_kernel *k, int off);
-int kir_acc(kir_kernel *k, kiln_dtype type, int init);
+int kir_acc(kir_kernel *k, kir_type type, int init);
 void kir_acc_set(kir_kernel *k, int acc, int value);
-/** A LOCAL: an array of n elements of dtype elem (not F16/BF16),
+/** A LOCAL: an array of n elements of type elem (not F16/BF16),
  *  private to the thread running the kernel, for a block of partial
  *  results too wide for registers (a column reduction's accumulator row,
  *  passes/lower.c). Indices 0..n-1; its contents are undefined each time
  *  this uop is reached: write before reading. At most KIR_LOCAL_MAX bytes
  *  (a CPU thread's stack, a CUDA thread's local memory). */
 #define KIR_LOCAL_MAX 32768
-int kir_local(kir_kernel *k, kiln_dtype elem, int64_t n);
+int kir_local(kir_kernel *k, kir_type elem, int64_t n);
 int kir_load(kir_kernel *k, int param, int index);
 void kir_store(kir_kernel *k, int param, int index, int value);
 /** A STORE flagged nontemporal, for outputs too large for the caches. The
@@ -165,8 +227,8 @@ void kir_store(kir_kernel *k, int param, int index, int value);
  *  and streams the vector stores LLVM proves aligned; the CUDA backend
  *  ignores the flag. */
 void kir_store_streaming(kir_kernel *k, int param, int index, int value);
-int kir_cast(kir_kernel *k, kiln_dtype type, int a);
-int kir_alu(kir_kernel *k, kir_op op, kiln_dtype type, int a, int b, int c);
+int kir_cast(kir_kernel *k, kir_type type, int a);
+int kir_alu(kir_kernel *k, kir_op op, kir_type type, int a, int b, int c);
 /** Marks ALU uop u as reassociable (see kir_uop.reassoc). */
 void kir_set_reassoc(kir_kernel *k, int u);
 
@@ -207,6 +269,6 @@ const char *kir_op_name(kir_op op);
 /** Number of operands op takes (0..3); -1 for an invalid op. */
 int kir_op_arity(kir_op op);
 /** Name of a uop type: "f32", ..., "index", "ptr", "void"; "?" if invalid. */
-const char *kir_type_name(kiln_dtype t);
+const char *kir_type_name(kir_type t);
 
 #endif /* KILN_KIR_H */

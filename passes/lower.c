@@ -179,15 +179,52 @@ static void map_index(kir_kernel *k, const graph_view *v, const shape *src, cons
   }
 }
 
+/* ------------------------------------------------------ growing state */
+
+/* Room for element n of the array at *arrp (elements of `size`,
+ * capacity *cap), doubling it when full; false, with c->oom set, when it
+ * cannot allocate. (ROOM takes the array itself.) */
+static bool room(lower_ctx *c, void *arrp, size_t size, int n, int *cap) {
+  if (n < *cap) return true;
+  int want = *cap ? 2 * *cap : 32;
+  void *old, *grown;
+  memcpy(&old, arrp, sizeof old);
+  grown = graph_realloc(old, size * (size_t)want);
+  if (!grown) {
+    c->oom = true;
+    return false;
+  }
+  memcpy(arrp, &grown, sizeof grown);
+  *cap = want;
+  return true;
+}
+#define ROOM(c, arr, n, cap) room((c), &(arr), sizeof *(arr), (n), &(cap))
+
+static void free_state(lower_ctx *c) {
+  free(c->seen);
+  free(c->memo);
+  free(c->rows);
+  free(c->row_value);
+}
+
+/* The group does not fit one kernel: `limit` (a passes.h limit, named) of
+ * `max` `what` is exceeded. Lowering stops with KILN_ERR_UNSUPPORTED; the
+ * runtime then materializes the group's producers. */
+static void over_limit(lower_ctx *c, int max, const char *what, const char *limit) {
+  if (c->unfit) return;
+  snprintf(c->why, sizeof c->why, "more than %d %s (%s)", max, what, limit);
+  c->unfit = c->why;
+}
+
+/* Lowering stops: the group does not fit, or memory ran out. */
+static bool stopped(const lower_ctx *c) { return c->unfit || c->oom; }
+
 /* ------------------------------------------------------ external reads */
 
 static bool seen(lower_ctx *c, const graph_node *n) {
   for (int i = 0; i < c->n_seen; i++)
     if (c->seen[i] == n) return true;
-  if (c->n_seen == (int)(sizeof c->seen / sizeof c->seen[0])) {
-    c->full = true;
-    return true;
-  }
+  if (!ROOM(c, c->seen, c->n_seen, c->cap_seen)) return true; /* (out of memory: stops) */
   c->seen[c->n_seen++] = n;
   return false;
 }
@@ -203,13 +240,13 @@ static int input_param(lower_ctx *c, const graph_node *n, int input) {
   for (int i = 0; i < c->b->n_inputs; i++)
     if (c->b->inputs[i] == src) return c->input_param[i];
   if (c->b->n_inputs + c->b->n_outputs == PASS_MAX_INPUTS) {
-    c->full = true;
+    over_limit(c, PASS_MAX_INPUTS, "buffers besides the output", "PASS_MAX_INPUTS");
     return -1;
   }
   int i = c->b->n_inputs++;
   c->b->inputs[i] = src;
   c->b->input_slot[i] = slot_of(c, n, input);
-  c->input_param[i] = kir_param(c->k, src->dtype, false);
+  c->input_param[i] = kir_param(c->k, kir_type_of(src->dtype), false);
   return c->input_param[i];
 }
 
@@ -225,7 +262,7 @@ static int64_t touched(const graph_view *v) {
  * the argument array is full. */
 static int int_arg(lower_ctx *c, int64_t value) {
   if (c->b->n_args == PASS_MAX_ARGS) {
-    c->full = true;
+    over_limit(c, PASS_MAX_ARGS, "int64 arguments", "PASS_MAX_ARGS");
     return -1;
   }
   c->b->args[c->b->n_args] = value;
@@ -256,13 +293,13 @@ static int scalar_arg(lower_ctx *c, const graph_node *n, int input) {
   bool is_float = fill_value(src, &iv, &fv);
   int *count = is_float ? &c->b->n_fargs : &c->b->n_args;
   if (*count == PASS_MAX_ARGS) {
-    c->full = true;
+    over_limit(c, PASS_MAX_ARGS, is_float ? "F64 arguments" : "int64 arguments", "PASS_MAX_ARGS");
     return -1;
   }
   if (is_float) c->b->fargs[*count] = fv, c->b->farg_slot[*count] = slot_of(c, n, input);
   else c->b->args[*count] = iv, c->b->arg_slot[*count] = slot_of(c, n, input);
   int u = kir_load(c->k, is_float ? c->fargs : c->args, kir_const_i(c->k, KIR_INDEX, (*count)++));
-  return pass_cast_to(c->k, graph_compute_dtype(src->dtype), u);
+  return pass_cast_to(c->k, kir_compute_type(kir_type_of(src->dtype)), u);
 }
 
 void pass_rebind(pass_binding *b, graph_node *const *order) {
@@ -298,8 +335,8 @@ bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n) {
 
 static void add_edge(lower_ctx *c, const graph_node *n, int i) {
   const graph_node *src = n->inputs[i].node;
-  if (c->n_edges == PASS_MAX_ARGS) {
-    c->full = true;
+  if (c->n_edges == PASS_MAX_ARGS) { /* fusion keeps groups within PASS_MAX_EDGES */
+    over_limit(c, PASS_MAX_ARGS, "external reads", "PASS_MAX_ARGS");
     return;
   }
   edge *e = &c->edges[c->n_edges++];
@@ -326,14 +363,15 @@ static void name_op(lower_ctx *c, const graph_node *n) {
 /* Walks the fused group below n (producers first, for the name), adding
  * an edge for every external read. */
 static void walk(lower_ctx *c, const graph_node *n, bool skip_first) {
-  for (int i = skip_first ? 1 : 0; i < n->n_inputs && !c->full; i++) {
+  for (int i = skip_first ? 1 : 0; i < n->n_inputs && !stopped(c); i++) {
     const graph_node *src = n->inputs[i].node;
     if (!is_fused(c, src)) add_edge(c, n, i);
     else if (!seen(c, src)) {
       walk(c, src, false);
       if (graph_ops[src->op].kind != GRAPH_REDUCE) continue;
-      if (c->n_rows == (int)(sizeof c->rows / sizeof c->rows[0])) c->full = true;
-      else c->rows[c->n_rows++] = src;
+      int cap = c->cap_rows; /* rows and row_value grow together */
+      if (ROOM(c, c->rows, c->n_rows, cap) && ROOM(c, c->row_value, c->n_rows, c->cap_rows))
+        c->rows[c->n_rows++] = src;
     }
   }
   name_op(c, n);
@@ -352,7 +390,7 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
   if (src->op == GRAPH_OP_FULL) {
     unsigned char tmp[8];
     graph_store_scalar(src->dtype, tmp, graph_attr_scalar(src)); /* round as a cast does */
-    return pass_cst(k, graph_compute_dtype(src->dtype), graph_load_scalar(src->dtype, tmp));
+    return pass_cst(k, kir_compute_type(kir_type_of(src->dtype)), graph_load_scalar(src->dtype, tmp));
   }
   /* ARANGE: start + i * step, computed in F64 then converted; in index
    * arithmetic when the dtype is an integer and every value is an exact
@@ -365,12 +403,12 @@ static int source_value(kir_kernel *k, const graph_node *src, int idx) {
       fabs(start) + fabs(step) * (double)src->numel < bound) {
     int x = pass_alu2(k, KIR_MUL, idx, kir_const_i(k, KIR_INDEX, (int64_t)step));
     x = pass_alu2(k, KIR_ADD, x, kir_const_i(k, KIR_INDEX, (int64_t)start));
-    return pass_to_register(k, pass_cast_to(k, src->dtype, x));
+    return pass_to_register(k, pass_cast_to(k, kir_type_of(src->dtype), x));
   }
-  int x = kir_cast(k, KILN_F64, idx);
-  x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KILN_F64, graph_attr_scalar2(src)));
-  x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KILN_F64, graph_attr_scalar(src)));
-  return pass_to_register(k, pass_cast_to(k, src->dtype, x));
+  int x = kir_cast(k, KIR_F64, idx);
+  x = pass_alu2(k, KIR_MUL, x, kir_const_f(k, KIR_F64, graph_attr_scalar2(src)));
+  x = pass_alu2(k, KIR_ADD, x, kir_const_f(k, KIR_F64, graph_attr_scalar(src)));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(src->dtype), x));
 }
 
 static int value_at(lower_ctx *c, const graph_node *n, const int *idx);
@@ -393,8 +431,8 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
       ok = q->sizes[d] == 1 && (v->strides[d] == 0 || v->sizes[d] == 1);
   }
   if (!ok) {
-    c->full = true;
-    return pass_cst(c->k, graph_compute_dtype(q->dtype), 0);
+    if (!c->unfit) c->unfit = "a fused reduction read other than along its rows";
+    return pass_cst(c->k, kir_compute_type(kir_type_of(q->dtype)), 0);
   }
   return r;
 }
@@ -434,7 +472,7 @@ static int memo_find(const lower_ctx *c, const graph_node *n, const int *idx, in
 }
 
 static int memo_add(lower_ctx *c, const graph_node *n, const int *idx, int ndim, int value) {
-  if (c->n_memo < (int)(sizeof c->memo / sizeof c->memo[0])) {
+  if (ROOM(c, c->memo, c->n_memo, c->cap_memo)) { /* (out of memory: lowering fails) */
     c->memo[c->n_memo].n = n;
     memcpy(c->memo[c->n_memo].idx, idx, sizeof(int) * (size_t)ndim);
     c->memo[c->n_memo++].value = value;
@@ -464,7 +502,7 @@ static int written_value(lower_ctx *c, const graph_node *x, const int *ridx) {
   int ndim = graph_attr_region(x).ndim;
   int v = memo_find(c, x, ridx, ndim);
   if (v >= 0) return v;
-  v = pass_to_register(c->k, pass_cast_to(c->k, x->dtype, lower_input_at(c, x, 1, ridx)));
+  v = pass_to_register(c->k, pass_cast_to(c->k, kir_type_of(x->dtype), lower_input_at(c, x, 1, ridx)));
   return memo_add(c, x, ridx, ndim, v);
 }
 
@@ -481,7 +519,7 @@ static int half_operand(lower_ctx *c, const graph_node *n, int i, int v) {
   scalar = scalar || (!src->buffer && src->op == GRAPH_OP_FULL);
   bool is_cond = n->op == GRAPH_OP_WHERE && i == 0;
   if (!half || scalar || is_cond || src->dtype == n->cdtype) return v;
-  return pass_to_register(c->k, pass_cast_to(c->k, n->cdtype, v));
+  return pass_to_register(c->k, pass_cast_to(c->k, kir_type_of(n->cdtype), v));
 }
 
 /* GATHER at idx: the index (maybe fused) at idx, then the source read at
@@ -496,13 +534,13 @@ static int gather_at(lower_ctx *c, const graph_node *n, const int *idx) {
   i = pass_alu2(k, KIR_MAX, i, kir_const_i(k, KIR_INDEX, 0));
   i = pass_alu2(k, KIR_MIN, i, kir_const_i(k, KIR_INDEX, size > 0 ? size - 1 : 0));
   for (int d = 0; d < n->ndim; d++) sidx[d] = d == dim ? i : idx[d];
-  return pass_to_register(k, pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, sidx)));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, sidx)));
 }
 
 static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   kir_kernel *k = c->k;
   if (n->op == GRAPH_OP_GATHER) return gather_at(c, n, idx);
-  kiln_dtype t = graph_compute_dtype(n->cdtype);
+  kir_type t = kir_compute_type(kir_type_of(n->cdtype));
   int v[GRAPH_MAX_INPUTS];
   for (int i = 0; i < n->n_inputs; i++) v[i] = half_operand(c, n, i, lower_input_at(c, n, i, idx));
   int res = -1;
@@ -511,7 +549,7 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   case GRAPH_UNARY: res = pass_op_unary(k, n->op, pass_cast_to(k, t, v[0]), n); break;
   case GRAPH_BINARY: res = pass_op_binary(k, n->op, pass_cast_to(k, t, v[0]), pass_cast_to(k, t, v[1])); break;
   case GRAPH_TERNARY:
-    res = pass_where(k, pass_cast_to(k, KILN_BOOL, v[0]), pass_cast_to(k, t, v[1]), pass_cast_to(k, t, v[2]));
+    res = pass_where(k, pass_cast_to(k, KIR_BOOL, v[0]), pass_cast_to(k, t, v[1]), pass_cast_to(k, t, v[2]));
     break;
   case GRAPH_SOURCE: {
     graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
@@ -521,7 +559,7 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
   default: break;
   }
   if (res < 0) return -1;
-  return pass_to_register(k, pass_cast_to(k, n->dtype, res));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), res));
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -571,7 +609,7 @@ static bool streams(const lower_ctx *c, const graph_node *n) {
 static void store_node(lower_ctx *c, const graph_node *n, int param, const int *ranges, int value) {
   graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
   int idx = view_index(c->k, &flat, ranges, -1);
-  value = pass_cast_to(c->k, n->dtype, value);
+  value = pass_cast_to(c->k, kir_type_of(n->dtype), value);
   if (streams(c, n) && !c->spill_stored && !c->plain_stores) kir_store_streaming(c->k, param, idx, value);
   else kir_store(c->k, param, idx, value);
 }
@@ -592,7 +630,7 @@ static int store_outputs(lower_ctx *c, const int *ranges) {
     if (s->op == GRAPH_OP_ASSIGN) {
       graph_view reg = graph_attr_region(s);
       int v = written_value(c, s, ranges);
-      kir_store(c->k, c->store_param[j], view_index(c->k, &reg, ranges, -1), pass_cast_to(c->k, s->dtype, v));
+      kir_store(c->k, c->store_param[j], view_index(c->k, &reg, ranges, -1), pass_cast_to(c->k, kir_type_of(s->dtype), v));
       continue;
     }
     int v = value_at(c, s, ranges);
@@ -796,60 +834,60 @@ static int lower_elementwise(lower_ctx *c) {
 }
 
 /* Identity of a reduction in accumulator type t. */
-int lower_reduce_init(kir_kernel *k, graph_op op, kiln_dtype t) {
-  bool fl = !pass_is_int_type(t) && t != KILN_BOOL;
-  int bits = graph_dtypes[t].bits;
-  bool sgn = graph_dtypes[t].is_signed;
+int lower_reduce_init(kir_kernel *k, graph_op op, kir_type t) {
+  bool fl = kir_is_float(t);
+  int bits = kir_types[t].bits;
+  bool sgn = kir_types[t].is_signed;
   switch (op) {
   case GRAPH_OP_SUM: return pass_cst(k, t, 0);
   case GRAPH_OP_PROD: return pass_cst(k, t, 1);
   case GRAPH_OP_AMAX: case GRAPH_OP_ARGMAX:
-    if (t == KILN_BOOL) return kir_const_f(k, t, 0);
+    if (t == KIR_BOOL) return kir_const_f(k, t, 0);
     if (fl) return kir_const_f(k, t, -INFINITY);
     if (!sgn) return kir_const_i(k, t, 0);
     return kir_const_i(k, t, bits == 64 ? INT64_MIN : -(INT64_C(1) << (bits - 1)));
   default: /* AMIN, ARGMIN */
-    if (t == KILN_BOOL) return kir_const_f(k, t, 1);
+    if (t == KIR_BOOL) return kir_const_f(k, t, 1);
     if (fl) return kir_const_f(k, t, INFINITY);
     if (bits == 64) return kir_const_i(k, t, INT64_MAX);
     return kir_const_i(k, t, (INT64_C(1) << (bits - (sgn ? 1 : 0))) - 1);
   }
 }
 
-kir_op lower_reduce_alu(graph_op op, kiln_dtype t) {
+kir_op lower_reduce_alu(graph_op op, kir_type t) {
   switch (op) {
   case GRAPH_OP_SUM: return KIR_ADD;
   case GRAPH_OP_PROD: return KIR_MUL;
-  case GRAPH_OP_AMAX: return t == KILN_BOOL ? KIR_OR : KIR_MAX;
-  default: return t == KILN_BOOL ? KIR_AND : KIR_MIN;
+  case GRAPH_OP_AMAX: return t == KIR_BOOL ? KIR_OR : KIR_MAX;
+  default: return t == KIR_BOOL ? KIR_AND : KIR_MIN;
   }
 }
 
 /* acc = op(acc, x), marked reassociable so the backend can vectorise it. */
 static void reduce_update(kir_kernel *k, graph_op op, int acc, int x) {
-  kiln_dtype t = pass_type_of(k, acc);
+  kir_type t = pass_type_of(k, acc);
   int upd = kir_alu(k, lower_reduce_alu(op, t), t, acc, x, -1);
   kir_set_reassoc(k, upd);
   kir_acc_set(k, acc, upd);
 }
 
-kiln_dtype lower_reduce_acc_type(const graph_node *n) {
-  kiln_dtype in = n->inputs[0].node->dtype;
-  if (n->op == GRAPH_OP_SUM || n->op == GRAPH_OP_PROD) return graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
-  if (n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN) return graph_compute_dtype(in);
-  return graph_compute_dtype(n->dtype);
+kir_type lower_reduce_acc_type(const graph_node *n) {
+  kir_type in = kir_type_of(n->inputs[0].node->dtype);
+  if (n->op == GRAPH_OP_SUM || n->op == GRAPH_OP_PROD) return graph_is_float(n->dtype) ? KIR_F64 : KIR_I64;
+  if (n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN) return kir_compute_type(in);
+  return kir_compute_type(kir_type_of(n->dtype));
 }
 
 /* Argmax/argmin update: take the new element when strictly better, or when
  * it is the first NaN (NaN counts as the extreme, as in Torch). */
 static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, int r) {
   int better = op == GRAPH_OP_ARGMAX ? pass_cmp(k, KIR_CMPLT, acc, v) : pass_cmp(k, KIR_CMPLT, v, acc);
-  kiln_dtype t = pass_type_of(k, v);
-  if (!pass_is_int_type(t) && t != KILN_BOOL) {
+  kir_type t = pass_type_of(k, v);
+  if (kir_is_float(t)) {
     int first_nan = pass_alu2(k, KIR_AND, pass_cmp(k, KIR_CMPNE, v, v), pass_cmp(k, KIR_CMPEQ, acc, acc));
     better = pass_alu2(k, KIR_OR, better, first_nan);
   }
-  kir_acc_set(k, acc_idx, pass_where(k, better, kir_cast(k, KILN_I64, r), acc_idx));
+  kir_acc_set(k, acc_idx, pass_where(k, better, kir_cast(k, KIR_I64, r), acc_idx));
   kir_acc_set(k, acc, pass_where(k, better, v, acc));
 }
 
@@ -880,19 +918,19 @@ static int64_t unrolled_terms(const graph_node *q) {
  * t; stored for the epilogue when it is the spill (the caller sets
  * spill_stored once every term is stored: until then the spill's value
  * is computed, not loaded). */
-static int reduce_term(lower_ctx *c, const graph_node *q, int *ranges, kiln_dtype t) {
+static int reduce_term(lower_ctx *c, const graph_node *q, int *ranges, kir_type t) {
   kir_kernel *k = c->k;
   int in = lower_input_at(c, q, 0, ranges);
   if (q->inputs[0].node == c->spill) { /* keep it for the epilogue: the root's dtype and sizes */
     graph_view flat = graph_view_contiguous(c->spill->ndim, c->spill->sizes);
-    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, c->spill->dtype, in));
+    kir_store(k, c->out, view_index(k, &flat, ranges, -1), pass_cast_to(k, kir_type_of(c->spill->dtype), in));
   }
   return pass_cast_to(k, t, in);
 }
 
 /* The unrolled reduction (unrolled_terms): terms e = 0, 1, ... in
  * row-major order over the masked dims, each at constant indices there. */
-static int unrolled_reduce(lower_ctx *c, const graph_node *q, int *ranges, kiln_dtype t, int64_t terms) {
+static int unrolled_reduce(lower_ctx *c, const graph_node *q, int *ranges, kir_type t, int64_t terms) {
   kir_kernel *k = c->k;
   const graph_view *v = &q->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(q);
@@ -916,12 +954,12 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   const graph_view *v = &q->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(q);
   bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
-  kiln_dtype t = lower_reduce_acc_type(q);
+  kir_type t = lower_reduce_acc_type(q);
   int64_t terms = unrolled_terms(q);
-  if (terms) return pass_to_register(k, pass_cast_to(k, q->dtype, unrolled_reduce(c, q, ranges, t, terms)));
+  if (terms) return pass_to_register(k, pass_cast_to(k, kir_type_of(q->dtype), unrolled_reduce(c, q, ranges, t, terms)));
   int red_dim = -1;
   int acc = kir_acc(k, t, lower_reduce_init(k, q->op, t));
-  int acc_idx = is_arg ? kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0)) : -1;
+  int acc_idx = is_arg ? kir_acc(k, KIR_I64, kir_const_i(k, KIR_I64, 0)) : -1;
   for (int d = 0; d < v->ndim; d++)
     if (mask & (1u << d)) ranges[red_dim = d] = kir_range(k, v->sizes[d], false);
   int x = reduce_term(c, q, ranges, t);
@@ -934,7 +972,7 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
       ranges[d] = -1;
     }
   c->n_memo = 0; /* values of the closed loops are out of scope */
-  return pass_to_register(k, pass_cast_to(k, q->dtype, is_arg ? acc_idx : acc));
+  return pass_to_register(k, pass_cast_to(k, kir_type_of(q->dtype), is_arg ? acc_idx : acc));
 }
 
 /* Opens the loops over the kept (leading) dims of view v under mask. */
@@ -1059,7 +1097,7 @@ static int lower_rows(lower_ctx *c) {
     for (int d = 0; d < v->ndim; d++) idx[d] = d < c->n_outer ? ranges[d] : kir_const_i(c->k, KIR_INDEX, 0);
     value = value_at(c, root, idx);
   }
-  if (c->full || value < 0) return KILN_ERR_UNSUPPORTED;
+  if (stopped(c) || value < 0) return KILN_ERR_UNSUPPORTED;
   lower_store_contiguous(c, ranges, value);
   lower_close_ranges(c->k, v->ndim, ranges);
   return KILN_OK;
@@ -1089,7 +1127,7 @@ static int lower_scan(lower_ctx *c) {
     if (mask & (1u << d)) s = d;
   if (s < 0) return KILN_ERR_UNSUPPORTED;
   graph_op red = n->op == GRAPH_OP_CUMSUM ? GRAPH_OP_SUM : GRAPH_OP_PROD;
-  kiln_dtype t = graph_is_float(n->dtype) ? KILN_F64 : KILN_I64;
+  kir_type t = graph_is_float(n->dtype) ? KIR_F64 : KIR_I64;
   graph_view out = graph_view_contiguous(n->ndim, n->sizes);
   bool lanes = s != last && v->strides[last] == 1 && v->sizes[last] % COLS == 0 && v->sizes[last] > 0;
   int n_lanes = lanes ? COLS : 1, acc[COLS], block = -1, base = -1;
@@ -1113,8 +1151,8 @@ static int lower_scan(lower_ctx *c) {
     int x = pass_cast_to(k, t, lower_input_at(c, n, 0, ranges));
     int upd = kir_alu(k, lower_reduce_alu(red, t), t, acc[u], x, -1);
     kir_acc_set(k, acc[u], upd);
-    int value = pass_to_register(k, pass_cast_to(k, n->dtype, upd));
-    kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, n->dtype, value));
+    int value = pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), upd));
+    kir_store(k, c->out, view_index(k, &out, ranges, -1), pass_cast_to(k, kir_type_of(n->dtype), value));
   }
   kir_end(k, ranges[s]);
   ranges[s] = -1;
@@ -1124,7 +1162,7 @@ static int lower_scan(lower_ctx *c) {
     ranges[last] = -1;
   }
   lower_close_ranges(k, v->ndim, ranges);
-  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+  return stopped(c) ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
 /* Scatter-add into chunk partials (ops.def SCATTER): the root is [C, *t
@@ -1156,8 +1194,8 @@ static void scatter_one(lower_ctx *c, const int *idx, int row, int first, int ma
     int coord = d == dim ? at : idx[d];
     dest = pass_alu2(k, KIR_ADD, dest, ts[d] == 1 ? coord : pass_alu2(k, KIR_MUL, coord, kir_const_i(k, KIR_INDEX, ts[d])));
   }
-  int v = pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, idx));
-  if (mask >= 0) v = pass_where(k, mask, v, pass_cst(k, n->dtype, 0));
+  int v = pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, idx));
+  if (mask >= 0) v = pass_where(k, mask, v, pass_cst(k, kir_type_of(n->dtype), 0));
   int old = pass_to_register(k, kir_load(k, c->out, dest));
   kir_store(k, c->out, dest, pass_alu2(k, KIR_ADD, old, v));
 }
@@ -1176,7 +1214,7 @@ static int lower_scatter_slabs(lower_ctx *c) {
   int t0 = kir_range(k, slabs, true);
   int row = pass_alu2(k, KIR_MUL, t0, kir_const_i(k, KIR_INDEX, slab));
   int z = kir_range(k, slab, false);
-  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, n->dtype, 0));
+  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, kir_type_of(n->dtype), 0));
   kir_end(k, z);
   if (graph_view_numel(iv) > 0) {
     idx[0] = pass_alu2(k, KIR_MIN, t0, kir_const_i(k, KIR_INDEX, iv->sizes[0] - 1));
@@ -1187,7 +1225,7 @@ static int lower_scatter_slabs(lower_ctx *c) {
   }
   kir_end(k, t0);
   c->n_memo = 0;
-  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+  return stopped(c) ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
 static int lower_scatter(lower_ctx *c) {
@@ -1201,7 +1239,7 @@ static int lower_scatter(lower_ctx *c) {
   int ch = kir_range(k, chunks, true);
   int row = pass_alu2(k, KIR_MUL, ch, kir_const_i(k, KIR_INDEX, row_len));
   int z = kir_range(k, row_len, false);
-  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, n->dtype, 0));
+  kir_store(k, c->out, pass_alu2(k, KIR_ADD, row, z), pass_cst(k, kir_type_of(n->dtype), 0));
   kir_end(k, z);
   if (total > 0 && len > 0) {
     int i = kir_range(k, len, false);
@@ -1217,7 +1255,7 @@ static int lower_scatter(lower_ctx *c) {
   }
   kir_end(k, ch);
   c->n_memo = 0; /* values of the closed loops are out of scope */
-  return c->full ? KILN_ERR_UNSUPPORTED : KILN_OK;
+  return stopped(c) ? KILN_ERR_UNSUPPORTED : KILN_OK;
 }
 
 /* The order in which the loops over a written region open: by decreasing
@@ -1260,7 +1298,7 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   bool whole = pass_whole_write(n);
   if (!in_place && !whole) {
     int r = kir_range(k, n->numel, true);
-    kir_store(k, c->out, r, pass_cast_to(k, n->dtype, lower_input_at(c, n, 0, &r)));
+    kir_store(k, c->out, r, pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, &r)));
     kir_end(k, r);
     c->n_memo = 0;
   }
@@ -1271,7 +1309,7 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   for (int i = 0; i < reg->ndim; i++)
     ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], (in_place || whole) && i == 0);
   int val = lower_input_at(c, n, 1, ranges);
-  kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, n->dtype, val));
+  kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, kir_type_of(n->dtype), val));
   int st = store_outputs(c, ranges);
   for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);
   return st;
@@ -1284,18 +1322,22 @@ static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
 static void add_outputs(lower_ctx *c) {
   const pass_plan *p = c->plan;
   int at = pass_pos(p, c->host);
-  for (int s = at >= 0 ? p->e[at].stores : -1; s >= 0 && !c->full; s = p->e[s].store_next) {
+  for (int s = at >= 0 ? p->e[at].stores : -1; s >= 0 && !stopped(c); s = p->e[s].store_next) {
     const graph_node *x = p->order[s];
-    if (c->b->n_outputs == PASS_MAX_OUTPUTS || (x->op == GRAPH_OP_ASSIGN && !pass_whole_write(x))) {
-      c->full = true;
+    if (c->b->n_outputs == PASS_MAX_OUTPUTS) {
+      over_limit(c, PASS_MAX_OUTPUTS, "stored results", "PASS_MAX_OUTPUTS");
+      break;
+    }
+    if (x->op == GRAPH_OP_ASSIGN && !pass_whole_write(x)) {
+      c->unfit = "a stored write that is not a whole-buffer write";
       break;
     }
     int j = c->b->n_outputs++;
     c->b->outputs[j] = p->order[s];
     c->b->output_pos[j] = s;
-    c->store_param[j] = kir_param(c->k, p->order[s]->dtype, true);
+    c->store_param[j] = kir_param(c->k, kir_type_of(p->order[s]->dtype), true);
   }
-  for (int j = 0; j < c->b->n_outputs && !c->full; j++)
+  for (int j = 0; j < c->b->n_outputs && !stopped(c); j++)
     if (!seen(c, c->b->outputs[j])) walk(c, c->b->outputs[j], c->b->outputs[j]->op == GRAPH_OP_ASSIGN);
 }
 
@@ -1371,13 +1413,13 @@ pass_kernel_cost pass_kernel_cost_of(const graph_node *n, bool in_place, int n_o
 static int lower_root(lower_ctx *c, bool in_place) {
   const graph_node *n = c->root;
   const kind_rules *rules = &kinds[graph_ops[n->op].kind];
-  c->out = kir_param(c->k, n->dtype, true);
-  c->args = kir_param(c->k, KILN_I64, false);
-  c->fargs = kir_param(c->k, KILN_F64, false);
+  c->out = kir_param(c->k, kir_type_of(n->dtype), true);
+  c->args = kir_param(c->k, KIR_I64, false);
+  c->fargs = kir_param(c->k, KIR_F64, false);
   add_outputs(c);
   if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
   walk(c, n, rules->skips_old && (in_place || pass_whole_write(n)));
-  if (c->full) return KILN_ERR_UNSUPPORTED;
+  if (stopped(c)) return KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0) return rules->rows && !c->b->n_outputs ? lower_rows(c) : KILN_ERR_UNSUPPORTED;
   return rules->lower(c, in_place);
 }
@@ -1403,15 +1445,17 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   bool not_kernel = n->op == GRAPH_OP_BUFFER || !kinds[graph_ops[n->op].kind].lower;
   int at = pass_pos(p, n);
   bool stores = at >= 0 && p->e[at].stores >= 0;
-  bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged);
-  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b};
-  int st = not_kernel ? KILN_ERR_ARG : lower_root(&c, in_place);
+  bool merge_oom = false;
+  bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged, &merge_oom);
+  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b, .oom = merge_oom};
+  int st = not_kernel ? KILN_ERR_ARG : merge_oom ? KILN_ERR_OOM : lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
-  if (k->oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
+  free_state(&c);
+  if (k->oom || c.oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
   if (st == KILN_ERR_OOM) snprintf(err, errlen, "out of memory lowering op %s", graph_ops[n->op].name);
   else if (st != KILN_OK)
-    snprintf(err, errlen, "cannot lower op %s (%s%s)", graph_ops[n->op].name, graph_status_name(st),
-             c.full ? ": too many inputs for one kernel" : "");
+    snprintf(err, errlen, "cannot lower op %s (%s%s%s)", graph_ops[n->op].name, graph_status_name(st),
+             c.unfit ? ": " : "", c.unfit ? c.unfit : "");
   if (st != KILN_OK) {
     kir_free(k);
     return st;

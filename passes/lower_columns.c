@@ -72,7 +72,7 @@ static void column_pass(lower_ctx *c, int acc, int64_t width, int base, int dim,
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
   int last = n->inputs[0].view.ndim - 1;
-  kiln_dtype t = lower_reduce_acc_type(n);
+  kir_type t = lower_reduce_acc_type(n);
   int col = kir_range(k, width, false);
   ranges[last] = pass_alu2(k, KIR_ADD, base, col);
   int a = kir_load(k, acc, col);
@@ -123,7 +123,7 @@ int lower_columns(lower_ctx *c, int64_t width) {
   uint32_t mask = graph_attr_reduce_mask(n);
   int last = v->ndim - 1, ranges[KILN_MAX_DIMS];
   int64_t cols = v->sizes[last];
-  kiln_dtype t = lower_reduce_acc_type(n);
+  kir_type t = lower_reduce_acc_type(n);
   bool first = true;
   for (int d = 0; d < last; d++) {
     ranges[d] = -1;
@@ -140,7 +140,7 @@ int lower_columns(lower_ctx *c, int64_t width) {
   column_rows(c, acc, width, base, ranges);
   col = kir_range(k, width, false);
   ranges[last] = pass_alu2(k, KIR_ADD, base, col);
-  lower_store_contiguous(c, ranges, pass_to_register(k, pass_cast_to(k, n->dtype, kir_load(k, acc, col))));
+  lower_store_contiguous(c, ranges, pass_to_register(k, pass_cast_to(k, kir_type_of(n->dtype), kir_load(k, acc, col))));
   kir_end(k, col);
   kir_end(k, block);
   ranges[last] = -1;

@@ -6,7 +6,7 @@
 #ifndef KILN_LOWER_CTX_H
 #define KILN_LOWER_CTX_H
 
-#include "lower.h"
+#include "pass_internal.h"
 
 /* One external read: input `input` of `consumer`. */
 typedef struct edge {
@@ -17,6 +17,17 @@ typedef struct edge {
   int scalar; /* register value of a pending FULL, else -1 */
 } edge;
 
+/* A value computed for node n at the index uops idx (value_at). */
+typedef struct lower_memo {
+  const graph_node *n;
+  int idx[KILN_MAX_DIMS];
+  int value;
+} lower_memo;
+
+/* The walk's arrays grow as the group needs (heap, freed when lowering
+ * ends; no cap of their own): the group's size is bounded by the fusion
+ * pass's PASS_MAX_GROUP, the per-kernel limits of passes.h are checked
+ * where they are used. */
 typedef struct lower_ctx {
   kir_kernel *k;
   const graph_node *root;
@@ -28,18 +39,22 @@ typedef struct lower_ctx {
   int args;  /* PARAM 1 */
   int fargs; /* PARAM 2 */
   int n_edges;
-  edge edges[PASS_MAX_ARGS];
+  edge edges[PASS_MAX_ARGS];        /* each takes an argument: PASS_MAX_EDGES */
   int input_param[PASS_MAX_INPUTS]; /* PARAM uop of binding->inputs[i] */
-  int n_seen;
-  const graph_node *seen[256]; /* fused nodes already walked / named */
-  int n_memo;
-  struct { const graph_node *n; int idx[KILN_MAX_DIMS]; int value; } memo[128]; /* value_at results */
-  int n_rows;
-  const graph_node *rows[16]; /* fused reductions, producers first */
-  int row_value[16];          /* their value for the current row */
-  int outer[KILN_MAX_DIMS];   /* the row loops' ranges */
+  int n_seen, cap_seen;
+  const graph_node **seen; /* [cap_seen] fused nodes already walked / named */
+  int n_memo, cap_memo;
+  lower_memo *memo;        /* [cap_memo] value_at results in the open loops */
+  int n_rows, cap_rows;
+  const graph_node **rows; /* [cap_rows] fused reductions, producers first */
+  int *row_value;          /* [cap_rows] their value for the current row */
+  int outer[KILN_MAX_DIMS]; /* the row loops' ranges */
   int n_outer;
-  bool full; /* a limit was hit, or the group does not fit one kernel */
+  const char *unfit; /* why the group does not fit one kernel (a limit of
+                        passes.h, named), NULL while it fits: the caller
+                        gets KILN_ERR_UNSUPPORTED and materializes producers */
+  bool oom;          /* a growing array could not allocate: KILN_ERR_OOM */
+  char why[96];      /* unfit's text, when formatted */
   const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
   bool spill_stored;       /* the epilogue loads spill from the output */
   bool tiled;              /* lower_elementwise's tiled loops */
@@ -56,9 +71,9 @@ void lower_store_contiguous(lower_ctx *c, const int *ranges, int value);
 /* Closes the open loops (>= 0) of ranges [ndim], innermost first. */
 void lower_close_ranges(kir_kernel *k, int ndim, const int *ranges);
 /* A reduction's accumulator dtype, identity and update op. */
-kiln_dtype lower_reduce_acc_type(const graph_node *n);
-int lower_reduce_init(kir_kernel *k, graph_op op, kiln_dtype t);
-kir_op lower_reduce_alu(graph_op op, kiln_dtype t);
+kir_type lower_reduce_acc_type(const graph_node *n);
+int lower_reduce_init(kir_kernel *k, graph_op op, kir_type t);
+kir_op lower_reduce_alu(graph_op op, kir_type t);
 
 /* Column reductions (lower_columns.c): the block width for reduction n,
  * 0 when the pattern does not apply; its loops. */

@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "lower.h"
+#include "passes.h"
 #include "plan.h"
 
 static atomic_uint_fast64_t next_plan_id = 1;

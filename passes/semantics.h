@@ -9,12 +9,13 @@
 #include "graph.h"
 #include "kir.h"
 
-bool pass_is_int_type(kiln_dtype t);
+/** Integers and KIR_INDEX (kir_is_int). */
+bool pass_is_int_type(kir_type t);
 /** Constant v of `type` (integers and KIR_INDEX truncate). */
-int pass_cst(kir_kernel *k, kiln_dtype type, double v);
-kiln_dtype pass_type_of(const kir_kernel *k, int v);
+int pass_cst(kir_kernel *k, kir_type type, double v);
+kir_type pass_type_of(const kir_kernel *k, int v);
 /** v converted to type (no uop when it already has it). */
-int pass_cast_to(kir_kernel *k, kiln_dtype type, int v);
+int pass_cast_to(kir_kernel *k, kir_type type, int v);
 int pass_alu2(kir_kernel *k, kir_op op, int a, int b);
 int pass_alu1(kir_kernel *k, kir_op op, int a);
 int pass_cmp(kir_kernel *k, kir_op op, int a, int b);

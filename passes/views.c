@@ -47,20 +47,52 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower.h"
+#include "pass_internal.h"
 
-#define MAX_GROUP 256
-#define MAX_RESHAPED 64 /* copies over the loop space, a group */
-
+/* The group's arrays grow with it (no cap of their own: fusion keeps a
+ * group within PASS_MAX_GROUP nodes); when one cannot, `oom` is set and
+ * the merge fails with it. */
 typedef struct group {
-  const graph_node *nodes[MAX_GROUP]; /* the root first, then fused producers */
-  const graph_node *orig[MAX_GROUP];  /* the graph's node of each (nodes[m] may be a reshaped copy) */
-  graph_node reshaped[MAX_RESHAPED];  /* those copies, over the loop space */
-  int n, n_reshaped;
+  const graph_node **nodes;  /* [cap] the root first, then fused producers */
+  const graph_node **orig;   /* [cap] the graph's node of each (nodes[m] may be a reshaped copy) */
+  int n, cap;
+  graph_node **reshaped;     /* [cap_reshaped] those copies, over the loop space, each allocated */
+  int n_reshaped, cap_reshaped;
   int nd;                        /* the loop space: the root's sizes (a reduction's */
   int64_t sizes[KILN_MAX_DIMS];  /* input's), or their refinement (refine) */
   bool refined;
+  bool oom;
 } group;
+
+/* Doubles an array of pointers *arr of capacity *cap when n reaches it;
+ * false (g->oom set) when it cannot. */
+static bool room(group *g, const graph_node ***arr, int n, int cap) {
+  if (n < cap) return true;
+  const graph_node **grown = graph_realloc(*arr, sizeof *grown * (size_t)(cap ? 2 * cap : 32));
+  if (!grown) g->oom = true;
+  else *arr = grown;
+  return grown != NULL;
+}
+
+/* Room for one more member: nodes and orig grow together. */
+static bool member_room(group *g) {
+  if (!room(g, &g->nodes, g->n, g->cap) || !room(g, &g->orig, g->n, g->cap)) return false;
+  if (g->n == g->cap) g->cap = g->cap ? 2 * g->cap : 32;
+  return true;
+}
+
+/* Drops the reshaped copies (the group is collected again, or freed). */
+static void drop_reshaped(group *g) {
+  for (int i = 0; i < g->n_reshaped; i++) free(g->reshaped[i]);
+  g->n_reshaped = 0;
+}
+
+static void group_free(group *g) {
+  drop_reshaped(g);
+  free(g->reshaped);
+  free(g->nodes);
+  free(g->orig);
+}
 
 /* A reduction the loops of its input can be merged for. */
 static bool merges_reduce(const graph_node *root) {
@@ -102,16 +134,34 @@ static bool reshape_view(const graph_view *v, const graph_node *src) {
 }
 
 /* A copy of pointwise src over the loop space, each input view
- * reshaped to it; NULL when one does not reshape (or no room). */
+ * reshaped to it; NULL when one does not reshape (or, g->oom set, no
+ * memory). */
 static const graph_node *reshaped_copy(group *g, const graph_node *src) {
-  if (!graph_op_is_pointwise(src->op) || g->n_reshaped == MAX_RESHAPED) return NULL;
-  graph_node *c = &g->reshaped[g->n_reshaped];
+  if (!graph_op_is_pointwise(src->op)) return NULL;
+  if (g->n_reshaped == g->cap_reshaped) {
+    int cap = g->cap_reshaped ? 2 * g->cap_reshaped : 16;
+    graph_node **grown = graph_realloc(g->reshaped, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      g->oom = true;
+      return NULL;
+    }
+    g->reshaped = grown;
+    g->cap_reshaped = cap;
+  }
+  graph_node *c = graph_malloc(sizeof *c);
+  if (!c) {
+    g->oom = true;
+    return NULL;
+  }
   *c = *src;
   c->ndim = g->nd;
   memcpy(c->sizes, g->sizes, sizeof c->sizes[0] * (size_t)g->nd);
   for (int i = 0; i < src->n_inputs; i++)
-    if (!graph_view_reshape(&src->inputs[i].view, g->nd, g->sizes, &c->inputs[i].view)) return NULL;
-  g->n_reshaped++;
+    if (!graph_view_reshape(&src->inputs[i].view, g->nd, g->sizes, &c->inputs[i].view)) {
+      free(c);
+      return NULL;
+    }
+  g->reshaped[g->n_reshaped++] = c;
   return c;
 }
 
@@ -143,7 +193,7 @@ static bool collect(const pass_plan *p, group *g, const graph_node *n, const gra
       continue;
     }
     const graph_node *node = plain ? in : reshaped_copy(g, in);
-    if (!node || g->n == MAX_GROUP) return false;
+    if (!node || !member_room(g)) return false;
     g->orig[g->n] = in;
     g->nodes[g->n++] = node;
     if (!collect(p, g, node, root)) return false;
@@ -186,24 +236,30 @@ static bool refine_by(group *g, int nd, const int64_t *sizes) {
   return true;
 }
 
+/* The producers refine has visited (grows; oom in the group). */
+typedef struct visited {
+  const graph_node **nodes;
+  int n, cap;
+} visited;
+
 /* Refines the loop space by the sizes of every fused pointwise producer
  * below n that is read through a reshape of its whole contiguous layout,
  * so that every read of the group is a strided view of the space (no
- * division of the index by a reshape's sizes). seen [MAX_GROUP] and
- * *n_seen: the producers visited. */
-static void refine(const pass_plan *p, group *g, const graph_node *n, const graph_node **seen, int *n_seen) {
-  for (int i = 0; i < n->n_inputs; i++) {
+ * division of the index by a reshape's sizes). */
+static void refine(const pass_plan *p, group *g, const graph_node *n, visited *seen) {
+  for (int i = 0; i < n->n_inputs && !g->oom; i++) {
     const graph_node *in = n->inputs[i].node;
     if (!pass_fused(p, in) || !graph_op_is_pointwise(in->op)) continue;
-    bool visited = false;
-    for (int s = 0; s < *n_seen && !visited; s++) visited = seen[s] == in;
-    if (visited || *n_seen == MAX_GROUP) continue;
-    seen[(*n_seen)++] = in;
+    bool was = false;
+    for (int s = 0; s < seen->n && !was; s++) was = seen->nodes[s] == in;
+    if (was || !room(g, &seen->nodes, seen->n, seen->cap)) continue;
+    if (seen->n == seen->cap) seen->cap = seen->cap ? 2 * seen->cap : 32;
+    seen->nodes[seen->n++] = in;
     const graph_view *v = &n->inputs[i].view;
     if (in->numel == g->nodes[0]->numel && !pass_plain_view(v, in) && reshape_view(v, in) &&
         !refine_by(g, in->ndim, in->sizes))
       continue;
-    refine(p, g, in, seen, n_seen);
+    refine(p, g, in, seen);
   }
 }
 
@@ -284,39 +340,43 @@ static void reduce_copy(graph_node *c, int n_loops, const int *first, const int6
  * (refine), the root itself a copy over it; false when the space is the
  * root's own or some view of the group does not reshape to it. */
 static bool collect_refined(const pass_plan *p, group *g, const graph_node *root) {
-  const graph_node *seen[MAX_GROUP];
-  int n_seen = 0;
+  visited seen = {0};
   if (merges_reduce(root) || root->numel == 0) return false;
-  refine(p, g, root, seen, &n_seen);
-  if (!g->refined) return false;
+  refine(p, g, root, &seen);
+  free(seen.nodes);
+  if (!g->refined || g->oom) return false;
   const graph_node *r = reshaped_copy(g, root);
   if (r) g->nodes[0] = r;
   if (r && collect(p, g, r, root)) return true;
   root_space(g, root);
   g->nodes[0] = root;
   g->n = 1;
-  g->n_reshaped = 0;
+  drop_reshaped(g);
   return false;
 }
 
-bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out) {
+bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out, bool *oom) {
   memset(out, 0, sizeof *out);
-  group *g = graph_malloc(sizeof *g);
-  if (!g) return false;
+  group *g = graph_calloc(1, sizeof *g);
+  if (!g || !member_room(g)) {
+    if (g) group_free(g);
+    free(g);
+    *oom = true;
+    return false;
+  }
   g->nodes[0] = g->orig[0] = root;
   g->n = 1;
-  g->n_reshaped = 0;
   root_space(g, root);
   int first[KILN_MAX_DIMS], nd = g->nd;
   int64_t sizes[KILN_MAX_DIMS];
-  bool grouped = collect_refined(p, g, root) || collect(p, g, root, root);
+  bool grouped = collect_refined(p, g, root) || (!g->oom && collect(p, g, root, root));
   int n_loops = grouped ? plan(p, g, first, sizes) : nd;
-  if ((n_loops == nd && !g->refined) || root->numel == 0 || (merges_reduce(root) && n_loops == 0)) {
-    free(g);
-    return false;
-  }
-  graph_node *copies = graph_malloc(sizeof *copies * (size_t)g->n);
+  graph_node *copies = NULL;
+  bool merged = !g->oom && !((n_loops == nd && !g->refined) || root->numel == 0 || (merges_reduce(root) && n_loops == 0));
+  if (merged && !(copies = graph_malloc(sizeof *copies * (size_t)g->n))) g->oom = true;
   if (!copies) {
+    *oom = g->oom;
+    group_free(g);
     free(g);
     return false;
   }
@@ -336,6 +396,7 @@ bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *o
   }
   out->root = &copies[0];
   out->copies = copies;
+  group_free(g);
   free(g);
   return true;
 }

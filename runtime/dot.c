@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "lower.h"
+#include "passes.h"
 #include "rt_internal.h"
 
 /* A node is in the schedule when it is pending and not an inlined source. */

@@ -25,7 +25,7 @@
 #include <time.h>
 
 #include "device.h"
-#include "lower.h"
+#include "passes.h"
 #include "pool.h"
 #include "rt_internal.h"
 

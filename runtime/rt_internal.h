@@ -12,7 +12,7 @@
 
 #include "graph.h"
 #include "kir.h"
-#include "lower.h"
+#include "passes.h"
 #include "llvm_backend.h"
 #include "pool.h"
 #include "runtime.h"

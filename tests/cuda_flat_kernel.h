@@ -17,10 +17,10 @@
 
 static inline void build_flat(kir_kernel *k, int64_t n) {
   kir_init(k, "flat");
-  int out = kir_param(k, KILN_F32, true);
-  int args = kir_param(k, KILN_I64, false);
-  int a = kir_param(k, KILN_F32, false);
-  int q = kir_param(k, KILN_I32, true);
+  int out = kir_param(k, KIR_F32, true);
+  int args = kir_param(k, KIR_I64, false);
+  int a = kir_param(k, KIR_F32, false);
+  int q = kir_param(k, KIR_I32, true);
   int off = kir_cast(k, KIR_INDEX, kir_load(k, args, kir_const_i(k, KIR_INDEX, 0)));
   int i = kir_range(k, n, true);
   int at_off = kir_alu(k, KIR_ADD, KIR_INDEX, i, off, -1);
@@ -28,11 +28,11 @@ static inline void build_flat(kir_kernel *k, int64_t n) {
   int y = kir_load(k, a, i);
   int z = kir_load(k, a, kir_alu(k, KIR_ADD, KIR_INDEX, kir_const_i(k, KIR_INDEX, 4), i, -1));
   int s = kir_load(k, a, kir_const_i(k, KIR_INDEX, 0));
-  int v = kir_alu(k, KIR_ADD, KILN_F32, kir_alu(k, KIR_MUL, KILN_F32, x, y, -1), z, -1);
-  v = kir_alu(k, KIR_MAX, KILN_F32, v, kir_const_f(k, KILN_F32, 0), -1);
-  v = kir_alu(k, KIR_MUL, KILN_F32, v, s, -1);
+  int v = kir_alu(k, KIR_ADD, KIR_F32, kir_alu(k, KIR_MUL, KIR_F32, x, y, -1), z, -1);
+  v = kir_alu(k, KIR_MAX, KIR_F32, v, kir_const_f(k, KIR_F32, 0), -1);
+  v = kir_alu(k, KIR_MUL, KIR_F32, v, s, -1);
   kir_store(k, out, i, v);
-  kir_store(k, q, kir_alu(k, KIR_ADD, KIR_INDEX, i, off, -1), kir_cast(k, KILN_I32, v));
+  kir_store(k, q, kir_alu(k, KIR_ADD, KIR_INDEX, i, off, -1), kir_cast(k, KIR_I32, v));
   kir_end(k, i);
 }
 

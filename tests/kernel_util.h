@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "kiln/kiln.h"
-#include "lower.h"
+#include "passes.h"
 #include "rt_internal.h"
 
 /* Plans t's pending graph (fusion decisions as a force makes them) and

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "lower.h"
+#include "passes.h"
 #include "rt_internal.h"
 #include "kernel_util.h"
 #include "test_util.h"
@@ -155,7 +155,7 @@ static void check_contiguous(kiln_dtype dt, int nd, const int64_t *sizes, unsign
   view w = {.nd = nd};
   for (int d = nd - 1, s = 1; d >= 0; s *= (int)sizes[d], d--) w.size[d] = sizes[d], w.stride[d] = s;
   char what[96];
-  snprintf(what, sizeof what, "%s of [%lld, ..., %lld] over mask %u", kir_type_name(dt), (long long)sizes[0],
+  snprintf(what, sizeof what, "%s of [%lld, ..., %lld] over mask %u", kir_type_name(kir_type_of(dt)), (long long)sizes[0],
            (long long)sizes[nd - 1], mask);
   expect_exact(reduce(x, mask, op), v, dt, &w, mask, op, what);
   expect_no_error();
@@ -248,7 +248,7 @@ static void fused_equals_unfused(void **state) {
 typedef struct shape_info {
   int n_loops, n_local, group_loads;
   int64_t loops[16], local_len;
-  kiln_dtype local_type;
+  kir_type local_type;
   bool first_parallel;
 } shape_info;
 
@@ -290,7 +290,7 @@ static void kernel_has_block_shape(void **state) {
   assert_true(s.first_parallel);
   assert_int_equal(s.n_local, 1);
   assert_int_equal(s.local_len, 1024);
-  assert_int_equal(s.local_type, KILN_F64);
+  assert_int_equal(s.local_type, KIR_F64);
   assert_int_equal(s.group_loads, 8);
   s = kernel_shape(37, 1001);
   assert_int_equal(s.n_loops, 6);

@@ -52,15 +52,15 @@ static void need_nvrtc(void) {
 /* out[i] = (f16) max(a[i] (bf16), b[i] (f32)) + (bool) c[i], i < n. */
 static void build_mixed(kir_kernel *k, int64_t n) {
   kir_init(k, "mixed-types 1");
-  int out = kir_param(k, KILN_F16, true);
-  int a = kir_param(k, KILN_BF16, false);
-  int b = kir_param(k, KILN_F32, false);
-  int c = kir_param(k, KILN_BOOL, false);
+  int out = kir_param(k, KIR_F16, true);
+  int a = kir_param(k, KIR_BF16, false);
+  int b = kir_param(k, KIR_F32, false);
+  int c = kir_param(k, KIR_BOOL, false);
   int i = kir_range(k, n, true);
-  int x = kir_cast(k, KILN_F32, kir_load(k, a, i));
-  int m = kir_alu(k, KIR_MAX, KILN_F32, x, kir_load(k, b, i), -1);
-  int s = kir_alu(k, KIR_ADD, KILN_F32, m, kir_cast(k, KILN_F32, kir_load(k, c, i)), -1);
-  kir_store(k, out, i, kir_cast(k, KILN_F16, s));
+  int x = kir_cast(k, KIR_F32, kir_load(k, a, i));
+  int m = kir_alu(k, KIR_MAX, KIR_F32, x, kir_load(k, b, i), -1);
+  int s = kir_alu(k, KIR_ADD, KIR_F32, m, kir_cast(k, KIR_F32, kir_load(k, c, i)), -1);
+  kir_store(k, out, i, kir_cast(k, KIR_F16, s));
   kir_end(k, i);
 }
 
@@ -68,14 +68,14 @@ static void build_mixed(kir_kernel *k, int64_t n) {
  * crosses the parallel range, so the kernel is not splittable. */
 static void build_total(kir_kernel *k, int64_t n) {
   kir_init(k, "total");
-  int out = kir_param(k, KILN_I64, true);
-  int a = kir_param(k, KILN_I32, false);
-  int acc = kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0));
+  int out = kir_param(k, KIR_I64, true);
+  int a = kir_param(k, KIR_I32, false);
+  int acc = kir_acc(k, KIR_I64, kir_const_i(k, KIR_I64, 0));
   int i = kir_range(k, n, true);
-  int x = kir_cast(k, KILN_I64, kir_load(k, a, i));
-  int v = kir_alu(k, KIR_DIV, KILN_I64, x, kir_const_i(k, KILN_I64, 3), -1); /* a constant divisor: plain / */
-  v = kir_alu(k, KIR_MOD, KILN_I64, v, x, -1);                               /* may be 0 or -1: guarded */
-  kir_acc_set(k, acc, kir_alu(k, KIR_ADD, KILN_I64, acc, v, -1));
+  int x = kir_cast(k, KIR_I64, kir_load(k, a, i));
+  int v = kir_alu(k, KIR_DIV, KIR_I64, x, kir_const_i(k, KIR_I64, 3), -1); /* a constant divisor: plain / */
+  v = kir_alu(k, KIR_MOD, KIR_I64, v, x, -1);                               /* may be 0 or -1: guarded */
+  kir_acc_set(k, acc, kir_alu(k, KIR_ADD, KIR_I64, acc, v, -1));
   kir_end(k, i);
   kir_store(k, out, kir_const_i(k, KIR_INDEX, 0), acc);
 }
@@ -116,18 +116,18 @@ static void printer_output(void **state) {
  * over two nested loops [3, len]). */
 static void build_row_sum(kir_kernel *k, int64_t rows, int64_t len) {
   kir_init(k, "row sum");
-  int out = kir_param(k, KILN_F32, true), in = kir_param(k, KILN_F32, false);
+  int out = kir_param(k, KIR_F32, true), in = kir_param(k, KIR_F32, false);
   int r = rows ? kir_range(k, rows, true) : -1;
-  int acc = kir_acc(k, KILN_F64, kir_const_f(k, KILN_F64, 0));
+  int acc = kir_acc(k, KIR_F64, kir_const_f(k, KIR_F64, 0));
   int outer = rows ? r : kir_range(k, 3, false);
   int j = kir_range(k, len, false);
   int idx = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, outer, kir_const_i(k, KIR_INDEX, len), -1), j, -1);
-  int u = kir_alu(k, KIR_ADD, KILN_F64, acc, kir_cast(k, KILN_F64, kir_load(k, in, idx)), -1);
+  int u = kir_alu(k, KIR_ADD, KIR_F64, acc, kir_cast(k, KIR_F64, kir_load(k, in, idx)), -1);
   kir_set_reassoc(k, u);
   kir_acc_set(k, acc, u);
   kir_end(k, j);
   if (!rows) kir_end(k, outer);
-  kir_store(k, out, rows ? r : kir_const_i(k, KIR_INDEX, 0), kir_cast(k, KILN_F32, acc));
+  kir_store(k, out, rows ? r : kir_const_i(k, KIR_INDEX, 0), kir_cast(k, KIR_F32, acc));
   if (rows) kir_end(k, r);
 }
 
@@ -137,20 +137,20 @@ static void build_row_sum(kir_kernel *k, int64_t rows, int64_t len) {
  * the cooperative plan knows. */
 static void build_argmax(kir_kernel *k, int64_t rows, int64_t len, bool nan_first) {
   kir_init(k, "argmax");
-  int out = kir_param(k, KILN_I64, true), in = kir_param(k, KILN_F32, false);
+  int out = kir_param(k, KIR_I64, true), in = kir_param(k, KIR_F32, false);
   int r = kir_range(k, rows, true);
-  int best = kir_acc(k, KILN_F32, kir_const_f(k, KILN_F32, -INFINITY));
-  int at = kir_acc(k, KILN_I64, kir_const_i(k, KILN_I64, 0));
+  int best = kir_acc(k, KIR_F32, kir_const_f(k, KIR_F32, -INFINITY));
+  int at = kir_acc(k, KIR_I64, kir_const_i(k, KIR_I64, 0));
   int j = kir_range(k, len, false);
   int idx = kir_alu(k, KIR_ADD, KIR_INDEX, kir_alu(k, KIR_MUL, KIR_INDEX, r, kir_const_i(k, KIR_INDEX, len), -1), j, -1);
   int x = kir_load(k, in, idx);
-  int better = kir_alu(k, KIR_CMPLT, KILN_BOOL, best, x, -1);
+  int better = kir_alu(k, KIR_CMPLT, KIR_BOOL, best, x, -1);
   if (nan_first) {
-    int eq = kir_alu(k, KIR_CMPEQ, KILN_BOOL, best, best, -1), ne = kir_alu(k, KIR_CMPNE, KILN_BOOL, x, x, -1);
-    better = kir_alu(k, KIR_OR, KILN_BOOL, better, kir_alu(k, KIR_AND, KILN_BOOL, ne, eq, -1), -1);
+    int eq = kir_alu(k, KIR_CMPEQ, KIR_BOOL, best, best, -1), ne = kir_alu(k, KIR_CMPNE, KIR_BOOL, x, x, -1);
+    better = kir_alu(k, KIR_OR, KIR_BOOL, better, kir_alu(k, KIR_AND, KIR_BOOL, ne, eq, -1), -1);
   }
-  kir_acc_set(k, at, kir_alu(k, KIR_WHERE, KILN_I64, better, kir_cast(k, KILN_I64, j), at));
-  kir_acc_set(k, best, kir_alu(k, KIR_WHERE, KILN_F32, better, x, best));
+  kir_acc_set(k, at, kir_alu(k, KIR_WHERE, KIR_I64, better, kir_cast(k, KIR_I64, j), at));
+  kir_acc_set(k, best, kir_alu(k, KIR_WHERE, KIR_F32, better, x, best));
   kir_end(k, j);
   kir_store(k, out, r, at);
   kir_end(k, r);
@@ -265,9 +265,9 @@ static void printer_rejects_invalid_ir(void **state) {
   (void)state;
   kir_kernel k;
   kir_init(&k, "bad");
-  int out = kir_param(&k, KILN_F32, true);
+  int out = kir_param(&k, KIR_F32, true);
   int i = kir_range(&k, 4, true);
-  kir_store(&k, out, i, kir_const_i(&k, KILN_I32, 1)); /* value type differs from the buffer's */
+  kir_store(&k, out, i, kir_const_i(&k, KIR_I32, 1)); /* value type differs from the buffer's */
   /* the RANGE is never closed */
   char *src = (char *)1, err[512] = "";
   assert_int_not_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
@@ -315,12 +315,12 @@ static void vector_form(void **state) {
    * buffer the loop writes does not (no lane may read another's write) */
   for (int shape = 0; shape < 3; shape++) {
     kir_init(&k, "in place");
-    int x = kir_param(&k, KILN_F32, true);
+    int x = kir_param(&k, KIR_F32, true);
     int i = kir_range(&k, 64, true);
     int at = i;
     if (shape == 1) at = kir_alu(&k, KIR_ADD, KIR_INDEX, i, kir_const_i(&k, KIR_INDEX, 1), -1);
     if (shape == 2) at = kir_const_i(&k, KIR_INDEX, 0);
-    kir_store(&k, x, i, kir_alu(&k, KIR_ADD, KILN_F32, kir_load(&k, x, at), kir_const_f(&k, KILN_F32, 1), -1));
+    kir_store(&k, x, i, kir_alu(&k, KIR_ADD, KIR_F32, kir_load(&k, x, at), kir_const_f(&k, KIR_F32, 1), -1));
     kir_end(&k, i);
     assert_int_equal(cuda_print_kernel(&k, NULL, &src, err, sizeof err), KILN_OK);
     if (shape == 0) assert_non_null(strstr(src, "make_float4("));

@@ -472,12 +472,12 @@ static void chunk_of_rows(void **state) {
   int64_t coop0 = cooperative();
   kir_kernel k;
   kir_init(&k, "rows");
-  int out = kir_param(&k, KILN_F64, true), in = kir_param(&k, KILN_F64, false);
+  int out = kir_param(&k, KIR_F64, true), in = kir_param(&k, KIR_F64, false);
   int r = kir_range(&k, 6, true);
-  int acc = kir_acc(&k, KILN_F64, kir_const_f(&k, KILN_F64, 0.5)); /* not the identity: added once */
+  int acc = kir_acc(&k, KIR_F64, kir_const_f(&k, KIR_F64, 0.5)); /* not the identity: added once */
   int j = kir_range(&k, 100, false);
   int idx = kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, r, kir_const_i(&k, KIR_INDEX, 100), -1), j, -1);
-  int u = kir_alu(&k, KIR_ADD, KILN_F64, acc, kir_load(&k, in, idx), -1);
+  int u = kir_alu(&k, KIR_ADD, KIR_F64, acc, kir_load(&k, in, idx), -1);
   kir_set_reassoc(&k, u);
   kir_acc_set(&k, acc, u);
   kir_end(&k, j);

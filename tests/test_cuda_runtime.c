@@ -246,11 +246,11 @@ static void device_round_trip(void **state) {
 /* out[i] = a[i] * 2 + 1 (F32), i < n. */
 static void build_affine(kir_kernel *k, int64_t n) {
   kir_init(k, "affine");
-  int out = kir_param(k, KILN_F32, true);
-  int a = kir_param(k, KILN_F32, false);
+  int out = kir_param(k, KIR_F32, true);
+  int a = kir_param(k, KIR_F32, false);
   int i = kir_range(k, n, true);
-  int x = kir_alu(k, KIR_MUL, KILN_F32, kir_load(k, a, i), kir_const_f(k, KILN_F32, 2), -1);
-  kir_store(k, out, i, kir_alu(k, KIR_ADD, KILN_F32, x, kir_const_f(k, KILN_F32, 1), -1));
+  int x = kir_alu(k, KIR_MUL, KIR_F32, kir_load(k, a, i), kir_const_f(k, KIR_F32, 2), -1);
+  kir_store(k, out, i, kir_alu(k, KIR_ADD, KIR_F32, x, kir_const_f(k, KIR_F32, 1), -1));
   kir_end(k, i);
 }
 

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "lower.h"
+#include "passes.h"
 #include "rt_internal.h"
 #include "kernel_util.h"
 #include "test_util.h"

@@ -44,7 +44,7 @@ static int idx_const(kir_kernel *k, int64_t v) { return kir_const_i(k, KIR_INDEX
 
 /* Builds out[i] = op(a[i] [, b[i]]) for i < n (parallel range). Operands of
  * type t, result of type rt. */
-static void build_elementwise(kir_kernel *k, kir_op op, kiln_dtype t, kiln_dtype rt, int arity, int64_t n) {
+static void build_elementwise(kir_kernel *k, kir_op op, kir_type t, kir_type rt, int arity, int64_t n) {
   kir_init(k, kir_op_name(op));
   int out = kir_param(k, rt, true);
   int a = kir_param(k, t, false);
@@ -56,7 +56,7 @@ static void build_elementwise(kir_kernel *k, kir_op op, kiln_dtype t, kiln_dtype
   kir_end(k, i);
 }
 
-static void run_elementwise(kir_op op, kiln_dtype t, kiln_dtype rt, int arity, int64_t n, void *out,
+static void run_elementwise(kir_op op, kir_type t, kir_type rt, int arity, int64_t n, void *out,
                             const void *a, const void *b) {
   kir_kernel k;
   build_elementwise(&k, op, t, rt, arity, n);
@@ -156,15 +156,15 @@ static void test_add_strided(void **state) {
   for (int i = 0; i < C; i++) b[i] = (float)(i * i) + 0.25f;
   kir_kernel k;
   kir_init(&k, "add strided");
-  int po = kir_param(&k, KILN_F32, true), pa = kir_param(&k, KILN_F32, false);
-  int pb = kir_param(&k, KILN_F32, false);
+  int po = kir_param(&k, KIR_F32, true), pa = kir_param(&k, KIR_F32, false);
+  int pb = kir_param(&k, KIR_F32, false);
   int r = kir_range(&k, R, true);
   int ra = kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, SA0), -1);
   int ra2 = kir_alu(&k, KIR_ADD, KIR_INDEX, ra, idx_const(&k, OFF), -1);
   int ro = kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, C), -1);
   int c = kir_range(&k, C, false);
   int ia = kir_alu(&k, KIR_ADD, KIR_INDEX, ra2, kir_alu(&k, KIR_MUL, KIR_INDEX, c, idx_const(&k, SA1), -1), -1);
-  int sum = kir_alu(&k, KIR_ADD, KILN_F32, kir_load(&k, pa, ia), kir_load(&k, pb, c), -1);
+  int sum = kir_alu(&k, KIR_ADD, KIR_F32, kir_load(&k, pa, ia), kir_load(&k, pb, c), -1);
   kir_store(&k, po, kir_alu(&k, KIR_ADD, KIR_INDEX, ro, c, -1), sum);
   kir_end(&k, c);
   kir_end(&k, r);
@@ -189,15 +189,15 @@ static void test_int_div(void **state) {
   int32_t a[N] = {7, -7, 7, -7, 5, INT32_MIN, INT32_MIN, INT32_MAX, 0, 9, -9, 123456};
   int32_t d[N] = {2, 2, -2, -2, 0, -1, 1, -1, 0, 0, 4, -1000};
   int32_t q[N], m[N];
-  run_elementwise(KIR_DIV, KILN_I32, KILN_I32, 2, N, q, a, d);
-  run_elementwise(KIR_MOD, KILN_I32, KILN_I32, 2, N, m, a, d);
+  run_elementwise(KIR_DIV, KIR_I32, KIR_I32, 2, N, q, a, d);
+  run_elementwise(KIR_MOD, KIR_I32, KIR_I32, 2, N, m, a, d);
   for (int i = 0; i < N; i++) {
     assert_int_equal(q[i], ref_div32(a[i], d[i], true));
     assert_int_equal(m[i], ref_div32(a[i], d[i], false));
   }
   int8_t a8[4] = {-128, -128, 100, -7}, d8[4] = {-1, 0, 7, 2}, q8[4], m8[4];
-  run_elementwise(KIR_DIV, KILN_I8, KILN_I8, 2, 4, q8, a8, d8);
-  run_elementwise(KIR_MOD, KILN_I8, KILN_I8, 2, 4, m8, a8, d8);
+  run_elementwise(KIR_DIV, KIR_I8, KIR_I8, 2, 4, q8, a8, d8);
+  run_elementwise(KIR_MOD, KIR_I8, KIR_I8, 2, 4, m8, a8, d8);
   assert_int_equal(q8[0], -128);
   assert_int_equal(q8[1], 0);
   assert_int_equal(q8[2], 14);
@@ -207,16 +207,16 @@ static void test_int_div(void **state) {
   assert_int_equal(m8[2], 2);
   assert_int_equal(m8[3], -1);
   uint8_t au[4] = {200, 255, 9, 250}, du[4] = {7, 0, 255, 100}, qu[4], mu[4], mx[4];
-  run_elementwise(KIR_DIV, KILN_U8, KILN_U8, 2, 4, qu, au, du);
-  run_elementwise(KIR_MOD, KILN_U8, KILN_U8, 2, 4, mu, au, du);
-  run_elementwise(KIR_MAX, KILN_U8, KILN_U8, 2, 4, mx, au, du);
+  run_elementwise(KIR_DIV, KIR_U8, KIR_U8, 2, 4, qu, au, du);
+  run_elementwise(KIR_MOD, KIR_U8, KIR_U8, 2, 4, mu, au, du);
+  run_elementwise(KIR_MAX, KIR_U8, KIR_U8, 2, 4, mx, au, du);
   for (int i = 0; i < 4; i++) {
     assert_int_equal(qu[i], du[i] ? au[i] / du[i] : 0);
     assert_int_equal(mu[i], du[i] ? au[i] % du[i] : 0);
     assert_int_equal(mx[i], au[i] > du[i] ? au[i] : du[i]);
   }
   int64_t a64[3] = {INT64_MIN, INT64_MIN, -5}, d64[3] = {-1, 0, 3}, q64[3];
-  run_elementwise(KIR_DIV, KILN_I64, KILN_I64, 2, 3, q64, a64, d64);
+  run_elementwise(KIR_DIV, KIR_I64, KIR_I64, 2, 3, q64, a64, d64);
   assert_true(q64[0] == INT64_MIN && q64[1] == 0 && q64[2] == -1);
 }
 
@@ -252,7 +252,7 @@ static void check_math_f32(const math_case *mc, const double *x, const double *y
   float xf[NM], yf[NM], out[NM];
   for (int i = 0; i < NM; i++) xf[i] = (float)x[i], yf[i] = (float)y[i];
   int arity = mc->f2 ? 2 : 1;
-  run_elementwise(mc->op, KILN_F32, KILN_F32, arity, NM, out, xf, yf);
+  run_elementwise(mc->op, KIR_F32, KIR_F32, arity, NM, out, xf, yf);
   for (int i = 0; i < NM; i++) {
     float ref = (float)(mc->f2 ? mc->f2(xf[i], yf[i]) : mc->f(xf[i]));
     if (ulps32(out[i], ref) > mc->tol32)
@@ -263,7 +263,7 @@ static void check_math_f32(const math_case *mc, const double *x, const double *y
 static void check_math_f64(const math_case *mc, const double *x, const double *y) {
   double out[NM];
   int arity = mc->f2 ? 2 : 1;
-  run_elementwise(mc->op, KILN_F64, KILN_F64, arity, NM, out, x, y);
+  run_elementwise(mc->op, KIR_F64, KIR_F64, arity, NM, out, x, y);
   for (int i = 0; i < NM; i++) {
     double ref = mc->f2 ? mc->f2(x[i], y[i]) : mc->f(x[i]);
     if (ulps64(out[i], ref) > mc->tol64)
@@ -302,12 +302,12 @@ static void test_long_body_interleaved(void **state) {
   enum { N = 1003 };
   kir_kernel k;
   kir_init(&k, "tanh_chain");
-  int out = kir_param(&k, KILN_F32, true), a = kir_param(&k, KILN_F32, false);
+  int out = kir_param(&k, KIR_F32, true), a = kir_param(&k, KIR_F32, false);
   int i = kir_range(&k, N, true), y = kir_load(&k, a, i);
   for (int r = 0; r < 10; r++) {
-    y = kir_alu(&k, KIR_ADD, KILN_F32, kir_alu(&k, KIR_MUL, KILN_F32, y, kir_const_f(&k, KILN_F32, 1.0001), -1),
-                kir_const_f(&k, KILN_F32, 0.5), -1);
-    y = kir_alu(&k, KIR_TANH, KILN_F32, y, -1, -1);
+    y = kir_alu(&k, KIR_ADD, KIR_F32, kir_alu(&k, KIR_MUL, KIR_F32, y, kir_const_f(&k, KIR_F32, 1.0001), -1),
+                kir_const_f(&k, KIR_F32, 0.5), -1);
+    y = kir_alu(&k, KIR_TANH, KIR_F32, y, -1, -1);
   }
   kir_store(&k, out, i, y);
   kir_end(&k, i);
@@ -338,11 +338,11 @@ static void test_short_rows_masked(void **state) {
   enum { R = 37, W = 14, P = 16 };
   kir_kernel k;
   kir_init(&k, "short_rows");
-  int po = kir_param(&k, KILN_F32, true), pi = kir_param(&k, KILN_F32, false);
+  int po = kir_param(&k, KIR_F32, true), pi = kir_param(&k, KIR_F32, false);
   int r = kir_range(&k, R, true), c = kir_range(&k, W, false);
   int src = kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, r, kir_const_i(&k, KIR_INDEX, P), -1), c, -1);
   int dst = kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, r, kir_const_i(&k, KIR_INDEX, W), -1), c, -1);
-  kir_store(&k, po, dst, kir_alu(&k, KIR_MUL, KILN_F32, kir_load(&k, pi, src), kir_const_f(&k, KILN_F32, 3.0), -1));
+  kir_store(&k, po, dst, kir_alu(&k, KIR_MUL, KIR_F32, kir_load(&k, pi, src), kir_const_f(&k, KIR_F32, 3.0), -1));
   kir_end(&k, c);
   kir_end(&k, r);
   assert_null(kir_verify(&k));
@@ -372,7 +372,7 @@ static void test_short_row_pairs(void **state) {
   enum { R = 37, W = 14 };
   kir_kernel k;
   kir_init(&k, "short_row_pairs");
-  int po = kir_param(&k, KILN_F32, true), pi = kir_param(&k, KILN_F32, false), pg = kir_param(&k, KILN_F32, false);
+  int po = kir_param(&k, KIR_F32, true), pi = kir_param(&k, KIR_F32, false), pg = kir_param(&k, KIR_F32, false);
   int r = kir_range(&k, R, true), w = kir_range(&k, W, false);
   int row = kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, 2 * W), -1);
   int g = kir_load(&k, pg, kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, W), -1), w, -1));
@@ -380,8 +380,8 @@ static void test_short_row_pairs(void **state) {
     int at = kir_alu(&k, KIR_ADD, KIR_INDEX, row,
                      kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, w, idx_const(&k, 2), -1),
                              idx_const(&k, d), -1), -1);
-    int v = kir_alu(&k, KIR_MUL, KILN_F32, kir_load(&k, pi, at), kir_const_f(&k, KILN_F32, 3.0), -1);
-    kir_store(&k, po, at, kir_alu(&k, KIR_ADD, KILN_F32, v, g, -1));
+    int v = kir_alu(&k, KIR_MUL, KIR_F32, kir_load(&k, pi, at), kir_const_f(&k, KIR_F32, 3.0), -1);
+    kir_store(&k, po, at, kir_alu(&k, KIR_ADD, KIR_F32, v, g, -1));
   }
   kir_end(&k, w);
   kir_end(&k, r);
@@ -415,11 +415,11 @@ static void test_streaming_stores(void **state) {
   enum { N = 4099 };
   kir_kernel k;
   kir_init(&k, "stream");
-  int po = kir_param(&k, KILN_F32, true), pc = kir_param(&k, KILN_I32, true), pi = kir_param(&k, KILN_F32, false);
+  int po = kir_param(&k, KIR_F32, true), pc = kir_param(&k, KIR_I32, true), pi = kir_param(&k, KIR_F32, false);
   int i = kir_range(&k, N, true);
-  int x = kir_alu(&k, KIR_MUL, KILN_F32, kir_load(&k, pi, i), kir_const_f(&k, KILN_F32, 2.0), -1);
-  kir_store_streaming(&k, po, i, kir_alu(&k, KIR_ADD, KILN_F32, x, kir_const_f(&k, KILN_F32, 1.0), -1));
-  kir_store(&k, pc, i, kir_alu(&k, KIR_ADD, KILN_I32, kir_load(&k, pc, i), kir_const_i(&k, KILN_I32, 1), -1));
+  int x = kir_alu(&k, KIR_MUL, KIR_F32, kir_load(&k, pi, i), kir_const_f(&k, KIR_F32, 2.0), -1);
+  kir_store_streaming(&k, po, i, kir_alu(&k, KIR_ADD, KIR_F32, x, kir_const_f(&k, KIR_F32, 1.0), -1));
+  kir_store(&k, pc, i, kir_alu(&k, KIR_ADD, KIR_I32, kir_load(&k, pc, i), kir_const_i(&k, KIR_I32, 1), -1));
   kir_end(&k, i);
   assert_null(kir_verify(&k));
   char *ir = NULL;
@@ -453,14 +453,14 @@ static void test_float_alu(void **state) {
   float a[N] = {1.0f, NAN, 2.0f, -0.0f, 7.5f, 1.0f}, b[N] = {2.0f, 1.0f, NAN, 0.0f, -2.0f, 0.0f};
   float mx[N], mn[N], md[N], dv[N];
   uint8_t lt[N], le[N], eq[N], ne[N];
-  run_elementwise(KIR_MAX, KILN_F32, KILN_F32, 2, N, mx, a, b);
-  run_elementwise(KIR_MIN, KILN_F32, KILN_F32, 2, N, mn, a, b);
-  run_elementwise(KIR_MOD, KILN_F32, KILN_F32, 2, N, md, a, b);
-  run_elementwise(KIR_DIV, KILN_F32, KILN_F32, 2, N, dv, a, b);
-  run_elementwise(KIR_CMPLT, KILN_F32, KILN_BOOL, 2, N, lt, a, b);
-  run_elementwise(KIR_CMPLE, KILN_F32, KILN_BOOL, 2, N, le, a, b);
-  run_elementwise(KIR_CMPEQ, KILN_F32, KILN_BOOL, 2, N, eq, a, b);
-  run_elementwise(KIR_CMPNE, KILN_F32, KILN_BOOL, 2, N, ne, a, b);
+  run_elementwise(KIR_MAX, KIR_F32, KIR_F32, 2, N, mx, a, b);
+  run_elementwise(KIR_MIN, KIR_F32, KIR_F32, 2, N, mn, a, b);
+  run_elementwise(KIR_MOD, KIR_F32, KIR_F32, 2, N, md, a, b);
+  run_elementwise(KIR_DIV, KIR_F32, KIR_F32, 2, N, dv, a, b);
+  run_elementwise(KIR_CMPLT, KIR_F32, KIR_BOOL, 2, N, lt, a, b);
+  run_elementwise(KIR_CMPLE, KIR_F32, KIR_BOOL, 2, N, le, a, b);
+  run_elementwise(KIR_CMPEQ, KIR_F32, KIR_BOOL, 2, N, eq, a, b);
+  run_elementwise(KIR_CMPNE, KIR_F32, KIR_BOOL, 2, N, ne, a, b);
   for (int i = 0; i < N; i++) {
     bool nan = isnan(a[i]) || isnan(b[i]);
     assert_true(nan ? isnan(mx[i]) : mx[i] == fmaxf(a[i], b[i]));
@@ -481,7 +481,7 @@ static int64_t ref_f2i(double v) {
   return (int64_t)v;
 }
 
-static void run_cast(kiln_dtype from, kiln_dtype to, int64_t n, void *out, const void *in) {
+static void run_cast(kir_type from, kir_type to, int64_t n, void *out, const void *in) {
   kir_kernel k;
   kir_init(&k, "cast");
   int po = kir_param(&k, to, true), pi = kir_param(&k, from, false);
@@ -502,11 +502,11 @@ static void test_casts(void **state) {
   uint8_t u8[N], bo[N];
   int64_t i64[N];
   double f64[N];
-  run_cast(KILN_F32, KILN_I32, N, i32, x);
-  run_cast(KILN_F32, KILN_U8, N, u8, x);
-  run_cast(KILN_F32, KILN_I64, N, i64, x);
-  run_cast(KILN_F32, KILN_BOOL, N, bo, x);
-  run_cast(KILN_F32, KILN_F64, N, f64, x);
+  run_cast(KIR_F32, KIR_I32, N, i32, x);
+  run_cast(KIR_F32, KIR_U8, N, u8, x);
+  run_cast(KIR_F32, KIR_I64, N, i64, x);
+  run_cast(KIR_F32, KIR_BOOL, N, bo, x);
+  run_cast(KIR_F32, KIR_F64, N, f64, x);
   for (int i = 0; i < N; i++) {
     assert_int_equal(i32[i], (int32_t)(uint32_t)ref_f2i(x[i]));
     assert_int_equal(u8[i], (uint8_t)ref_f2i(x[i]));
@@ -519,9 +519,9 @@ static void test_casts(void **state) {
   int16_t us[4];
   int8_t s8[4] = {-1, -128, 5, 127};
   int64_t s64[4]; /* I8 → I64 sign-extends */
-  run_cast(KILN_U8, KILN_F32, 4, uf, u);
-  run_cast(KILN_U8, KILN_I16, 4, us, u);
-  run_cast(KILN_I8, KILN_I64, 4, s64, s8);
+  run_cast(KIR_U8, KIR_F32, 4, uf, u);
+  run_cast(KIR_U8, KIR_I16, 4, us, u);
+  run_cast(KIR_I8, KIR_I64, 4, s64, s8);
   for (int i = 0; i < 4; i++) {
     assert_true(uf[i] == (float)u[i] && us[i] == u[i]);
     assert_true(s64[i] == s8[i]);
@@ -529,24 +529,24 @@ static void test_casts(void **state) {
 }
 
 /* F32 → F16/BF16 (round to nearest even) and all 65536 patterns back. */
-static void check_to_half(kiln_dtype t, const float *x, int n) {
+static void check_to_half(kir_type t, const float *x, int n) {
   uint16_t *h = malloc((size_t)n * 2);
-  run_cast(KILN_F32, t, n, h, x);
-  int mant = t == KILN_F16 ? 10 : 7;
+  run_cast(KIR_F32, t, n, h, x);
+  int mant = t == KIR_F16 ? 10 : 7;
   for (int i = 0; i < n; i++) {
-    uint16_t ref = t == KILN_F16 ? ref_f16(x[i]) : ref_bf16(x[i]);
+    uint16_t ref = t == KIR_F16 ? ref_f16(x[i]) : ref_bf16(x[i]);
     if (isnan(x[i])) assert_true(half_is_nan(h[i], mant));
     else if (h[i] != ref) fail_msg("%s(%a) = 0x%04x, expected 0x%04x", kir_type_name(t), x[i], h[i], ref);
   }
   free(h);
 }
 
-static void check_from_half(kiln_dtype t) {
+static void check_from_half(kir_type t) {
   uint16_t *h = malloc(65536 * 2);
   float *f = malloc(65536 * 4);
   for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
-  run_cast(t, KILN_F32, 65536, f, h);
-  int mant = t == KILN_F16 ? 10 : 7, bias = t == KILN_F16 ? 15 : 127;
+  run_cast(t, KIR_F32, 65536, f, h);
+  int mant = t == KIR_F16 ? 10 : 7, bias = t == KIR_F16 ? 15 : 127;
   for (int i = 0; i < 65536; i++) {
     float ref = ref_from_half((uint16_t)i, mant, bias);
     bool sign_ok = isnan(ref) || !signbit(f[i]) == !signbit(ref);
@@ -576,18 +576,18 @@ static void test_half_conversions(void **state) {
     else if (i % 3 == 1) x[i] = bits_f32((r & 0xffff0000u) | 0x8000u); /* bf16 tie */
     else x[i] = bits_f32((r & 0x8fffe000u) | 0x38001000u);             /* f16 ties, near range */
   }
-  check_to_half(KILN_F16, x, N);
-  check_to_half(KILN_BF16, x, N);
-  check_from_half(KILN_F16);
-  check_from_half(KILN_BF16);
+  check_to_half(KIR_F16, x, N);
+  check_to_half(KIR_BF16, x, N);
+  check_from_half(KIR_F16);
+  check_from_half(KIR_BF16);
   free(x);
   /* CONSTs of F16/BF16 round as a CAST from F32 does. */
   kir_kernel k;
   kir_init(&k, "half consts");
-  int ph = kir_param(&k, KILN_F16, true), pb = kir_param(&k, KILN_BF16, true);
+  int ph = kir_param(&k, KIR_F16, true), pb = kir_param(&k, KIR_BF16, true);
   int zero = idx_const(&k, 0);
-  kir_store(&k, ph, zero, kir_const_f(&k, KILN_F16, 1.0 / 3.0));
-  kir_store(&k, pb, zero, kir_const_f(&k, KILN_BF16, 1.0 / 3.0));
+  kir_store(&k, ph, zero, kir_const_f(&k, KIR_F16, 1.0 / 3.0));
+  kir_store(&k, pb, zero, kir_const_f(&k, KIR_BF16, 1.0 / 3.0));
   llvm_kernel_fn fn = compile_ok(&k);
   uint16_t ch = 0, cb = 0;
   void *bufs[2] = {&ch, &cb};
@@ -597,7 +597,7 @@ static void test_half_conversions(void **state) {
   kir_free(&k);
   /* F16 → BF16 goes through F32 exactly. */
   uint16_t h[3] = {0x3c01, 0x7bff, 0x0001}, bf[3];
-  run_cast(KILN_F16, KILN_BF16, 3, bf, h);
+  run_cast(KIR_F16, KIR_BF16, 3, bf, h);
   for (int i = 0; i < 3; i++) assert_int_equal(bf[i], ref_bf16(ref_from_half(h[i], 10, 15)));
 }
 
@@ -609,17 +609,17 @@ static void test_bool(void **state) {
   float a[N] = {0.0f, 1.0f, -0.0f, NAN, 2.0f, 0.5f, -3.0f, 0.0f}, outf[N];
   kir_kernel k;
   kir_init(&k, "bool");
-  int po = kir_param(&k, KILN_BOOL, true), pf = kir_param(&k, KILN_F32, true);
-  int pb = kir_param(&k, KILN_BOOL, true), pi = kir_param(&k, KILN_BOOL, false);
-  int pa = kir_param(&k, KILN_F32, false);
-  int t = kir_const_i(&k, KILN_BOOL, 1);
+  int po = kir_param(&k, KIR_BOOL, true), pf = kir_param(&k, KIR_F32, true);
+  int pb = kir_param(&k, KIR_BOOL, true), pi = kir_param(&k, KIR_BOOL, false);
+  int pa = kir_param(&k, KIR_F32, false);
+  int t = kir_const_i(&k, KIR_BOOL, 1);
   int i = kir_range(&k, N, false);
   int b = kir_load(&k, pi, i);
-  kir_store(&k, po, i, kir_alu(&k, KIR_XOR, KILN_BOOL, b, t, -1));
+  kir_store(&k, po, i, kir_alu(&k, KIR_XOR, KIR_BOOL, b, t, -1));
   int x = kir_load(&k, pa, i);
-  int f = kir_alu(&k, KIR_WHERE, KILN_F32, b, x, kir_cast(&k, KILN_F32, b));
+  int f = kir_alu(&k, KIR_WHERE, KIR_F32, b, x, kir_cast(&k, KIR_F32, b));
   kir_store(&k, pf, i, f);
-  kir_store(&k, pb, i, kir_cast(&k, KILN_BOOL, x));
+  kir_store(&k, pb, i, kir_cast(&k, KIR_BOOL, x));
   kir_end(&k, i);
   llvm_kernel_fn fn = compile_ok(&k);
   void *bufs[5] = {nb, outf, fb, in, a};
@@ -640,13 +640,13 @@ static void test_sum_acc(void **state) {
   for (int i = 0; i < R * C; i++) x[i] = sin(i) * 10.0;
   kir_kernel k;
   kir_init(&k, "sum");
-  int po = kir_param(&k, KILN_F64, true), px = kir_param(&k, KILN_F64, false);
+  int po = kir_param(&k, KIR_F64, true), px = kir_param(&k, KIR_F64, false);
   int r = kir_range(&k, R, true);
-  int acc = kir_acc(&k, KILN_F64, kir_const_f(&k, KILN_F64, 0.0));
+  int acc = kir_acc(&k, KIR_F64, kir_const_f(&k, KIR_F64, 0.0));
   int base = kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, C), -1);
   int c = kir_range(&k, C, false);
   int v = kir_load(&k, px, kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1));
-  kir_acc_set(&k, acc, kir_alu(&k, KIR_ADD, KILN_F64, acc, v, -1));
+  kir_acc_set(&k, acc, kir_alu(&k, KIR_ADD, KIR_F64, acc, v, -1));
   kir_end(&k, c);
   kir_store(&k, po, r, acc);
   kir_end(&k, r);
@@ -676,18 +676,18 @@ static void test_local_row(void **state) {
   for (int i = 0; i < R * C; i++) x[i] = sin(i) * 10.0;
   kir_kernel k;
   kir_init(&k, "local row");
-  int po = kir_param(&k, KILN_F64, true), px = kir_param(&k, KILN_F64, false);
+  int po = kir_param(&k, KIR_F64, true), px = kir_param(&k, KIR_F64, false);
   int b = kir_range(&k, 2, true);
   int base = kir_alu(&k, KIR_MUL, KIR_INDEX, b, idx_const(&k, H), -1);
-  int row = kir_local(&k, KILN_F64, H);
+  int row = kir_local(&k, KIR_F64, H);
   int c = kir_range(&k, H, false);
-  kir_store(&k, row, c, kir_const_f(&k, KILN_F64, 0.0));
+  kir_store(&k, row, c, kir_const_f(&k, KIR_F64, 0.0));
   kir_end(&k, c);
   int r = kir_range(&k, R, false);
   c = kir_range(&k, H, false);
   int at = kir_alu(&k, KIR_ADD, KIR_INDEX, kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, C), -1),
                    kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1), -1);
-  kir_store(&k, row, c, kir_alu(&k, KIR_ADD, KILN_F64, kir_load(&k, row, c), kir_load(&k, px, at), -1));
+  kir_store(&k, row, c, kir_alu(&k, KIR_ADD, KIR_F64, kir_load(&k, row, c), kir_load(&k, px, at), -1));
   kir_end(&k, c);
   kir_end(&k, r);
   c = kir_range(&k, H, false);
@@ -712,12 +712,12 @@ static void test_local_row(void **state) {
   kir_free(&k);
   /* broken LOCALs: no length, too large, half elements, a nontemporal store */
   const int64_t lens[] = {0, KIR_LOCAL_MAX / 8 + 1, 4, 4};
-  const kiln_dtype types[] = {KILN_F64, KILN_F64, KILN_F16, KILN_F64};
+  const kir_type types[] = {KIR_F64, KIR_F64, KIR_F16, KIR_F64};
   for (int v = 0; v < 4; v++) {
     kir_init(&k, "bad local");
     int l = kir_local(&k, types[v], lens[v]), i = kir_range(&k, 1, false);
-    int one = kir_const_f(&k, types[v] == KILN_F16 ? KILN_F32 : KILN_F64, 1);
-    int val = types[v] == KILN_F16 ? kir_cast(&k, KILN_F16, one) : one;
+    int one = kir_const_f(&k, types[v] == KIR_F16 ? KIR_F32 : KIR_F64, 1);
+    int val = types[v] == KIR_F16 ? kir_cast(&k, KIR_F16, one) : one;
     if (v == 3) kir_store_streaming(&k, l, i, val);
     else kir_store(&k, l, i, val);
     kir_end(&k, i);
@@ -737,13 +737,13 @@ static void test_mixed_width(void **state) {
   for (int i = 0; i < R * C; i++) x[i] = (float)sin(i) * 3.0f;
   kir_kernel k;
   kir_init(&k, "sum_exp");
-  int po = kir_param(&k, KILN_F64, true), px = kir_param(&k, KILN_F32, false);
+  int po = kir_param(&k, KIR_F64, true), px = kir_param(&k, KIR_F32, false);
   int r = kir_range(&k, R, true);
-  int acc = kir_acc(&k, KILN_F64, kir_const_f(&k, KILN_F64, 0.0));
+  int acc = kir_acc(&k, KIR_F64, kir_const_f(&k, KIR_F64, 0.0));
   int base = kir_alu(&k, KIR_MUL, KIR_INDEX, r, idx_const(&k, C), -1);
   int c = kir_range(&k, C, false);
-  int e = kir_alu(&k, KIR_EXP, KILN_F32, kir_load(&k, px, kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1)), -1, -1);
-  int upd = kir_alu(&k, KIR_ADD, KILN_F64, acc, kir_cast(&k, KILN_F64, e), -1);
+  int e = kir_alu(&k, KIR_EXP, KIR_F32, kir_load(&k, px, kir_alu(&k, KIR_ADD, KIR_INDEX, base, c, -1)), -1, -1);
+  int upd = kir_alu(&k, KIR_ADD, KIR_F64, acc, kir_cast(&k, KIR_F64, e), -1);
   kir_set_reassoc(&k, upd);
   kir_acc_set(&k, acc, upd);
   kir_end(&k, c);
@@ -778,14 +778,14 @@ static void test_argmax(void **state) {
   x[80] = 600.0f; /* ties keep the first */
   kir_kernel k;
   kir_init(&k, "argmax");
-  int po = kir_param(&k, KILN_I64, true), px = kir_param(&k, KILN_F32, false);
-  int best = kir_acc(&k, KILN_F32, kir_const_f(&k, KILN_F32, -INFINITY));
-  int bi = kir_acc(&k, KILN_I64, kir_const_i(&k, KILN_I64, 0));
+  int po = kir_param(&k, KIR_I64, true), px = kir_param(&k, KIR_F32, false);
+  int best = kir_acc(&k, KIR_F32, kir_const_f(&k, KIR_F32, -INFINITY));
+  int bi = kir_acc(&k, KIR_I64, kir_const_i(&k, KIR_I64, 0));
   int i = kir_range(&k, N, false);
   int v = kir_load(&k, px, i);
-  int gt = kir_alu(&k, KIR_CMPLT, KILN_BOOL, best, v, -1);
-  kir_acc_set(&k, best, kir_alu(&k, KIR_WHERE, KILN_F32, gt, v, best));
-  kir_acc_set(&k, bi, kir_alu(&k, KIR_WHERE, KILN_I64, gt, kir_cast(&k, KILN_I64, i), bi));
+  int gt = kir_alu(&k, KIR_CMPLT, KIR_BOOL, best, v, -1);
+  kir_acc_set(&k, best, kir_alu(&k, KIR_WHERE, KIR_F32, gt, v, best));
+  kir_acc_set(&k, bi, kir_alu(&k, KIR_WHERE, KIR_I64, gt, kir_cast(&k, KIR_I64, i), bi));
   kir_end(&k, i);
   kir_store(&k, po, idx_const(&k, 0), bi);
   assert_null(kir_verify(&k));
@@ -807,13 +807,13 @@ static void test_parallel_chunks(void **state) {
   for (int i = 0; i < N; i++) in[i] = (float)i * 0.25f;
   kir_kernel k;
   kir_init(&k, "par");
-  int pc = kir_param(&k, KILN_I32, true), po = kir_param(&k, KILN_F32, true);
-  int pi = kir_param(&k, KILN_F32, false);
+  int pc = kir_param(&k, KIR_I32, true), po = kir_param(&k, KIR_F32, true);
+  int pi = kir_param(&k, KIR_F32, false);
   int i = kir_range(&k, N, true);
-  int one = kir_const_i(&k, KILN_I32, 1);
-  kir_store(&k, pc, i, kir_alu(&k, KIR_ADD, KILN_I32, kir_load(&k, pc, i), one, -1));
+  int one = kir_const_i(&k, KIR_I32, 1);
+  kir_store(&k, pc, i, kir_alu(&k, KIR_ADD, KIR_I32, kir_load(&k, pc, i), one, -1));
   int x = kir_load(&k, pi, i);
-  kir_store(&k, po, i, kir_alu(&k, KIR_MUL, KILN_F32, x, kir_const_f(&k, KILN_F32, 2.0), -1));
+  kir_store(&k, po, i, kir_alu(&k, KIR_MUL, KIR_F32, x, kir_const_f(&k, KIR_F32, 2.0), -1));
   kir_end(&k, i);
   llvm_kernel_fn fn = compile_ok(&k);
   void *bufs[3] = {cnt, out, in};
@@ -833,7 +833,7 @@ static void test_parallel_chunks(void **state) {
 /* out[i, j] = a[j, i] + 1 over R x C in tiles (kir_range_tile): out is
  * [R, C], a is [C, R] of dtype t; bj outer (parallel), bi inner. */
 enum { TR = 48, TC = 64 };
-static void build_tile_transpose(kir_kernel *k, kiln_dtype t) {
+static void build_tile_transpose(kir_kernel *k, kir_type t) {
   kir_init(k, "tile_t");
   int out = kir_param(k, t, true), a = kir_param(k, t, false), tj;
   int bj = kir_range(k, TC / KIR_TILE, true), bi = kir_range(k, TR / KIR_TILE, false);
@@ -856,7 +856,7 @@ static void build_tile_transpose(kir_kernel *k, kiln_dtype t) {
 static void test_tile_transpose(void **state) {
   (void)state;
   kir_kernel k;
-  build_tile_transpose(&k, KILN_F32);
+  build_tile_transpose(&k, KIR_F32);
   assert_null(kir_verify(&k));
   char *ir = NULL;
   llvm_kernel_fn fn = compile_text(&k, &ir);
@@ -870,7 +870,7 @@ static void test_tile_transpose(void **state) {
   for (int i = 0; i < TR; i++)
     for (int j = 0; j < TC; j++) assert_true(out[i * TC + j] == a[j * TR + i] + 1);
   kir_free(&k);
-  build_tile_transpose(&k, KILN_U8); /* one-byte elements */
+  build_tile_transpose(&k, KIR_U8); /* one-byte elements */
   fn = compile_ok(&k);
   static uint8_t a8[TC * TR], out8[TR * TC];
   for (int x = 0; x < TC * TR; x++) a8[x] = (uint8_t)(x * 7);
@@ -884,10 +884,10 @@ static void test_tile_transpose(void **state) {
  *   0 param(f32 w) 1 param(f32 r) 2 range 3 load 4 neg 5 store 6 end */
 static void build_base(kir_kernel *k) {
   kir_init(k, "base");
-  int o = kir_param(k, KILN_F32, true), a = kir_param(k, KILN_F32, false);
+  int o = kir_param(k, KIR_F32, true), a = kir_param(k, KIR_F32, false);
   int i = kir_range(k, 4, false);
   int x = kir_load(k, a, i);
-  kir_store(k, o, i, kir_alu(k, KIR_NEG, KILN_F32, x, -1, -1));
+  kir_store(k, o, i, kir_alu(k, KIR_NEG, KIR_F32, x, -1, -1));
   kir_end(k, i);
 }
 
@@ -913,14 +913,14 @@ static void test_verify_rejects(void **state) {
   kir_store(&k, 0, 2, 4); /* loop variable and value used after END */
   expect_broken(&k, "use outside loop");
   kir_init(&k, "f16 alu"); /* ALU on F16 */
-  int h = kir_param(&k, KILN_F16, true);
+  int h = kir_param(&k, KIR_F16, true);
   int hi = kir_range(&k, 4, false);
-  kir_store(&k, h, hi, kir_alu(&k, KIR_NEG, KILN_F16, kir_load(&k, h, hi), -1, -1));
+  kir_store(&k, h, hi, kir_alu(&k, KIR_NEG, KIR_F16, kir_load(&k, h, hi), -1, -1));
   kir_end(&k, hi);
   assert_non_null(strstr(kir_verify(&k), "(neg)"));
   expect_broken(&k, "alu on f16");
   build_base(&k);
-  k.uops[2].type = KILN_I32; /* index not KIR_INDEX */
+  k.uops[2].type = KIR_I32; /* index not KIR_INDEX */
   expect_broken(&k, "non-index range");
   build_base(&k);
   k.uops[1].ival = 5; /* param index >= n_params */
@@ -929,13 +929,13 @@ static void test_verify_rejects(void **state) {
   k.param_written[0] = false;
   expect_broken(&k, "store to read-only param");
   build_base(&k);
-  kir_alu(&k, KIR_ADD, KILN_F32, 1, 1, -1); /* ADD on pointers */
+  kir_alu(&k, KIR_ADD, KIR_F32, 1, 1, -1); /* ADD on pointers */
   expect_broken(&k, "add of params");
   build_base(&k);
   kir_end(&k, 2); /* END twice */
   expect_broken(&k, "double end");
   build_base(&k);
-  kir_alu(&k, KIR_CMPLT, KILN_BOOL, 0, 5, -1); /* operand is a STORE */
+  kir_alu(&k, KIR_CMPLT, KIR_BOOL, 0, 5, -1); /* operand is a STORE */
   expect_broken(&k, "void operand");
   build_base(&k);
   k.uops[4].src[2] = 3; /* unused slot not -1 */
@@ -943,7 +943,7 @@ static void test_verify_rejects(void **state) {
   build_base(&k);
   k.uops[2].tile = true; /* a tile of 4, with no inner range */
   expect_broken(&k, "tile shape");
-  build_tile_transpose(&k, KILN_F32);
+  build_tile_transpose(&k, KIR_F32);
   for (int u = 0; u < k.n_uops; u++)
     if (k.uops[u].tile) k.uops[u + 1].ival = 8; /* inner range of 8 */
   expect_broken(&k, "tile inner extent");
@@ -952,9 +952,9 @@ static void test_verify_rejects(void **state) {
 static char *build_and_print(double c, bool parallel, const char *name) {
   kir_kernel k;
   kir_init(&k, name);
-  int o = kir_param(&k, KILN_F32, true);
+  int o = kir_param(&k, KIR_F32, true);
   int i = kir_range(&k, 10, parallel);
-  kir_store(&k, o, i, kir_const_f(&k, KILN_F32, c));
+  kir_store(&k, o, i, kir_const_f(&k, KIR_F32, c));
   kir_end(&k, i);
   char *s = kir_to_string(&k);
   kir_free(&k);
@@ -1014,10 +1014,10 @@ static void *compile_thread(void *arg) {
     for (int i = 0; i < 16; i++) in[i] = (float)i;
     kir_kernel k;
     kir_init(&k, "thread");
-    int o = kir_param(&k, KILN_F32, true), a = kir_param(&k, KILN_F32, false);
+    int o = kir_param(&k, KIR_F32, true), a = kir_param(&k, KIR_F32, false);
     int i = kir_range(&k, 16, true);
-    int x = kir_alu(&k, KIR_ADD, KILN_F32, kir_load(&k, a, i), kir_const_f(&k, KILN_F32, c), -1);
-    kir_store(&k, o, i, kir_alu(&k, KIR_TANH, KILN_F32, x, -1, -1));
+    int x = kir_alu(&k, KIR_ADD, KIR_F32, kir_load(&k, a, i), kir_const_f(&k, KIR_F32, c), -1);
+    kir_store(&k, o, i, kir_alu(&k, KIR_TANH, KIR_F32, x, -1, -1));
     kir_end(&k, i);
     llvm_kernel_fn fn = NULL;
     char err[256];
@@ -1084,7 +1084,7 @@ static void test_compile_counts(void **state) {
   enum { N = 1000 };
   static float a[N], b[N], out[N];
   kir_kernel k;
-  build_elementwise(&k, KIR_SUB, KILN_F32, KILN_F32, 2, N);
+  build_elementwise(&k, KIR_SUB, KIR_F32, KIR_F32, 2, N);
   unsigned long long before = llvm_compile_count();
   llvm_kernel_fn fn = compile_ok(&k);
   assert_int_equal(llvm_compile_count(), before + 1);

@@ -93,11 +93,11 @@ static double unif(void) { return rnd() / 4294967296.0; }
 static llvm_kernel_fn compile_op(kir_op op, int arity, int64_t n, char **ir) {
   kir_kernel k;
   kir_init(&k, kir_op_name(op));
-  int out = kir_param(&k, KILN_F32, true), pa = kir_param(&k, KILN_F32, false);
-  int pb = arity > 1 ? kir_param(&k, KILN_F32, false) : -1;
+  int out = kir_param(&k, KIR_F32, true), pa = kir_param(&k, KIR_F32, false);
+  int pb = arity > 1 ? kir_param(&k, KIR_F32, false) : -1;
   int i = kir_range(&k, n, true);
   int x = kir_load(&k, pa, i), y = arity > 1 ? kir_load(&k, pb, i) : -1;
-  kir_store(&k, out, i, kir_alu(&k, op, KILN_F32, x, y, -1));
+  kir_store(&k, out, i, kir_alu(&k, op, KIR_F32, x, y, -1));
   kir_end(&k, i);
   char err[512] = "";
   llvm_kernel_fn fn = NULL;
@@ -353,9 +353,9 @@ static void test_f64_unchanged(void **state) {
   (void)state;
   kir_kernel k;
   kir_init(&k, "exp64");
-  int out = kir_param(&k, KILN_F64, true), pa = kir_param(&k, KILN_F64, false);
+  int out = kir_param(&k, KIR_F64, true), pa = kir_param(&k, KIR_F64, false);
   int i = kir_range(&k, 5, true);
-  kir_store(&k, out, i, kir_alu(&k, KIR_TANH, KILN_F64, kir_load(&k, pa, i), -1, -1));
+  kir_store(&k, out, i, kir_alu(&k, KIR_TANH, KIR_F64, kir_load(&k, pa, i), -1, -1));
   kir_end(&k, i);
   llvm_kernel_fn fn;
   char err[256];

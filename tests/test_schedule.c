@@ -331,12 +331,12 @@ static void repeated_chain_hits(void **state) {
 /* out[i] = a[i] * 0.8125 - b[i] over [n] (F32), named `name`. */
 static void build_scaled_diff(kir_kernel *k, const char *name, int64_t n) {
   kir_init(k, name);
-  int out = kir_param(k, KILN_F32, true);
-  int a = kir_param(k, KILN_F32, false);
-  int b = kir_param(k, KILN_F32, false);
+  int out = kir_param(k, KIR_F32, true);
+  int a = kir_param(k, KIR_F32, false);
+  int b = kir_param(k, KIR_F32, false);
   int i = kir_range(k, n, true);
-  int ax = kir_alu(k, KIR_MUL, KILN_F32, kir_load(k, a, i), kir_const_f(k, KILN_F32, 0.8125), -1);
-  kir_store(k, out, i, kir_alu(k, KIR_SUB, KILN_F32, ax, kir_load(k, b, i), -1));
+  int ax = kir_alu(k, KIR_MUL, KIR_F32, kir_load(k, a, i), kir_const_f(k, KIR_F32, 0.8125), -1);
+  kir_store(k, out, i, kir_alu(k, KIR_SUB, KIR_F32, ax, kir_load(k, b, i), -1));
   kir_end(k, i);
 }
 

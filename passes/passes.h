@@ -1,29 +1,33 @@
 /*
- * lower.h — lowering of one kernel (a materialized graph node together
- * with the pending producers fused into it) to kernel IR.
+ * passes.h — the passes layer's interface, what the runtime (and tests)
+ * use: the per-force plan (plan.h), algebraic simplification, fusion
+ * decisions, lowering of one kernel to kernel IR (kir.h) with what the
+ * runtime binds to it, and a kernel's costs. What only passes/ files
+ * share is in pass_internal.h, lower_ctx.h and semantics.h.
  *
- * A producer is fused when the fusion pass set node->fused: its value is
- * computed inside its reader's loops, at the index its reader's view
- * names, instead of being loaded from a buffer. Fused producers are
- * elementwise (unary, binary, ternary, cast); sources (pending FULL and
- * ARANGE) are always computed in place.
+ * A kernel is a materialized root node plus the pending producers fused
+ * into it (the plan's decision: pass_fused): their values are computed
+ * inside the root's loops, at the index the reader's view names, instead
+ * of being loaded from a buffer. Sources (pending FULL and ARANGE) are
+ * always computed in place.
  *
- * Parameter layout of the produced kernel:
+ * Parameter layout of a lowered kernel:
  *   PARAM 0       the root's output buffer (numel × root->dtype, written);
  *   PARAM 1       int64 arguments (binding->args): one storage offset per
  *                 external read, and the values of integer/bool fills;
  *   PARAM 2       F64 arguments (binding->fargs): values of float fills;
  *   PARAM 3 + j   binding->outputs[j]: more results the kernel stores (a
- *                 multi-output kernel: node->store_host is the root);
+ *                 multi-output kernel: the plan's host of each, pass_host,
+ *                 is the root's position);
  *   PARAM 3 + n_outputs + i
  *                 binding->inputs[i]: a realized node's buffer.
- * Arguments are loaded once at kernel entry.
- * Offsets of external reads and fill values are arguments, not code, so one
- * compiled kernel serves every offset and every constant; the views inside
- * a fused group are part of the kernel's structure.
+ * Arguments are loaded once at kernel entry. Offsets of external reads
+ * and fill values are arguments, not code, so one compiled kernel serves
+ * every offset and every constant; the views inside a fused group are
+ * part of the kernel's structure.
  */
-#ifndef KILN_LOWER_H
-#define KILN_LOWER_H
+#ifndef KILN_PASSES_H
+#define KILN_PASSES_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,12 +36,21 @@
 #include "kir.h"
 #include "plan.h"
 
+/* The kernel-size contract. A kernel takes at most PASS_MAX_INPUTS
+ * buffers besides its output, stores at most PASS_MAX_OUTPUTS further
+ * results and takes at most PASS_MAX_ARGS arguments of each array (the
+ * binding's arrays have these sizes). Lowering a group past one of them
+ * fails with KILN_ERR_UNSUPPORTED and a message naming it, and the
+ * runtime then materializes the group's producers (they run as kernels
+ * of their own) and lowers it again. The fusion pass keeps groups within
+ * them so that this fallback is rare, and within two limits of its own:
+ * PASS_MAX_EDGES external reads (each takes an argument; one more is
+ * kept for an ASSIGN's region offset) and PASS_MAX_GROUP fused nodes,
+ * which bounds a kernel's size and compile time (lowering itself has no
+ * node cap: its arrays grow). */
 #define PASS_MAX_INPUTS (KIR_MAX_PARAMS - 3) /* outputs beyond the first included */
 #define PASS_MAX_OUTPUTS 8                   /* results stored besides the root's */
 #define PASS_MAX_ARGS 64
-/** Fusion keeps a kernel's group within these: external reads (each
- *  takes one argument; one more is kept for an ASSIGN's region offset)
- *  and fused nodes (lower.c's walk tracks up to 256). */
 #define PASS_MAX_EDGES (PASS_MAX_ARGS - 1)
 #define PASS_MAX_GROUP 200
 
@@ -81,13 +94,6 @@ bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n);
  *  rather than realized first (pending FULL/ARANGE sources). */
 bool pass_is_inlined(const graph_node *n);
 
-/** True when n is a whole-buffer write: an ASSIGN whose region is its
- *  storage's whole contiguous extent (offset 0, contiguous, every
- *  element). It never reads its old version, its value is elementwise
- *  over the region, and a multi-output kernel of the region's sizes may
- *  store it (fuse.c rule 7). */
-bool pass_whole_write(const graph_node *n);
-
 /** Lowers the kernel rooted at n (a node of plan p, fused as p decided)
  *  into k (initialised by this call) and fills *b. The nodes n stores
  *  (p's multi-output decision) are computed and stored too
@@ -100,29 +106,6 @@ bool pass_whole_write(const graph_node *n);
  *  materializes its producers). */
 int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
                     size_t errlen);
-
-/** An elementwise kernel's group rewritten over merged loop dims (views.c):
- *  `root` is a copy of the root whose sizes, and whose fused producers'
- *  sizes and views, have size-1 dims dropped and dims that are contiguous
- *  in every operand merged. The copies live in `copies`. */
-typedef struct pass_merged {
-  graph_node *root;
-  graph_node *copies;
-} pass_merged;
-
-/** Fills *out and returns true when the kernel rooted at `root` has loop
- *  dims to drop or merge; false (nothing to free) otherwise. Free with
- *  pass_merged_free. */
-bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out);
-void pass_merged_free(pass_merged *m);
-
-/** True when view v reads src in src's own contiguous layout (offset 0,
- *  src's sizes, contiguous strides). */
-bool pass_plain_view(const graph_view *v, const graph_node *src);
-
-/** True when reductions a and b reduce the same dims of inputs of the same
- *  sizes (they can share a row loop). */
-bool pass_same_rows(const graph_node *a, const graph_node *b);
 
 /** What a kernel rooted at n costs, from its kind's row of the lowering
  *  table: `numel` elements computed (an ASSIGN's region), `written`
@@ -160,4 +143,4 @@ void pass_unfuse_inputs(pass_plan *p, const graph_node *n);
  *  their own. */
 void pass_unstore(pass_plan *p, const graph_node *n);
 
-#endif /* KILN_LOWER_H */
+#endif /* KILN_PASSES_H */

@@ -1,0 +1,42 @@
+/*
+ * pass_internal.h — what the files of passes/ share beyond passes.h:
+ * whole-buffer writes (fuse.c rule 7), the loop-dim merge of views.c,
+ * and view and row predicates fusion and lowering both ask. Private to
+ * passes/.
+ */
+#ifndef KILN_PASS_INTERNAL_H
+#define KILN_PASS_INTERNAL_H
+
+#include "passes.h"
+
+/** True when n is a whole-buffer write: an ASSIGN whose region is its
+ *  storage's whole contiguous extent (offset 0, contiguous, every
+ *  element). It never reads its old version, its value is elementwise
+ *  over the region, and a multi-output kernel of the region's sizes may
+ *  store it (fuse.c rule 7). */
+bool pass_whole_write(const graph_node *n);
+
+/** An elementwise kernel's group rewritten over merged loop dims (views.c):
+ *  `root` is a copy of the root whose sizes, and whose fused producers'
+ *  sizes and views, have size-1 dims dropped and dims that are contiguous
+ *  in every operand merged. The copies live in `copies`. */
+typedef struct pass_merged {
+  graph_node *root;
+  graph_node *copies;
+} pass_merged;
+
+/** Fills *out and returns true when the kernel rooted at `root` has loop
+ *  dims to drop or merge; false (nothing to free) otherwise, with *oom
+ *  set when that is because memory ran out. Free with pass_merged_free. */
+bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out, bool *oom);
+void pass_merged_free(pass_merged *m);
+
+/** True when view v reads src in src's own contiguous layout (offset 0,
+ *  src's sizes, contiguous strides). */
+bool pass_plain_view(const graph_view *v, const graph_node *src);
+
+/** True when reductions a and b reduce the same dims of inputs of the same
+ *  sizes (they can share a row loop). */
+bool pass_same_rows(const graph_node *a, const graph_node *b);
+
+#endif /* KILN_PASS_INTERNAL_H */
