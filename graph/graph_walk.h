@@ -3,7 +3,7 @@
  * (in elements) of each element of the view in turn, the last dim fastest;
  * and the value of an index element. Used where C loops walk realized
  * buffers: the file writers and element callbacks (api/), the index checks
- * (api/index.c) and the sort loops (runtime/sort.c).
+ * (api/index.c) and the sort loops (runtime/sort_loops.c).
  * Internal.
  *
  * The walk keeps the multi-index and the running offset, so each step costs

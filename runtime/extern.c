@@ -1,6 +1,6 @@
 /*
  * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
- * (OpenBLAS for MATMUL) or a plain C loop (ARGSORT, MODE: runtime/sort.c)
+ * (OpenBLAS for MATMUL) or a plain C loop (ARGSORT, MODE: runtime/sort_loops.c)
  * instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new

@@ -61,7 +61,7 @@ bool rt_blas_view_needs_copy(const graph_view *v);
  *  cuda-emu) and cuda_blas_available. Loads cuBLAS on first use. */
 bool rt_cublas_ready(void);
 
-/* ------------------------------------------------- profiler (profile.c) */
+/* ------------------------------------------------- profiler (profiler.c) */
 
 /** kiln_profile_begin/_end: start (clearing the old records) and stop
  *  recording every kernel run on any thread. */
