@@ -58,7 +58,7 @@ int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64
  *  api/linalg.c). */
 bool rt_blas_view_needs_copy(const graph_view *v);
 /** True when KILN_CUDA products can go to cuBLAS: the real device (not
- *  cuda-emu) and cuda_blas_available. Loads cuBLAS on first use. */
+ *  cuda-emu) and rt_cuda_blas_available. Loads cuBLAS on first use. */
 bool rt_cublas_ready(void);
 
 /* ------------------------------------------------- profiler (profiler.c) */
