@@ -1,17 +1,18 @@
 /*
- * cuda_backend.h — GPU backend, first increment: kernel IR → CUDA C
+ * cuda_backend.h — GPU code generation: kernel IR → CUDA C
  * (cuda_print.c), compiled by NVRTC loaded with dlopen at run time
- * (cuda_nvrtc.c), and a checker that confirms the result is accepted by
- * the toolchain (cuda_check.c). Nothing links against CUDA: without a
- * toolkit the printer still works and the compile calls return
- * KILN_ERR_DEVICE ("NVRTC not available: ..."). Internal.
+ * (cuda_nvrtc.c), a checker that confirms the result is accepted by the
+ * toolchain (cuda_check.c), and the cuda-emu host build of that CUDA C
+ * (cuda_emu.c). Nothing links against CUDA: without a toolkit the printer
+ * still works and the compile calls return KILN_ERR_DEVICE ("NVRTC not
+ * available: ..."). Internal.
  *
  * The launch rule here (cuda_kernel_launch_rule) is the one every
- * launcher uses: cuda_launch.c on a device, cuda_emu_run.c under
- * cuda-emu. The driver API (libcuda, also loaded with dlopen) and the
- * device probe are in cuda_driver.h; buffers, copies and launches on
- * device 0 in cuda_launch.h, which runtime/device.c uses for KILN_CUDA
- * tensors; cuBLAS (also dlopen'ed) for their matmuls in cuda_blas.h.
+ * launcher uses: runtime/cuda_launch.c on a device, runtime/cuda_emu_run.c
+ * under cuda-emu. Running kernels is the runtime's: the driver API
+ * (libcuda, also loaded with dlopen) and the device probe are in
+ * runtime/cuda_driver.h; buffers, copies and launches on device 0 in
+ * runtime/cuda_launch.h; cuBLAS for matmuls in runtime/cuda_blas.h.
  */
 #ifndef KILN_CUDA_BACKEND_H
 #define KILN_CUDA_BACKEND_H
@@ -43,8 +44,8 @@ bool cuda_kernel_splittable(const kir_kernel *k);
 /* ------------------------------------------------------- launch shape */
 
 /** How a printed kernel must be launched (cuda_coop.c). The printer and
- *  every launcher (cuda_launch.c on a device, the emulator) use this rule,
- *  so they run the same grid:
+ *  every launcher (runtime/cuda_launch.c on a device, the emulator) use
+ *  this rule, so they run the same grid:
  *   ONE_THREAD      not splittable, no cooperative reduction: thread 0 of
  *                   block 0 runs it all (other threads return at once);
  *   GRID_STRIDE     splittable, no reduction to share: 256 threads a
@@ -146,6 +147,33 @@ int cuda_check_kernel(const kir_kernel *k, const char *arch, char *err, size_t e
 /** An emulated kernel: the CPU backend's calling convention. */
 typedef void (*cuda_emu_fn)(void *const *bufs, int64_t start, int64_t end);
 
+/* What the host build of a kernel calls to run a launch: the ABI between
+ * the printed entry point (and the emulation header in cuda_emu.c, which
+ * declares the same layout) and the launcher that runs emulated blocks
+ * (the runtime's, runtime/cuda_emu_run.c; the caller of cuda_emu_compile
+ * passes it). */
+
+/* One CUDA thread of the kernel: sets blockIdx.x = b, threadIdx.x = t,
+ * gridDim.x = grid, blockDim.x = block and runs the kernel body with the
+ * launch's arguments (ctx). */
+typedef void (*cuda_emu_thread_fn)(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block);
+
+typedef struct cuda_emu_api {
+  /* Runs the launch of rule (kind, extent, block) over [start, end):
+   * cuda_launch_rule_shape's grid and block; GRID_STRIDE(_VEC) and ONE_THREAD
+   * kernels thread after thread as plain calls, BLOCK_PER_INDEX and
+   * ONE_BLOCK kernels block after block with fibers. */
+  void (*launch)(int kind, long long extent, unsigned block, long long start, long long end, cuda_emu_thread_fn fn,
+                 void *ctx);
+  /* __syncthreads(): the calling fiber waits until every thread of its
+   * block arrived. */
+  void (*sync)(void);
+  /* A warp shuffle: the calling lane offers `bits` and receives those of
+   * lane src_lane (0..31) of its warp, once every lane of the warp
+   * arrived; mask must name every lane of the warp. */
+  unsigned long long (*shfl)(unsigned mask, unsigned long long bits, unsigned src_lane);
+} cuda_emu_api;
+
 typedef struct cuda_emu_stats {
   int64_t kernels;        /* kernels handled */
   int64_t checks;         /* toolchain checks (2 per kernel: sm_80, compute_90 + ptxas
@@ -164,12 +192,14 @@ bool cuda_emu_available(char *err, size_t errlen);
 /** The cuda-emu build of k: printed as CUDA C, checked with
  *  cuda_check_kernel for sm_80 and compute_90 (+ ptxas sm_90), then the
  *  same source compiled for the host with the emulation header and
- *  loaded. KILN_OK with *fn set, or with *fn NULL for a kernel that uses
- *  F16/BF16 (checked, to be run by the LLVM path). Errors: KILN_ERR_COMPILE
+ *  loaded, its launches going to `launcher` (which must outlive the
+ *  build: the runtime's rt_cuda_emu_launcher). KILN_OK with *fn set, or
+ *  with *fn NULL for a kernel that uses F16/BF16 (checked, to be run by
+ *  the LLVM path). Errors: KILN_ERR_COMPILE
  *  (a toolchain or host compile failure, its log in err), KILN_ERR_DEVICE
  *  (no NVRTC), KILN_ERR_UNSUPPORTED (no host compiler), KILN_ERR_IO. Not
  *  cached here: the runtime's kernel cache keeps the result. Thread-safe. */
-int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t errlen);
+int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen);
 
 /** Counters since the start of the process. */
 void cuda_emu_get_stats(cuda_emu_stats *out);

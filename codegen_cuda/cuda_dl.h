@@ -1,7 +1,9 @@
 /*
- * cuda_dl.h — what the dlopen'ed CUDA libraries (libcuda, libnvrtc) share:
- * resolving a table of entry points into a struct of function pointers.
- * Internal to codegen_cuda/.
+ * cuda_dl.h — what the dlopen'ed CUDA libraries share: resolving a table
+ * of entry points into a struct of function pointers. Used by libnvrtc's
+ * loader here (cuda_nvrtc.c) and by the runtime's loaders of libcuda and
+ * libcublas (runtime/cuda_driver.c, runtime/cuda_blas.c), which sit above
+ * codegen_cuda/ and may include it; internal to those two layers.
  */
 #ifndef KILN_CUDA_DL_H
 #define KILN_CUDA_DL_H

@@ -10,11 +10,12 @@
  * coordinates (thread-local, restored after every switch), __shared__ is
  * static thread_local (a block runs alone on its OS thread),
  * __syncthreads() and the warp shuffles call the launcher
- * (cuda_emu_run.c), the bit-cast intrinsics are memcpy, float4 / int4
+ * (runtime/cuda_emu_run.c), the bit-cast intrinsics are memcpy, float4 / int4
  * are 16-byte aligned structs, math comes from <cmath>.
  *
  * The shared object (-O2 -fPIC -shared) is dlopen'ed; its `kiln_emu_api`
- * is pointed at the launcher, and its entry point
+ * is pointed at the launcher the caller passed (the runtime's), and its
+ * entry point
  *    extern "C" void kiln_emu_entry(void *const *bufs, long long start, long
  * long end) has the CPU backend's calling convention, so the runtime runs it on
  * its thread pool like an LLVM kernel: every chunk [start, end) is one
@@ -40,7 +41,6 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
-#include "cuda_emu_run.h"
 
 extern char **environ;
 
@@ -65,7 +65,7 @@ static const char emu_header[] =
     "#define threadIdx (kiln_emu_id.t)\n"
     "#define blockDim (kiln_emu_id.bd)\n"
     "#define gridDim (kiln_emu_id.gd)\n"
-    "/* the launcher in libkiln (codegen_cuda/cuda_emu_run.h), set after dlopen */\n"
+    "/* the launcher in libkiln (runtime/cuda_emu_run.c), set after dlopen */\n"
     "typedef void (*kiln_emu_thread_fn)(void *, unsigned, unsigned, unsigned, unsigned);\n"
     "struct kiln_emu_api_t {\n"
     "  void (*launch)(int, long long, unsigned, long long, long long, kiln_emu_thread_fn, void *);\n"
@@ -231,8 +231,8 @@ static void read_log(const char *path, char *buf, size_t len) {
 
 /* Compiles the printed source src (kernel kiln_emu_kernel with n_params
  * pointers) for the host and loads it. */
-static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const char *src, cuda_emu_fn *fn, char *err,
-                        size_t errlen) {
+static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const char *src,
+                        const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
   const char *cxx = host_cxx();
   if (!cxx) {
     snprintf(err, errlen, "cuda-emu: %s: no host C++ compiler (c++ or g++ on PATH, or KILN_CXX)", k->name);
@@ -289,7 +289,7 @@ static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const
       snprintf(err, errlen, "cuda-emu: cannot load the host build of %s: %s", k->name, dlerror());
       st = KILN_ERR_COMPILE;
     } else {
-      *api = &cuda_emu_launcher;
+      *api = launcher;
       *fn = (cuda_emu_fn)sym; /* the object stays mapped for the process's life */
     }
   }
@@ -310,7 +310,7 @@ static bool uses_half(const kir_kernel *k) {
   return false;
 }
 
-int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t errlen) {
+int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
   static const char *const archs[] = {"sm_80", "compute_90"};
   *fn = NULL;
   char why[1024];
@@ -336,7 +336,7 @@ int cuda_emu_compile(const kir_kernel *k, cuda_emu_fn *fn, char *err, size_t err
       snprintf(err, errlen, "cuda-emu: out of memory planning the launch of %s", k->name);
       st = KILN_ERR_OOM;
     }
-    if (st == KILN_OK) st = host_compile(k, &rule, src, fn, err, errlen);
+    if (st == KILN_OK) st = host_compile(k, &rule, src, launcher, fn, err, errlen);
     coop = st == KILN_OK && (rule.kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule.kind == CUDA_LAUNCH_ONE_BLOCK);
     free(src);
   }

@@ -2,8 +2,8 @@
  * graph_walk.h — a row-major walk over a strided view: the storage offset
  * (in elements) of each element of the view in turn, the last dim fastest;
  * and the value of an index element. Used where C loops walk realized
- * buffers: the file writers and element callbacks (api/), the index checks
- * (ops/index.c) and the sort loops (runtime/sort.c).
+ * buffers: the file writers (io/) and element callbacks (ops/callbacks.c), the index checks
+ * (ops/index.c) and the sort loops (runtime/sort_loops.c).
  * Internal.
  *
  * The walk keeps the multi-index and the running offset, so each step costs

@@ -1,7 +1,7 @@
 /*
  * sort.c — sort, argsort, topk, kthvalue, median, mode, max/min with
  * indices and unique: Torch 1.13's sorting ops, built on two extern ops
- * (graph/ops.def ARGSORT and MODE, run by runtime/sort.c) and lazy
+ * (graph/ops.def ARGSORT and MODE, run by runtime/sort_loops.c) and lazy
  * GATHERs.
  *
  * Every op but unique records nodes and forces nothing:

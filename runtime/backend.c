@@ -1,6 +1,6 @@
 /*
  * backend.c — which backend runs kernels: "llvm" (the CPU, default),
- * "cuda" (NVIDIA GPUs through the driver API, codegen_cuda/cuda_driver.h)
+ * "cuda" (NVIDIA GPUs through the driver API, cuda_driver.h)
  * or "cuda-emu" (the CUDA code path run on the CPU: every kernel printed
  * as CUDA C, checked by NVRTC/ptxas, and that source compiled for the host
  * by the system C++ compiler; codegen_cuda/cuda_emu.c). Selecting
@@ -33,7 +33,7 @@ static int backend = BACKEND_UNSET; /* guarded by lock; read relaxed on the fast
 
 int rt_cuda_require(char *err, size_t errlen) {
   char why[1024];
-  if (cuda_device_available(why, sizeof why) && cuda_driver(NULL)) return KILN_OK;
+  if (rt_cuda_device_available(why, sizeof why) && rt_cuda_driver(NULL)) return KILN_OK;
   snprintf(err, errlen, "no CUDA device: %s", why);
   return KILN_ERR_DEVICE;
 }

@@ -1,7 +1,7 @@
 /*
  * blas.c — the MATMUL extern op through OpenBLAS (cblas_sgemm/dgemm, and
  * gemv when one side is a vector) on the host, and through cuBLAS
- * (codegen_cuda/cuda_blas.h) for KILN_CUDA nodes on the real device.
+ * (cuda_blas.h) for KILN_CUDA nodes on the real device.
  *
  * Each operand is a strided view [batch..., rows, cols]. A matrix whose
  * column stride is 1 is passed row-major as it is (leading dimension = its
@@ -286,7 +286,7 @@ bool rt_blas_view_needs_copy(const graph_view *v) {
   return m.pack;
 }
 
-bool rt_cublas_ready(void) { return rt_device_next_is_real() && cuda_blas_available(NULL, 0); }
+bool rt_cublas_ready(void) { return rt_device_next_is_real() && rt_cuda_blas_available(NULL, 0); }
 
 bool rt_cublas_can_run(const graph_node *n) {
   if (n->op != GRAPH_OP_MATMUL || n->device != KILN_CUDA || (n->dtype != KILN_F32 && n->dtype != KILN_F64)) return false;
@@ -298,16 +298,16 @@ bool rt_cublas_can_run(const graph_node *n) {
     blas_mat m = operand(in, in->node->buffer->data);
     if (m.pack || m.ld > INT32_MAX) return false;
   }
-  return cuda_blas_available(NULL, 0);
+  return rt_cuda_blas_available(NULL, 0);
 }
 
 static cu_deviceptr dev_ptr(const char *p) { return (cu_deviceptr)(uintptr_t)p; }
 
 /* Row-major C = A·B as cuBLAS's column-major C^T = B^T·A^T (file comment). */
-static cuda_gemm swapped(bool f64, const blas_mat *a, const blas_mat *b, const mm_dims *d) {
-  return (cuda_gemm){.f64 = f64, .trans_a = b->trans == CblasTrans, .trans_b = a->trans == CblasTrans,
-                     .m = (int)d->nn, .n = (int)d->m, .k = (int)d->k, .lda = (int)b->ld, .ldb = (int)a->ld,
-                     .ldc = (int)max1(d->nn), .batch = 1};
+static rt_cuda_gemm swapped(bool f64, const blas_mat *a, const blas_mat *b, const mm_dims *d) {
+  return (rt_cuda_gemm){.f64 = f64, .trans_a = b->trans == CblasTrans, .trans_b = a->trans == CblasTrans,
+                        .m = (int)d->nn, .n = (int)d->m, .k = (int)d->k, .lda = (int)b->ld, .ldb = (int)a->ld,
+                        .ldc = (int)max1(d->nn), .batch = 1};
 }
 
 /* K = 0: the product is zeros (uploaded; the device has no memset here). */
@@ -329,20 +329,20 @@ int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen)
   const graph_view *va = &n->inputs[0].view, *vb = &n->inputs[1].view;
   blas_mat a = operand(&n->inputs[0], n->inputs[0].node->buffer->data);
   blas_mat b = operand(&n->inputs[1], n->inputs[1].node->buffer->data);
-  cuda_gemm g = swapped(n->dtype == KILN_F64, &a, &b, &d);
+  rt_cuda_gemm g = swapped(n->dtype == KILN_F64, &a, &b, &d);
   const char *c = out->data;
   if (d.nb == 1 && d.batches > 1) { /* one strided-batched call */
     g.a = dev_ptr(b.base), g.b = dev_ptr(a.base), g.c = dev_ptr(c);
     g.stride_a = vb->strides[0], g.stride_b = va->strides[0], g.stride_c = d.m * d.nn;
     g.batch = (int)d.batches;
-    return d.batches <= INT32_MAX ? cuda_blas_gemm(&g, err, errlen) : KILN_ERR_UNSUPPORTED;
+    return d.batches <= INT32_MAX ? rt_cuda_blas_gemm(&g, err, errlen) : KILN_ERR_UNSUPPORTED;
   }
   int st = KILN_OK;
   for (int64_t i = 0; i < d.batches && st == KILN_OK; i++) {
     g.a = dev_ptr(b.base + batch_offset(vb, d.nb, i) * d.esz);
     g.b = dev_ptr(a.base + batch_offset(va, d.nb, i) * d.esz);
     g.c = dev_ptr(c + i * d.m * d.nn * d.esz);
-    st = cuda_blas_gemm(&g, err, errlen);
+    st = rt_cuda_blas_gemm(&g, err, errlen);
   }
   return st;
 }

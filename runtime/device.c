@@ -1,6 +1,6 @@
 /*
  * device.c — KILN_CUDA memory and kernels (device.h): the real device
- * through codegen_cuda/cuda_launch.h, the emulated one (host memory) under
+ * through cuda_launch.h, the emulated one (host memory) under
  * "cuda-emu", and a caching allocator in front of both.
  *
  * The cache mirrors runtime/alloc.c: size classes (powers of two from 256
@@ -50,13 +50,13 @@ static int fresh_block(int64_t cls, bool real, void **out, char *err, size_t err
     return KILN_ERR_OOM;
   }
   cu_deviceptr p = 0;
-  int st = cuda_buffer_alloc((size_t)cls, &p, err, errlen);
+  int st = rt_cuda_buffer_alloc((size_t)cls, &p, err, errlen);
   *out = (void *)(uintptr_t)p;
   return st;
 }
 
 static void free_block(void *p, bool real) {
-  if (real) cuda_buffer_free(dptr(p));
+  if (real) rt_cuda_buffer_free(dptr(p));
   else free(p);
 }
 
@@ -168,7 +168,7 @@ int rt_device_upload(graph_buffer *dst, const void *src, int64_t bytes, char *er
     memcpy(dst->data, src, (size_t)bytes);
     return KILN_OK;
   }
-  return cuda_copy_to_device(dptr(dst->data), src, (size_t)bytes, err, errlen);
+  return rt_cuda_copy_to_device(dptr(dst->data), src, (size_t)bytes, err, errlen);
 }
 
 int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64_t bytes, char *err, size_t errlen) {
@@ -177,7 +177,7 @@ int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64
     memcpy(dst, (const char *)src->data + offset, (size_t)bytes);
     return KILN_OK;
   }
-  return cuda_copy_to_host(dst, dptr(src->data) + (cu_deviceptr)offset, (size_t)bytes, err, errlen);
+  return rt_cuda_copy_to_host(dst, dptr(src->data) + (cu_deviceptr)offset, (size_t)bytes, err, errlen);
 }
 
 static int host_alloc(int64_t bytes, graph_buffer **out, char *err, size_t errlen) {
@@ -198,7 +198,7 @@ int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **
   if (b->bytes <= 0) return KILN_OK;
   bool real = rt_device_is_real(b);
   if (real && rt_device_is_real(*out))
-    return cuda_copy_on_device(dptr((*out)->data), dptr(b->data), (size_t)b->bytes, err, errlen);
+    return rt_cuda_copy_on_device(dptr((*out)->data), dptr(b->data), (size_t)b->bytes, err, errlen);
   if (!real && !rt_device_is_real(*out)) {
     memcpy((*out)->data, b->data, (size_t)b->bytes);
     return KILN_OK;
@@ -214,12 +214,12 @@ int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **
 /* ------------------------------------------------------------ kernels */
 
 int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t errlen) {
-  cuda_kernel *ck = malloc(sizeof *ck);
+  rt_cuda_kernel *ck = malloc(sizeof *ck);
   if (!ck) {
     snprintf(err, errlen, "out of memory");
     return KILN_ERR_OOM;
   }
-  int st = cuda_kernel_load(k, ck, err, errlen);
+  int st = rt_cuda_kernel_load(k, ck, err, errlen);
   static _Atomic bool told;
   if (st == KILN_OK && strncmp(ck->arch, "compute_", 8) == 0 && rt_debug_level() >= 1 && !told) {
     told = true; /* once: every kernel takes the same target */
@@ -227,7 +227,7 @@ int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t 
             ck->arch);
   }
   if (st != KILN_OK) {
-    cuda_kernel_unload(ck);
+    rt_cuda_kernel_unload(ck);
     free(ck);
     ck = NULL;
   }
@@ -237,20 +237,20 @@ int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t 
 
 void rt_device_kernel_free(void *handle) {
   if (!handle) return;
-  cuda_kernel_unload(handle);
+  rt_cuda_kernel_unload(handle);
   free(handle);
 }
 
 int rt_device_launch(void *handle, const graph_buffer *const *bufs, int n, int64_t start, int64_t end, int64_t *ns,
                      char *err, size_t errlen) {
-  cu_deviceptr ptrs[CUDA_MAX_PARAMS];
-  if (n > CUDA_MAX_PARAMS) {
-    snprintf(err, errlen, "a kernel of %d buffers (at most %d)", n, CUDA_MAX_PARAMS);
+  cu_deviceptr ptrs[RT_CUDA_MAX_PARAMS];
+  if (n > RT_CUDA_MAX_PARAMS) {
+    snprintf(err, errlen, "a kernel of %d buffers (at most %d)", n, RT_CUDA_MAX_PARAMS);
     return KILN_ERR_UNSUPPORTED;
   }
   for (int i = 0; i < n; i++) ptrs[i] = dptr(bufs[i]->data);
   float ms = 0;
-  int st = cuda_kernel_launch(handle, ptrs, n, start, end, &ms, err, errlen);
+  int st = rt_cuda_kernel_launch(handle, ptrs, n, start, end, &ms, err, errlen);
   *ns = (int64_t)((double)ms * 1e6);
   return st;
 }

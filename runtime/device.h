@@ -3,7 +3,7 @@
  * copies and kernels for tensors on KILN_CUDA. Internal.
  *
  * Two implementations behind one interface:
- *  - real: device 0 through codegen_cuda/cuda_launch.h (cuMemAlloc
+ *  - real: device 0 through cuda_launch.h (cuMemAlloc
  *    buffers, synchronous host <-> device copies, kernels compiled by
  *    NVRTC for the device's sm_XX, launched on the one stream and timed
  *    with CUDA events; F32/F64 matmuls through cuBLAS, runtime/blas.c);

@@ -19,6 +19,10 @@
  * (docs/distributed.md). Integer
  * and bool reductions, MAX and MIN are exact in any order: MPI reduces
  * them.
+ *
+ * The runtime reaches the collectives only through the rows rt_dist_init
+ * registers in its table of extern ops (rt_extern_register, runtime.h):
+ * it never names this file, which can therefore sit above it.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -125,11 +129,47 @@ bool rt_dist_group_valid(const struct kiln_group *g) {
 
 int rt_dist_group_count(void) { return finalized ? 0 : n_groups; }
 
+/* Name and bytes of a collective's profiler record: "mpi_all_reduce_4096". */
+static void describe_collective(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
+  (void)on_device;
+  char op[32];
+  snprintf(op, sizeof op, "%s", graph_ops[n->op].name);
+  for (char *c = op; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+  bool recv = n->op == GRAPH_OP_RECV;
+  int64_t in = recv ? 0 : graph_view_numel(&n->inputs[0].view);
+  int in_size = graph_dtypes[recv ? n->dtype : n->inputs[0].node->dtype].size; /* SEND's result is one U8 */
+  snprintf(name, len, "mpi_%s_%lld", op, (long long)(in ? in : n->numel));
+  *r = (kiln_kernel_record){.name = name,
+                            .backend = "mpi",
+                            .n_ops = 1,
+                            .numel = n->numel,
+                            .bytes_read = in * in_size,
+                            .bytes_written = n->numel * graph_dtypes[n->dtype].size,
+                            .run_ns = r->run_ns,
+                            .cache_hit = true,
+                            .threads = 1};
+}
+
+/* The collectives' rows in the runtime's table of extern ops (extern.c):
+ * registered by every rt_dist_init (registering again does nothing), so
+ * collective nodes, which need a group, always find theirs. They run
+ * under rt_pool_hold: MPI's progress and the peer ranks get the cores. */
+static int register_collectives(char *err, size_t errlen) {
+  static const graph_op ops[] = {GRAPH_OP_ALL_REDUCE, GRAPH_OP_ALL_GATHER, GRAPH_OP_REDUCE_SCATTER,
+                                 GRAPH_OP_BROADCAST,  GRAPH_OP_SEND,       GRAPH_OP_RECV};
+  int st = KILN_OK;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0] && st == KILN_OK; i++)
+    st = rt_extern_register(ops[i], rt_dist_run, describe_collective, true, err, errlen);
+  return st;
+}
+
 int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size_t errlen) {
   if (finalized) {
     snprintf(err, errlen, "called after kiln_dist_finalize (MPI cannot be initialized twice)");
     return KILN_ERR_ARG;
   }
+  int registered = register_collectives(err, errlen);
+  if (registered != KILN_OK) return registered;
   if (!backend) backend = "auto";
   bool want_mpi = strcmp(backend, "mpi") == 0, is_auto = strcmp(backend, "auto") == 0;
   if (!want_mpi && !is_auto && strcmp(backend, "none") != 0) {

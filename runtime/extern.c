@@ -1,24 +1,31 @@
 /*
  * extern.c — runs graph nodes of kind EXTERN: ops computed by a library
- * (OpenBLAS for MATMUL) or a plain C loop (ARGSORT, MODE: runtime/sort.c)
- * instead of a generated kernel. The fusion pass
+ * (OpenBLAS for MATMUL) or a plain C loop (ARGSORT, MODE:
+ * runtime/sort_loops.c) instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
  * inlined FULL or ARANGE source) is realized first. The output is a new
  * contiguous buffer of the node's sizes.
  *
- * Each extern op is one row of `externs` below: its host function and
- * its profiler record. A MATMUL on the real device runs through cuBLAS on
- * device memory (rt_cublas_matmul, when rt_cublas_can_run). Everything
- * else runs on the host whatever the node's device: inputs on KILN_CUDA
- * are read through host copies (never swapped into the input nodes, which
- * other threads may read), and a
- * KILN_CUDA node's result is uploaded (docs/cuda.md: a MATMUL recorded
- * for cuBLAS that cuBLAS cannot run now).
+ * Each extern op is one row: its host function and its profiler record.
+ * MATMUL, ARGSORT and MODE are built in (`builtin` below); any other
+ * EXTERN op runs only once a layer above registered its row
+ * (rt_extern_register: the collectives do it from kiln_dist_init), and
+ * forcing one before that is KILN_ERR_UNSUPPORTED. Registered rows are
+ * written once, under a mutex, and published by an atomic flag, so a
+ * force on another thread reads a whole row or none.
+ *
+ * A MATMUL on the real device runs through cuBLAS on device memory
+ * (rt_cublas_matmul, when rt_cublas_can_run). Everything else runs on
+ * the host whatever the node's device: inputs on KILN_CUDA are read
+ * through host copies (never swapped into the input nodes, which other
+ * threads may read), and a KILN_CUDA node's result is uploaded
+ * (docs/cuda.md: a MATMUL recorded for cuBLAS that cuBLAS cannot run now).
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "device.h"
-#include "dist.h"
 #include "pool.h"
 #include "rt_internal.h"
 
@@ -60,54 +67,65 @@ static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *
   r->threads = cublas ? 1 : rt_blas_last_threads();
 }
 
-/* Name and bytes of a collective (runtime/dist.c): "mpi_all_reduce_4096". */
-static void describe_dist(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
-  char op[32];
-  snprintf(op, sizeof op, "%s", graph_ops[n->op].name);
-  for (char *c = op; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
-  bool recv = n->op == GRAPH_OP_RECV;
-  int64_t in = recv ? 0 : graph_view_numel(&n->inputs[0].view);
-  int in_size = graph_dtypes[recv ? n->dtype : n->inputs[0].node->dtype].size; /* SEND's result is one U8 */
-  snprintf(name, len, "mpi_%s_%lld", op, (long long)(in ? in : n->numel));
-  *r = (kiln_kernel_record){.name = name,
-                            .backend = "mpi",
-                            .n_ops = 1,
-                            .numel = n->numel,
-                            .bytes_read = in * in_size,
-                            .bytes_written = n->numel * graph_dtypes[n->dtype].size,
-                            .run_ns = r->run_ns,
-                            .cache_hit = true,
-                            .threads = 1};
-}
-
-/* The extern ops: one entry per op of kind EXTERN (graph/ops.def). A new
- * library call or host loop is one row and its functions. `host` runs it
- * on host memory (in[i]: input i's buffer data); `describe` fills the
- * profiler record (on_device: it ran through the device path). */
+/* One extern op's row: `host` runs it on host memory, `describe` fills
+ * its profiler record, `hold` runs it under rt_pool_hold (idle pool
+ * workers sleep rather than spin meanwhile: MPI progress and peer ranks
+ * share the cores). */
 typedef struct extern_impl {
-  graph_op op;
-  int (*host)(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
-  void (*describe)(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len);
-  bool hold; /* runs under rt_pool_hold: idle pool workers sleep rather than spin meanwhile (MPI
-              * progress and peer ranks sharing the cores) */
+  rt_extern_fn host;
+  rt_extern_describe_fn describe;
+  bool hold;
 } extern_impl;
 
-static const extern_impl externs[] = {
-    {GRAPH_OP_MATMUL, rt_blas_matmul, describe_gemm, false},
-    {GRAPH_OP_ARGSORT, rt_sort_argsort, describe_sort, false},
-    {GRAPH_OP_MODE, rt_sort_mode, describe_sort, false},
-    {GRAPH_OP_ALL_REDUCE, rt_dist_run, describe_dist, true},
-    {GRAPH_OP_ALL_GATHER, rt_dist_run, describe_dist, true},
-    {GRAPH_OP_REDUCE_SCATTER, rt_dist_run, describe_dist, true},
-    {GRAPH_OP_BROADCAST, rt_dist_run, describe_dist, true},
-    {GRAPH_OP_SEND, rt_dist_run, describe_dist, true},
-    {GRAPH_OP_RECV, rt_dist_run, describe_dist, true},
+/* The built-in rows. A new library call or host loop inside the runtime
+ * is one row and its functions; the layers above register theirs. */
+static const struct {
+  graph_op op;
+  extern_impl impl;
+} builtin[] = {
+    {GRAPH_OP_MATMUL, {rt_blas_matmul, describe_gemm, false}},
+    {GRAPH_OP_ARGSORT, {rt_sort_argsort, describe_sort, false}},
+    {GRAPH_OP_MODE, {rt_sort_mode, describe_sort, false}},
 };
 
-static const extern_impl *impl_of(graph_op op) {
-  for (size_t i = 0; i < sizeof externs / sizeof externs[0]; i++)
-    if (externs[i].op == op) return &externs[i];
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+static extern_impl registered[GRAPH_OP_COUNT]; /* written once under register_lock, before its flag */
+static atomic_bool is_registered[GRAPH_OP_COUNT];
+
+static const extern_impl *builtin_of(graph_op op) {
+  for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+    if (builtin[i].op == op) return &builtin[i].impl;
   return NULL;
+}
+
+static const extern_impl *impl_of(graph_op op) {
+  const extern_impl *x = builtin_of(op);
+  if (x || (unsigned)op >= GRAPH_OP_COUNT) return x;
+  return atomic_load_explicit(&is_registered[op], memory_order_acquire) ? &registered[op] : NULL;
+}
+
+int rt_extern_register(graph_op op, rt_extern_fn host, rt_extern_describe_fn describe, bool hold, char *err,
+                       size_t errlen) {
+  if ((unsigned)op >= GRAPH_OP_COUNT || graph_ops[op].kind != GRAPH_EXTERN || !host || !describe) {
+    snprintf(err, errlen, "rt_extern_register: op %d is not an extern op, or a function is NULL", (int)op);
+    return KILN_ERR_ARG;
+  }
+  if (builtin_of(op)) {
+    snprintf(err, errlen, "rt_extern_register: %s is built into the runtime", graph_ops[op].name);
+    return KILN_ERR_ARG;
+  }
+  pthread_mutex_lock(&register_lock);
+  int st = KILN_OK;
+  extern_impl *row = &registered[op];
+  if (!atomic_load_explicit(&is_registered[op], memory_order_relaxed)) {
+    *row = (extern_impl){host, describe, hold};
+    atomic_store_explicit(&is_registered[op], true, memory_order_release);
+  } else if (row->host != host || row->describe != describe || row->hold != hold) {
+    snprintf(err, errlen, "rt_extern_register: %s already has another runner", graph_ops[op].name);
+    st = KILN_ERR_ARG;
+  }
+  pthread_mutex_unlock(&register_lock);
+  return st;
 }
 
 /* Host data of each input: its buffer, or a host copy of it (staged[i],
@@ -162,7 +180,10 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   }
   const extern_impl *x = impl_of(n->op);
   if (!x) {
-    snprintf(err, errlen, "op %s has no extern implementation", graph_ops[n->op].name);
+    snprintf(err, errlen,
+             "extern op %s has no runner: none was registered (rt_extern_register; the collectives register "
+             "theirs at kiln_dist_init)",
+             graph_ops[n->op].name);
     return KILN_ERR_UNSUPPORTED;
   }
   graph_buffer *out = NULL;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_emu_run.h"
 #include "device.h"
 #include "rt_internal.h"
 
@@ -147,7 +148,7 @@ static int build(const kir_kernel *k, int path, const unsigned char *key, size_t
                  int64_t *load_ns, char *err, size_t errlen) {
   if (path != PATH_LLVM && rt_debug_level() >= 4) debug_cuda_source(k);
   if (path == PATH_DEVICE) return rt_device_kernel_load(k, &e->dev, err, errlen);
-  int st = path == PATH_EMU ? cuda_emu_compile(k, &e->fn, err, errlen) : KILN_OK;
+  int st = path == PATH_EMU ? cuda_emu_compile(k, &rt_cuda_emu_launcher, &e->fn, err, errlen) : KILN_OK;
   if (st == KILN_OK && !e->fn) {
     char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
     char **want_ir = rt_debug_level() >= 4 ? &ir : NULL;

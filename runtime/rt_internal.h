@@ -197,7 +197,7 @@ bool rt_cublas_can_run(const graph_node *n);
 /** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
  *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */
 int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
-/** The ARGSORT and MODE extern ops (sort.c): in[0] the host data of the
+/** The ARGSORT and MODE extern ops (sort_loops.c): in[0] the host data of the
  *  input's buffer, out a fresh buffer of n's numel (I64). KILN_ERR_OOM
  *  when a row's scratch cannot be allocated. */
 int rt_sort_argsort(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
@@ -216,7 +216,7 @@ int64_t rt_alloc_cached_bytes(void);
  *  to the environment's value. For tests. */
 void rt_alloc_set_cache_limit(int64_t bytes);
 
-/* ---- profiler records (profile.c) ---- */
+/* ---- profiler records (profiler.c) ---- */
 /** True between rt_profile_begin and rt_profile_end (one relaxed load). */
 bool rt_profiling(void);
 /** CLOCK_MONOTONIC in nanoseconds. */

@@ -193,7 +193,7 @@ typedef enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN } red_kind;
 
 /* Launches so far of kernels whose blocks share reductions (the
  * cooperative form): each test below asserts it ran some. */
-static int64_t cooperative(void) { return cuda_emu_cooperative_launches(); }
+static int64_t cooperative(void) { return rt_cuda_emu_cooperative_launches(); }
 
 /* The reference reduction of each row of v [ROWS, len] in double. */
 static void row_reference(red_kind r, const double *v, int64_t len, double *want) {
@@ -485,7 +485,7 @@ static void chunk_of_rows(void **state) {
   kir_end(&k, r);
   cuda_emu_fn fn = NULL;
   char err[4096];
-  if (cuda_emu_compile(&k, &fn, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  if (cuda_emu_compile(&k, &rt_cuda_emu_launcher, &fn, err, sizeof err) != KILN_OK) fail_msg("%s", err);
   double x[600], o[6] = {-1, -1, -1, -1, -1, -1};
   for (int i = 0; i < 600; i++) x[i] = i;
   void *bufs[] = {o, x};
@@ -515,7 +515,7 @@ static void vector_form_hand_built(void **state) {
     build_flat(&k, n);
     cuda_emu_fn fn = NULL;
     char err[4096];
-    if (cuda_emu_compile(&k, &fn, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+    if (cuda_emu_compile(&k, &rt_cuda_emu_launcher, &fn, err, sizeof err) != KILN_OK) fail_msg("%s", err);
     size_t cap = ((size_t)n + 16 + 15) / 16 * 16; /* aligned_alloc: a multiple of the alignment */
     float *a = aligned_alloc(64, cap * 4), *out = aligned_alloc(64, cap * 4);
     int32_t *q = aligned_alloc(64, cap * 4);
@@ -635,16 +635,16 @@ typedef struct emu_probe {
 static void probe_thread(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block) {
   emu_probe *p = ctx;
   p->shared[t] = (int)t * 10;
-  cuda_emu_launcher.sync();
+  rt_cuda_emu_launcher.sync();
   unsigned next = (t + 1) % block, lane = t & 31u;
   if (p->shared[next] != (int)next * 10) p->order_ok = false;
-  p->down[t] = cuda_emu_launcher.shfl(0xffffffffu, t, lane + 1 < 32 ? lane + 1 : lane); /* __shfl_down_sync(.., 1) */
-  p->xor5[t] = cuda_emu_launcher.shfl(0xffffffffu, 1000 + t, lane ^ 5u);                /* __shfl_xor_sync(.., 5) */
+  p->down[t] = rt_cuda_emu_launcher.shfl(0xffffffffu, t, lane + 1 < 32 ? lane + 1 : lane); /* __shfl_down_sync(.., 1) */
+  p->xor5[t] = rt_cuda_emu_launcher.shfl(0xffffffffu, 1000 + t, lane ^ 5u);                /* __shfl_xor_sync(.., 5) */
 }
 
 /* Threads 0..31 wait at a barrier that 32..63 never reach. */
 static void divergent_barrier(void *ctx, unsigned b, unsigned t, unsigned grid, unsigned block) {
-  if (t < 32) cuda_emu_launcher.sync();
+  if (t < 32) rt_cuda_emu_launcher.sync();
 }
 
 /* Runs fn as a 64-thread block (kind) in a child process; returns what it
@@ -656,7 +656,7 @@ static bool child_aborts(cuda_emu_thread_fn fn, int kind, char *msg, size_t len)
   assert_true(pid >= 0);
   if (pid == 0) {
     dup2(fd[1], 2);
-    cuda_emu_launcher.launch(kind, 0, 64, 0, 0, fn, NULL);
+    rt_cuda_emu_launcher.launch(kind, 0, 64, 0, 0, fn, NULL);
     _exit(0);
   }
   close(fd[1]);
@@ -674,7 +674,7 @@ static bool child_aborts(cuda_emu_thread_fn fn, int kind, char *msg, size_t len)
 static void emulated_block_semantics(void **state) {
   use_emu();
   emu_probe p = {.order_ok = true};
-  cuda_emu_launcher.launch(CUDA_LAUNCH_ONE_BLOCK, 0, 64, 0, 0, probe_thread, &p);
+  rt_cuda_emu_launcher.launch(CUDA_LAUNCH_ONE_BLOCK, 0, 64, 0, 0, probe_thread, &p);
   assert_true(p.order_ok);
   for (unsigned t = 0; t < 64; t++) {
     unsigned lane = t & 31u, base = t - lane;

@@ -1,14 +1,14 @@
 /*
- * test_cuda_runtime.c — the CUDA driver loader (codegen_cuda/cuda_driver.c)
+ * test_cuda_runtime.c — the CUDA driver loader (runtime/cuda_driver.c)
  * and backend selection (runtime/backend.c): without a device every CUDA
  * request is a clean KILN_ERR_DEVICE "no CUDA device: <why>", never a crash
  * and never a silent run on the CPU; a missing libcuda (KILN_CUDA_LIB at a
  * nonexistent path) and the toolkit's stub libcuda (its cuInit fails) are
  * both "no CUDA"; "llvm" keeps working. Tests that need a real GPU run
- * only when cuda_device_available() is true and skip with the reason
+ * only when rt_cuda_device_available() is true and skip with the reason
  * otherwise (fail under KILN_TEST_EXPECT_DEVICE=1, cuda_test_util.h): the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
- * (codegen_cuda/cuda_launch.c); CUDA tensors moved there and back through
+ * (runtime/cuda_launch.c); CUDA tensors moved there and back through
  * the runtime (runtime/device.c) with the caching allocator's reuse; under
  * the fake driver, a GPU newer than NVRTC gets a PTX kernel.
  */
@@ -52,8 +52,8 @@ static int reset(void **state) {
   else unsetenv("KILN_CUDA_LIB");
   if (initial_cublas_lib) setenv("KILN_CUBLAS_LIB", initial_cublas_lib, 1);
   else unsetenv("KILN_CUBLAS_LIB");
-  cuda_blas_shutdown();
-  cuda_driver_set_search_list(NULL);
+  rt_cuda_blas_shutdown();
+  rt_cuda_driver_set_search_list(NULL);
   rt_backend_reset();
   kiln_clear_error();
   return 0;
@@ -73,7 +73,7 @@ static kiln_tensor *affine_ones(int64_t n, double mul, double add) {
  * under KILN_TEST_EXPECT_DEVICE=1: cuda_test_util.h). */
 static void require_device(void) {
   char why[1024], msg[1100];
-  if (cuda_device_available(why, sizeof why)) return;
+  if (rt_cuda_device_available(why, sizeof why)) return;
   snprintf(msg, sizeof msg, "no CUDA device: %s", why);
   skip_without_device(msg);
 }
@@ -87,12 +87,12 @@ static void require_device_and_nvrtc(void) {
 static void missing_libcuda_is_no_device(void **state) {
   (void)state;
   setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
-  cuda_driver_shutdown(); /* read KILN_CUDA_LIB again */
+  rt_cuda_driver_shutdown(); /* read KILN_CUDA_LIB again */
   char why[1024] = "";
-  assert_false(cuda_device_available(why, sizeof why));
+  assert_false(rt_cuda_device_available(why, sizeof why));
   assert_non_null(strstr(why, "libcuda not found"));
   assert_non_null(strstr(why, "/nonexistent/libcuda.so.1"));
-  assert_null(cuda_driver(NULL));
+  assert_null(rt_cuda_driver(NULL));
 
   assert_int_equal(kiln_set_backend("cuda"), KILN_ERR_DEVICE);
   expect_error(KILN_ERR_DEVICE, "kiln_set_backend", "no CUDA device: libcuda not found", NULL);
@@ -105,9 +105,9 @@ static void missing_libcuda_is_no_device(void **state) {
 /* The same through the search list a test can set. */
 static void search_list_without_libcuda(void **state) {
   (void)state;
-  cuda_driver_set_search_list(missing_lib);
+  rt_cuda_driver_set_search_list(missing_lib);
   char why[1024] = "";
-  assert_false(cuda_device_available(why, sizeof why));
+  assert_false(rt_cuda_device_available(why, sizeof why));
   assert_non_null(strstr(why, "libcuda not found (tried /nonexistent/libcuda.so.1"));
 }
 
@@ -120,9 +120,9 @@ static void stub_libcuda_cuinit_fails(void **state) {
     skip();
   }
   setenv("KILN_CUDA_LIB", STUB_LIB, 1);
-  cuda_driver_shutdown();
+  rt_cuda_driver_shutdown();
   char why[1024] = "";
-  assert_false(cuda_device_available(why, sizeof why));
+  assert_false(rt_cuda_device_available(why, sizeof why));
   if (!strstr(why, "cuInit failed: CUDA_ERROR_")) fail_msg("unexpected reason: %s", why);
   assert_int_equal(kiln_set_backend("cuda"), KILN_ERR_DEVICE);
   expect_error(KILN_ERR_DEVICE, "kiln_set_backend", "no CUDA device: cuInit failed", NULL);
@@ -134,7 +134,7 @@ static void stub_libcuda_cuinit_fails(void **state) {
 static void set_backend_errors(void **state) {
   (void)state;
   char why[1024] = "";
-  bool have = cuda_device_available(why, sizeof why);
+  bool have = rt_cuda_device_available(why, sizeof why);
   int st = kiln_set_backend("cuda");
   if (have) {
     assert_int_equal(st, KILN_OK); /* CUDA tensors run on the device, CPU tensors still on LLVM */
@@ -166,7 +166,7 @@ static void set_backend_errors(void **state) {
 static void env_backend_cuda_without_device_fails_at_realize(void **state) {
   (void)state;
   setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
-  cuda_driver_shutdown();
+  rt_cuda_driver_shutdown();
   setenv("KILN_BACKEND", "cuda", 1);
   kiln_tensor *x = affine_ones(4, 1.0, 1.0);
   assert_non_null(x);
@@ -201,7 +201,7 @@ static void missing_nvrtc_does_not_affect_backend_selection(void **state) {
   static const char *const no_nvrtc[] = {"/nonexistent/libnvrtc.so", NULL};
   cuda_nvrtc_set_search_list(no_nvrtc);
   setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
-  cuda_driver_shutdown();
+  rt_cuda_driver_shutdown();
   assert_int_equal(kiln_set_backend("cuda"), KILN_ERR_DEVICE);
   expect_error(KILN_ERR_DEVICE, "no CUDA device: libcuda not found", NULL);
   assert_int_equal(kiln_set_backend("llvm"), KILN_OK);
@@ -216,8 +216,8 @@ static void missing_nvrtc_does_not_affect_backend_selection(void **state) {
 static void device_is_described(void **state) {
   (void)state;
   require_device();
-  cuda_device_info info;
-  const cuda_driver_api *api = cuda_driver(&info);
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = rt_cuda_driver(&info);
   assert_non_null(api);
   assert_true(info.count >= 1);
   assert_true(info.cc_major >= 3);
@@ -228,8 +228,8 @@ static void device_is_described(void **state) {
 static void device_round_trip(void **state) {
   (void)state;
   require_device();
-  cuda_device_info info;
-  const cuda_driver_api *api = cuda_driver(&info);
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = rt_cuda_driver(&info);
   cu_context ctx = NULL;
   assert_int_equal(api->primary_ctx_retain(&ctx, info.device), CUDA_SUCCESS);
   assert_int_equal(api->ctx_set_current(ctx), CUDA_SUCCESS);
@@ -258,20 +258,20 @@ static void build_affine(kir_kernel *k, int64_t n) {
 static void launch_layer_without_device(void **state) {
   (void)state;
   setenv("KILN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
-  cuda_driver_shutdown();
+  rt_cuda_driver_shutdown();
   char err[1024] = "";
   cu_deviceptr p = 1;
-  assert_int_equal(cuda_buffer_alloc(64, &p, err, sizeof err), KILN_ERR_DEVICE);
+  assert_int_equal(rt_cuda_buffer_alloc(64, &p, err, sizeof err), KILN_ERR_DEVICE);
   assert_true(p == 0);
   assert_non_null(strstr(err, "no CUDA device: libcuda not found"));
   kir_kernel k;
   build_affine(&k, 8);
-  cuda_kernel ck;
+  rt_cuda_kernel ck;
   err[0] = 0;
-  assert_int_equal(cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_DEVICE);
+  assert_int_equal(rt_cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_DEVICE);
   assert_non_null(strstr(err, "no CUDA device"));
   kir_free(&k);
-  cuda_buffer_free(0);
+  rt_cuda_buffer_free(0);
 }
 
 /* Needs a device (the fake driver will do: no kernel runs): CUDA tensors
@@ -351,8 +351,8 @@ static void device_tensors_copy_and_reuse(void **state) {
 static void device_kernel_on_cuda_tensor(void **state) {
   (void)state;
   require_device_and_nvrtc();
-  cuda_device_info info;
-  assert_non_null(cuda_driver(&info));
+  rt_cuda_device_info info;
+  assert_non_null(rt_cuda_driver(&info));
   bool fake = strcmp(info.name, "Fake GPU") == 0;
   assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
   kiln_scope_begin();
@@ -386,23 +386,23 @@ static void device_elementwise_kernel(void **state) {
   for (int i = 0; i < N; i++) in[i] = (float)i - 300.0f, out[i] = 0;
   kir_kernel k;
   build_affine(&k, N);
-  cuda_kernel ck;
+  rt_cuda_kernel ck;
   char err[4096];
-  int st = cuda_kernel_load(&k, &ck, err, sizeof err);
+  int st = rt_cuda_kernel_load(&k, &ck, err, sizeof err);
   if (st != KILN_OK) fail_msg("%s", err);
   cu_deviceptr bufs[2];
-  assert_int_equal(cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
-  assert_int_equal(cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
-  assert_int_equal(cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
   float ms = -1;
-  st = cuda_kernel_launch(&ck, bufs, 2, 0, N, &ms, err, sizeof err);
+  st = rt_cuda_kernel_launch(&ck, bufs, 2, 0, N, &ms, err, sizeof err);
   if (st != KILN_OK) fail_msg("%s", err);
   assert_true(ms >= 0);
-  assert_int_equal(cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
   for (int i = 0; i < N; i++) assert_float_equal(out[i], in[i] * 2 + 1, 0);
-  cuda_buffer_free(bufs[0]);
-  cuda_buffer_free(bufs[1]);
-  cuda_kernel_unload(&ck);
+  rt_cuda_buffer_free(bufs[0]);
+  rt_cuda_buffer_free(bufs[1]);
+  rt_cuda_kernel_unload(&ck);
   kir_free(&k);
 }
 
@@ -433,19 +433,19 @@ static void fake_rejects_other_arguments(void **state) {
   enum { N = 640 };
   kir_kernel k;
   build_affine(&k, N);
-  cuda_kernel ck;
+  rt_cuda_kernel ck;
   char err[4096];
-  if (cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  if (rt_cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
   cu_deviceptr bufs[4];
-  assert_int_equal(cuda_buffer_alloc(N * sizeof(float), &bufs[0], err, sizeof err), KILN_OK);
-  assert_int_equal(cuda_buffer_alloc(N * sizeof(float), &bufs[1], err, sizeof err), KILN_OK);
-  assert_int_equal(cuda_buffer_alloc(2 * N, &bufs[2], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(N * sizeof(float), &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(N * sizeof(float), &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(2 * N, &bufs[2], err, sizeof err), KILN_OK);
   bufs[3] = bufs[2] + N;
   ck.n_params = 4;
-  assert_int_equal(cuda_kernel_launch(&ck, bufs, 4, 0, N, NULL, err, sizeof err), KILN_ERR_DEVICE);
+  assert_int_equal(rt_cuda_kernel_launch(&ck, bufs, 4, 0, N, NULL, err, sizeof err), KILN_ERR_DEVICE);
   assert_non_null(strstr(err, "cuLaunchKernel: CUDA_ERROR_INVALID_VALUE"));
-  for (int i = 0; i < 3; i++) cuda_buffer_free(bufs[i]);
-  cuda_kernel_unload(&ck);
+  for (int i = 0; i < 3; i++) rt_cuda_buffer_free(bufs[i]);
+  rt_cuda_kernel_unload(&ck);
   kir_free(&k);
 }
 
@@ -457,20 +457,20 @@ static void load_and_run_affine(char *arch, size_t len) {
   for (int i = 0; i < N; i++) in[i] = (float)i * 0.25f - 9, out[i] = 0;
   kir_kernel k;
   build_affine(&k, N);
-  cuda_kernel ck;
+  rt_cuda_kernel ck;
   char err[4096];
-  if (cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  if (rt_cuda_kernel_load(&k, &ck, err, sizeof err) != KILN_OK) fail_msg("%s", err);
   snprintf(arch, len, "%s", ck.arch);
   cu_deviceptr bufs[2];
-  assert_int_equal(cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
-  assert_int_equal(cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
-  assert_int_equal(cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
-  if (cuda_kernel_launch(&ck, bufs, 2, 0, N, NULL, err, sizeof err) != KILN_OK) fail_msg("%s", err);
-  assert_int_equal(cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(sizeof out, &bufs[0], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_buffer_alloc(sizeof in, &bufs[1], err, sizeof err), KILN_OK);
+  assert_int_equal(rt_cuda_copy_to_device(bufs[1], in, sizeof in, err, sizeof err), KILN_OK);
+  if (rt_cuda_kernel_launch(&ck, bufs, 2, 0, N, NULL, err, sizeof err) != KILN_OK) fail_msg("%s", err);
+  assert_int_equal(rt_cuda_copy_to_host(out, bufs[0], sizeof out, err, sizeof err), KILN_OK);
   for (int i = 0; i < N; i++) assert_float_equal(out[i], in[i] * 2 + 1, 0);
-  cuda_buffer_free(bufs[0]);
-  cuda_buffer_free(bufs[1]);
-  cuda_kernel_unload(&ck);
+  rt_cuda_buffer_free(bufs[0]);
+  rt_cuda_buffer_free(bufs[1]);
+  rt_cuda_kernel_unload(&ck);
   kir_free(&k);
 }
 
@@ -498,9 +498,9 @@ static void device_kernel_ptx_fallback(void **state) {
   assert_int_equal(ptx1, ptx0);
 
   setenv("KILN_FAKE_CUDA_CC", "99", 1);
-  cuda_driver_shutdown(); /* probe again: the device is now 9.9 */
-  cuda_device_info info;
-  assert_non_null(cuda_driver(&info));
+  rt_cuda_driver_shutdown(); /* probe again: the device is now 9.9 */
+  rt_cuda_device_info info;
+  assert_non_null(rt_cuda_driver(&info));
   assert_int_equal(info.cc_major * 10 + info.cc_minor, 99);
   load_and_run_affine(arch, sizeof arch);
   if (strncmp(arch, "compute_", 8) != 0) fail_msg("expected a PTX target for sm_99, got %s", arch);
@@ -515,11 +515,11 @@ static void device_kernel_ptx_fallback(void **state) {
   print_message("sm_99 device: NVRTC PTX for %s (.target %s)\n", arch, target);
 
   setenv("KILN_FAKE_CUDA_CC", "10", 1);
-  cuda_driver_shutdown(); /* 1.0: older than anything NVRTC knows */
+  rt_cuda_driver_shutdown(); /* 1.0: older than anything NVRTC knows */
   kir_kernel k;
   build_affine(&k, 8);
-  cuda_kernel ck;
-  assert_int_equal(cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_UNSUPPORTED);
+  rt_cuda_kernel ck;
+  assert_int_equal(rt_cuda_kernel_load(&k, &ck, err, sizeof err), KILN_ERR_UNSUPPORTED);
   assert_non_null(strstr(err, "knows no architecture at or below the device's sm_10"));
   kir_free(&k);
 }
@@ -605,7 +605,7 @@ static void device_matmul_through_cublas(void **state) {
   require_device();
   char why[1024];
   assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
-  if (!cuda_blas_available(why, sizeof why)) {
+  if (!rt_cuda_blas_available(why, sizeof why)) {
     if (initial_cublas_lib) fail_msg("KILN_CUBLAS_LIB is set, but no cuBLAS: %s", why);
     print_message("skipped: no cuBLAS: %s\n", why);
     skip();
@@ -662,13 +662,13 @@ static void device_matmul_without_cublas_is_a_kernel(void **state) {
   require_device();
   char why[1024];
   setenv("KILN_CUBLAS_LIB", "/nonexistent/libcublas.so", 1);
-  cuda_blas_shutdown();
+  rt_cuda_blas_shutdown();
   assert_int_equal(kiln_set_backend("cuda"), KILN_OK);
-  assert_false(cuda_blas_available(why, sizeof why));
+  assert_false(rt_cuda_blas_available(why, sizeof why));
   assert_non_null(strstr(why, "libcublas not found (tried /nonexistent/libcublas.so"));
   cublas_counts before = cublas_now();
-  cuda_device_info info;
-  assert_non_null(cuda_driver(&info));
+  rt_cuda_device_info info;
+  assert_non_null(rt_cuda_driver(&info));
   kiln_scope_begin();
   kiln_tensor *a = host_values(KILN_F32, 2, (int64_t[]){2, 3}, 1), *b = host_values(KILN_F32, 2, (int64_t[]){3, 2}, 2);
   kiln_tensor *p = kiln_matmul(kiln_to_device(a, KILN_CUDA), kiln_to_device(b, KILN_CUDA));

@@ -49,7 +49,8 @@ int rt_dist_group_count(void);
 int rt_dist_split(struct kiln_group *g, int color, int key, struct kiln_group **out, char *err, size_t errlen);
 
 /** The extern host function of ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER,
- *  BROADCAST, SEND and RECV (extern.c's table): in[0] the packed input
+ *  BROADCAST, SEND and RECV, which rt_dist_init registers with the
+ *  runtime (rt_extern_register, runtime.h): in[0] the packed input
  *  (contiguous from its view's offset), out the result buffer. Checks
  *  first that every rank issues the same collective (op, dtype, sizes,
  *  root): a disagreement is KILN_ERR_SHAPE on every rank naming both. */

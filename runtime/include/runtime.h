@@ -1,8 +1,9 @@
 /*
  * runtime.h — what the layers above the runtime (api/ and up) may call:
  * forcing pending nodes, choosing the backend and thread count, device
- * memory reads, BLAS capability queries for matmul recording, the
- * profiler's records and the Graphviz dump. The runtime's own files share
+ * memory reads, BLAS capability queries for matmul recording, runners of
+ * extern ops defined above the runtime, the profiler's records and the
+ * Graphviz dump. The runtime's own files share
  * rt_internal.h, which also sees the passes and code generators; nothing
  * here exposes them.
  */
@@ -58,10 +59,35 @@ int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64
  *  ops/linalg.c). */
 bool rt_blas_view_needs_copy(const graph_view *v);
 /** True when KILN_CUDA products can go to cuBLAS: the real device (not
- *  cuda-emu) and cuda_blas_available. Loads cuBLAS on first use. */
+ *  cuda-emu) and rt_cuda_blas_available. Loads cuBLAS on first use. */
 bool rt_cublas_ready(void);
 
-/* ------------------------------------------------- profiler (profile.c) */
+/* ------------------------------------------------- extern ops (extern.c) */
+
+/** Runs an extern op (graph/ops.def kind EXTERN) on host memory: in[i]
+ *  is the host data of input i's buffer (its view's offset not applied;
+ *  an input on KILN_CUDA is copied to the host first), out a fresh host
+ *  buffer of n->numel elements of n->dtype (uploaded afterwards when n is
+ *  on KILN_CUDA). Returns KILN_OK or a negative kiln_status with the
+ *  message in err. */
+typedef int (*rt_extern_fn)(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** Fills the profiler record r of one run of n (r->run_ns is set
+ *  already; the name goes into name [len], which the caller keeps while
+ *  it uses r). on_device: it ran on device memory, not on host copies. */
+typedef void (*rt_extern_describe_fn)(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name,
+                                      size_t len);
+/** Makes `host` the runner of extern op `op`, its profiler record from
+ *  `describe`; with `hold` it runs under rt_pool_hold (idle pool workers
+ *  sleep meanwhile: for a library whose own threads or peer processes
+ *  need the cores). Until an op has a runner, forcing it fails with
+ *  KILN_ERR_UNSUPPORTED. Thread-safe; registering the same runner again
+ *  does nothing. KILN_ERR_ARG (message in err) for an op not of kind
+ *  EXTERN, one built into the runtime (MATMUL, ARGSORT, MODE), a NULL
+ *  function, or an op that already has another runner. */
+int rt_extern_register(graph_op op, rt_extern_fn host, rt_extern_describe_fn describe, bool hold, char *err,
+                       size_t errlen);
+
+/* ------------------------------------------------- profiler (profiler.c) */
 
 /** kiln_profile_begin/_end: start (clearing the old records) and stop
  *  recording every kernel run on any thread. */

@@ -13,8 +13,8 @@
  * cuInit(0) succeeds and cuDeviceGetCount reports at least one device. Any
  * cuInit failure means "no CUDA", whatever its code. The outcome — entry
  * points, device 0's name and compute capability, or why there is no
- * device — is kept until cuda_driver_shutdown or a test's
- * cuda_driver_set_search_list. The library stays mapped once opened: a
+ * device — is kept until rt_cuda_driver_shutdown or a test's
+ * rt_cuda_driver_set_search_list. The library stays mapped once opened: a
  * driver that ran cuInit has threads and state that must not be unmapped.
  *
  * The types and function signatures below are written from NVIDIA's
@@ -37,8 +37,8 @@ static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   bool tried, ok;
   void *handle;
-  cuda_driver_api api;
-  cuda_device_info dev;
+  rt_cuda_driver_api api;
+  rt_cuda_device_info dev;
   char why[1024]; /* why there is no device */
 } g;
 
@@ -48,31 +48,31 @@ static const char *const *search_list = default_names;
 /* Resolves every entry point; false (with g.why) if one is missing. */
 static bool resolve(void *h, const char *lib) {
   static const cuda_dl_sym syms[] = {
-      {"cuGetErrorName", offsetof(cuda_driver_api, get_error_name)},
-      {"cuGetErrorString", offsetof(cuda_driver_api, get_error_string)},
-      {"cuInit", offsetof(cuda_driver_api, init)},
-      {"cuDriverGetVersion", offsetof(cuda_driver_api, driver_get_version)},
-      {"cuDeviceGetCount", offsetof(cuda_driver_api, device_get_count)},
-      {"cuDeviceGet", offsetof(cuda_driver_api, device_get)},
-      {"cuDeviceGetName", offsetof(cuda_driver_api, device_get_name)},
-      {"cuDeviceGetAttribute", offsetof(cuda_driver_api, device_get_attribute)},
-      {"cuDevicePrimaryCtxRetain", offsetof(cuda_driver_api, primary_ctx_retain)},
-      {"cuCtxSetCurrent", offsetof(cuda_driver_api, ctx_set_current)},
-      {"cuModuleLoadData", offsetof(cuda_driver_api, module_load_data)},
-      {"cuModuleUnload", offsetof(cuda_driver_api, module_unload)},
-      {"cuModuleGetFunction", offsetof(cuda_driver_api, module_get_function)},
-      {"cuLaunchKernel", offsetof(cuda_driver_api, launch_kernel)},
-      {"cuMemAlloc_v2", offsetof(cuda_driver_api, mem_alloc)},
-      {"cuMemFree_v2", offsetof(cuda_driver_api, mem_free)},
-      {"cuMemcpyHtoD_v2", offsetof(cuda_driver_api, memcpy_htod)},
-      {"cuMemcpyDtoH_v2", offsetof(cuda_driver_api, memcpy_dtoh)},
-      {"cuMemcpyDtoD_v2", offsetof(cuda_driver_api, memcpy_dtod)},
-      {"cuStreamCreate", offsetof(cuda_driver_api, stream_create)},
-      {"cuStreamSynchronize", offsetof(cuda_driver_api, stream_synchronize)},
-      {"cuEventCreate", offsetof(cuda_driver_api, event_create)},
-      {"cuEventRecord", offsetof(cuda_driver_api, event_record)},
-      {"cuEventSynchronize", offsetof(cuda_driver_api, event_synchronize)},
-      {"cuEventElapsedTime", offsetof(cuda_driver_api, event_elapsed_time)},
+      {"cuGetErrorName", offsetof(rt_cuda_driver_api, get_error_name)},
+      {"cuGetErrorString", offsetof(rt_cuda_driver_api, get_error_string)},
+      {"cuInit", offsetof(rt_cuda_driver_api, init)},
+      {"cuDriverGetVersion", offsetof(rt_cuda_driver_api, driver_get_version)},
+      {"cuDeviceGetCount", offsetof(rt_cuda_driver_api, device_get_count)},
+      {"cuDeviceGet", offsetof(rt_cuda_driver_api, device_get)},
+      {"cuDeviceGetName", offsetof(rt_cuda_driver_api, device_get_name)},
+      {"cuDeviceGetAttribute", offsetof(rt_cuda_driver_api, device_get_attribute)},
+      {"cuDevicePrimaryCtxRetain", offsetof(rt_cuda_driver_api, primary_ctx_retain)},
+      {"cuCtxSetCurrent", offsetof(rt_cuda_driver_api, ctx_set_current)},
+      {"cuModuleLoadData", offsetof(rt_cuda_driver_api, module_load_data)},
+      {"cuModuleUnload", offsetof(rt_cuda_driver_api, module_unload)},
+      {"cuModuleGetFunction", offsetof(rt_cuda_driver_api, module_get_function)},
+      {"cuLaunchKernel", offsetof(rt_cuda_driver_api, launch_kernel)},
+      {"cuMemAlloc_v2", offsetof(rt_cuda_driver_api, mem_alloc)},
+      {"cuMemFree_v2", offsetof(rt_cuda_driver_api, mem_free)},
+      {"cuMemcpyHtoD_v2", offsetof(rt_cuda_driver_api, memcpy_htod)},
+      {"cuMemcpyDtoH_v2", offsetof(rt_cuda_driver_api, memcpy_dtoh)},
+      {"cuMemcpyDtoD_v2", offsetof(rt_cuda_driver_api, memcpy_dtod)},
+      {"cuStreamCreate", offsetof(rt_cuda_driver_api, stream_create)},
+      {"cuStreamSynchronize", offsetof(rt_cuda_driver_api, stream_synchronize)},
+      {"cuEventCreate", offsetof(rt_cuda_driver_api, event_create)},
+      {"cuEventRecord", offsetof(rt_cuda_driver_api, event_record)},
+      {"cuEventSynchronize", offsetof(rt_cuda_driver_api, event_synchronize)},
+      {"cuEventElapsedTime", offsetof(rt_cuda_driver_api, event_elapsed_time)},
   };
   const char *missing = cuda_dl_resolve(h, syms, sizeof syms / sizeof syms[0], &g.api);
   if (missing) snprintf(g.why, sizeof g.why, "libcuda not usable: %s has no symbol %s", lib, missing);
@@ -114,7 +114,7 @@ static void describe(cu_result r, char *out, size_t len) {
   else snprintf(out, len, "CUresult %d", (int)r);
 }
 
-const char *cuda_driver_error(cu_result r, char *buf, size_t len) {
+const char *rt_cuda_driver_error(cu_result r, char *buf, size_t len) {
   if (!g.ok) snprintf(buf, len, "CUresult %d", (int)r);
   else describe(r, buf, len);
   return buf;
@@ -186,7 +186,7 @@ static void load(void) {
   probe();
 }
 
-bool cuda_device_available(char *why, size_t len) {
+bool rt_cuda_device_available(char *why, size_t len) {
   pthread_mutex_lock(&load_lock);
   load();
   bool ok = g.ok;
@@ -195,10 +195,10 @@ bool cuda_device_available(char *why, size_t len) {
   return ok;
 }
 
-const cuda_driver_api *cuda_driver(cuda_device_info *info) {
+const rt_cuda_driver_api *rt_cuda_driver(rt_cuda_device_info *info) {
   pthread_mutex_lock(&load_lock);
   load();
-  const cuda_driver_api *api = g.ok ? &g.api : NULL;
+  const rt_cuda_driver_api *api = g.ok ? &g.api : NULL;
   if (api && info) *info = g.dev;
   pthread_mutex_unlock(&load_lock);
   return api;
@@ -207,14 +207,14 @@ const cuda_driver_api *cuda_driver(cuda_device_info *info) {
 /* Forgets the outcome without dlclose (see the header comment). */
 static void unload(void) { memset(&g, 0, sizeof g); }
 
-void cuda_driver_set_search_list(const char *const *names) {
+void rt_cuda_driver_set_search_list(const char *const *names) {
   pthread_mutex_lock(&load_lock);
   unload();
   search_list = names ? names : default_names;
   pthread_mutex_unlock(&load_lock);
 }
 
-void cuda_driver_shutdown(void) {
+void rt_cuda_driver_shutdown(void) {
   pthread_mutex_lock(&load_lock);
   unload();
   pthread_mutex_unlock(&load_lock);

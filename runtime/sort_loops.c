@@ -1,5 +1,5 @@
 /*
- * sort.c — the ARGSORT and MODE extern ops: plain C loops over realized
+ * sort_loops.c — the ARGSORT and MODE extern ops: plain C loops over realized
  * buffers, run by rt_run_extern (extern.c). Everything the API builds on
  * them (sort values, topk, kthvalue, median, unique) is a lazy GATHER or
  * narrow of their I64 result (ops/sort.c).

@@ -1,5 +1,5 @@
 /*
- * profile.c — what the profiler keeps: one record per kernel run (the
+ * profiler.c — what the profiler keeps: one record per kernel run (the
  * public kiln_kernel_record), plus timed events for the trace file — the
  * run itself on the launching thread, one chunk per pool thread it used,
  * and each compile on the thread that compiled.

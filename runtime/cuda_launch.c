@@ -6,8 +6,8 @@
  * knows, when the GPU is newer than NVRTC) and loaded with
  * cuModuleLoadData, and a launch timed with CUDA events.
  *
- * This is the device half of the backend: runtime/device.c routes
- * KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
+ * This is the device half of the CUDA backend (the CUDA C comes from
+ * codegen_cuda/): device.c routes KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
  * caching allocator; these buffers are plain cuMemAlloc/cuMemFree.
  *
  * Launch geometry is the printer's launch rule (cuda_kernel_launch_rule in
@@ -45,18 +45,18 @@ static struct {
 static int check(cu_result r, const char *what, char *err, size_t errlen) {
   if (r == CUDA_SUCCESS) return KILN_OK;
   char buf[256];
-  snprintf(err, errlen, "%s: %s", what, cuda_driver_error(r, buf, sizeof buf));
+  snprintf(err, errlen, "%s: %s", what, rt_cuda_driver_error(r, buf, sizeof buf));
   return KILN_ERR_DEVICE;
 }
 
 /* The driver, with device 0's context current on this thread. */
-static const cuda_driver_api *ready(cuda_device_info *info, char *err, size_t errlen) {
+static const rt_cuda_driver_api *ready(rt_cuda_device_info *info, char *err, size_t errlen) {
   char why[1024];
-  if (!cuda_device_available(why, sizeof why)) {
+  if (!rt_cuda_device_available(why, sizeof why)) {
     snprintf(err, errlen, "no CUDA device: %s", why);
     return NULL;
   }
-  const cuda_driver_api *api = cuda_driver(info);
+  const rt_cuda_driver_api *api = rt_cuda_driver(info);
   if (!api) {
     snprintf(err, errlen, "no CUDA device: the driver was unloaded");
     return NULL;
@@ -77,10 +77,10 @@ static const cuda_driver_api *ready(cuda_device_info *info, char *err, size_t er
   return st == KILN_OK ? api : NULL;
 }
 
-int cuda_buffer_alloc(size_t bytes, cu_deviceptr *out, char *err, size_t errlen) {
+int rt_cuda_buffer_alloc(size_t bytes, cu_deviceptr *out, char *err, size_t errlen) {
   *out = 0;
-  cuda_device_info info;
-  const cuda_driver_api *api = ready(&info, err, errlen);
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
   cu_result r = api->mem_alloc(out, bytes ? bytes : 1);
   if (r == 2) { /* CUDA_ERROR_OUT_OF_MEMORY */
@@ -90,38 +90,38 @@ int cuda_buffer_alloc(size_t bytes, cu_deviceptr *out, char *err, size_t errlen)
   return check(r, "cuMemAlloc", err, errlen);
 }
 
-void cuda_buffer_free(cu_deviceptr p) {
-  const cuda_driver_api *api = cuda_driver(NULL);
+void rt_cuda_buffer_free(cu_deviceptr p) {
+  const rt_cuda_driver_api *api = rt_cuda_driver(NULL);
   if (api && p) api->mem_free(p);
 }
 
-int cuda_copy_to_device(cu_deviceptr dst, const void *src, size_t bytes, char *err, size_t errlen) {
-  cuda_device_info info;
-  const cuda_driver_api *api = ready(&info, err, errlen);
+int rt_cuda_copy_to_device(cu_deviceptr dst, const void *src, size_t bytes, char *err, size_t errlen) {
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
   return check(api->memcpy_htod(dst, src, bytes), "cuMemcpyHtoD", err, errlen);
 }
 
-int cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
-  cuda_device_info info;
-  const cuda_driver_api *api = ready(&info, err, errlen);
+int rt_cuda_copy_to_host(void *dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
   int st = check(api->stream_synchronize(dev.stream), "cuStreamSynchronize", err, errlen); /* kernels first */
   return st == KILN_OK ? check(api->memcpy_dtoh(dst, src, bytes), "cuMemcpyDtoH", err, errlen) : st;
 }
 
-int cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
-  cuda_device_info info;
-  const cuda_driver_api *api = ready(&info, err, errlen);
+int rt_cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, char *err, size_t errlen) {
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
   int st = check(api->stream_synchronize(dev.stream), "cuStreamSynchronize", err, errlen);
   return st == KILN_OK ? check(api->memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD", err, errlen) : st;
 }
 
-int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t errlen) {
+int rt_cuda_kernel_load(const kir_kernel *k, rt_cuda_kernel *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  cuda_device_info info;
-  const cuda_driver_api *api = ready(&info, err, errlen);
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
   char *src = NULL, *image = NULL;
   size_t image_len = 0;
@@ -139,24 +139,24 @@ int cuda_kernel_load(const kir_kernel *k, cuda_kernel *out, char *err, size_t er
   out->splittable = cuda_kernel_splittable(k);
   out->n_params = k->n_params;
   if (st == KILN_OK && cuda_kernel_launch_rule(k, &out->rule) != KILN_OK) {
-    snprintf(err, errlen, "cuda_kernel_load: out of memory planning the launch of %s", k->name);
+    snprintf(err, errlen, "rt_cuda_kernel_load: out of memory planning the launch of %s", k->name);
     st = KILN_ERR_OOM;
   }
   return st;
 }
 
-int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
+int rt_cuda_kernel_launch(const rt_cuda_kernel *ck, const cu_deviceptr *bufs, int n_bufs, int64_t start, int64_t end,
                        float *ms, char *err, size_t errlen) {
-  if (n_bufs != ck->n_params || n_bufs > CUDA_MAX_PARAMS) {
-    snprintf(err, errlen, "cuda_kernel_launch: %d buffers for a kernel of %d parameters", n_bufs, ck->n_params);
+  if (n_bufs != ck->n_params || n_bufs > RT_CUDA_MAX_PARAMS) {
+    snprintf(err, errlen, "rt_cuda_kernel_launch: %d buffers for a kernel of %d parameters", n_bufs, ck->n_params);
     return KILN_ERR_ARG;
   }
-  cuda_device_info info;
-  const cuda_driver_api *api = ready(&info, err, errlen);
+  rt_cuda_device_info info;
+  const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
-  cu_deviceptr ptrs[CUDA_MAX_PARAMS];
+  cu_deviceptr ptrs[RT_CUDA_MAX_PARAMS];
   long long lo = start, hi = end;
-  void *args[CUDA_MAX_PARAMS + 2];
+  void *args[RT_CUDA_MAX_PARAMS + 2];
   for (int i = 0; i < n_bufs; i++) ptrs[i] = bufs[i], args[i] = &ptrs[i];
   args[n_bufs] = &lo;
   args[n_bufs + 1] = &hi;
@@ -174,23 +174,23 @@ int cuda_kernel_launch(const cuda_kernel *ck, const cu_deviceptr *bufs, int n_bu
   return st;
 }
 
-void cuda_kernel_unload(cuda_kernel *ck) {
-  const cuda_driver_api *api = cuda_driver(NULL);
+void rt_cuda_kernel_unload(rt_cuda_kernel *ck) {
+  const rt_cuda_driver_api *api = rt_cuda_driver(NULL);
   if (api && ck->module) api->module_unload(ck->module);
   memset(ck, 0, sizeof *ck);
 }
 
 /* For libraries that enqueue work themselves (cuBLAS, cuda_blas.c). */
-int cuda_launch_stream(cu_stream *out, char *err, size_t errlen) {
-  cuda_device_info info;
+int rt_cuda_stream(cu_stream *out, char *err, size_t errlen) {
+  rt_cuda_device_info info;
   *out = NULL;
   if (!ready(&info, err, errlen)) return KILN_ERR_DEVICE;
   *out = dev.stream;
   return KILN_OK;
 }
 
-int cuda_launch_sync(cu_stream stream, char *err, size_t errlen) {
-  const cuda_driver_api *api = cuda_driver(NULL);
+int rt_cuda_sync(cu_stream stream, char *err, size_t errlen) {
+  const rt_cuda_driver_api *api = rt_cuda_driver(NULL);
   if (!api) {
     snprintf(err, errlen, "no CUDA device: the driver was unloaded");
     return KILN_ERR_DEVICE;

@@ -5,13 +5,13 @@
  *
  * Loading: libcublas.so.13, libcublas.so.12, libcublas.so — each through
  * the dynamic linker's path, then under /usr/local/cuda/lib64 and
- * /usr/local/cuda/targets/x86_64-linux/lib (as cuda_nvrtc.c does).
+ * /usr/local/cuda/targets/x86_64-linux/lib (as codegen_cuda/cuda_nvrtc.c does).
  * $KILN_CUBLAS_LIB, when set, is the only library tried. A missing
  * symbol, a failing cublasCreate_v2 or cublasSetStream_v2 means "no
  * cuBLAS" (the reason kept for KILN_DEBUG and tests), never an error.
  *
  * One handle, created on device 0's primary context with Kiln's stream
- * (cuda_launch.c) and kept until cuda_blas_shutdown; calls through it are
+ * (cuda_launch.c) and kept until rt_cuda_blas_shutdown; calls through it are
  * serialized by a mutex (a handle is not meant for concurrent use).
  * Signatures are from NVIDIA's documented cuBLAS API (cublasStatus_t an
  * int enum, CUBLAS_STATUS_SUCCESS = 0; cublasOperation_t N = 0, T = 1;
@@ -102,7 +102,7 @@ static void *try_open(const char *name, char *tried, size_t len) {
 /* Under lock: the handle on Kiln's stream. */
 static bool create_handle(void) {
   char err[1024];
-  if (cuda_launch_stream(&g.stream, err, sizeof err) != KILN_OK) {
+  if (rt_cuda_stream(&g.stream, err, sizeof err) != KILN_OK) {
     snprintf(g.why, sizeof g.why, "%s", err);
     return false;
   }
@@ -142,7 +142,7 @@ static void load(void) {
   g.ok = resolve(h, lib) && create_handle();
 }
 
-bool cuda_blas_available(char *why, size_t len) {
+bool rt_cuda_blas_available(char *why, size_t len) {
   pthread_mutex_lock(&lock);
   load();
   bool ok = g.ok;
@@ -152,7 +152,7 @@ bool cuda_blas_available(char *why, size_t len) {
 }
 
 /* Under lock: the call cuBLAS names for g->f64 and g->batch. */
-static cublas_status call(const cuda_gemm *c) {
+static cublas_status call(const rt_cuda_gemm *c) {
   int ta = c->trans_a ? 1 : 0, tb = c->trans_b ? 1 : 0; /* CUBLAS_OP_T : CUBLAS_OP_N */
   static const float one_f = 1, zero_f = 0;
   static const double one_d = 1, zero_d = 0;
@@ -167,9 +167,9 @@ static cublas_status call(const cuda_gemm *c) {
   return g.api.sgemm(g.handle, ta, tb, c->m, c->n, c->k, &one_f, a, c->lda, b, c->ldb, &zero_f, out, c->ldc);
 }
 
-int cuda_blas_gemm(const cuda_gemm *c, char *err, size_t errlen) {
+int rt_cuda_blas_gemm(const rt_cuda_gemm *c, char *err, size_t errlen) {
   char why[1024];
-  if (!cuda_blas_available(why, sizeof why)) {
+  if (!rt_cuda_blas_available(why, sizeof why)) {
     snprintf(err, errlen, "cuBLAS not available: %s", why);
     return KILN_ERR_DEVICE;
   }
@@ -182,10 +182,10 @@ int cuda_blas_gemm(const cuda_gemm *c, char *err, size_t errlen) {
              status_name(s), s);
     return KILN_ERR_DEVICE;
   }
-  return cuda_launch_sync(stream, err, errlen);
+  return rt_cuda_sync(stream, err, errlen);
 }
 
-void cuda_blas_shutdown(void) {
+void rt_cuda_blas_shutdown(void) {
   pthread_mutex_lock(&lock);
   if (g.handle) g.api.destroy(g.handle);
   memset(&g, 0, sizeof g);

@@ -1,11 +1,12 @@
 /*
  * cuda_driver.h — the CUDA driver API, loaded with dlopen at run time
- * (cuda_driver.c). The few types and constants Kiln needs are declared
- * here from NVIDIA's documented API, so no cuda.h is needed to build.
- * Internal.
+ * (cuda_driver.c), and the device probe. The few types and constants Kiln
+ * needs are declared here from NVIDIA's documented API (the cu_* types
+ * and CUDA_* constants are the driver's own names, lower-cased), so no
+ * cuda.h is needed to build. Internal to runtime/ (and white-box tests).
  */
-#ifndef KILN_CUDA_DRIVER_H
-#define KILN_CUDA_DRIVER_H
+#ifndef KILN_RT_CUDA_DRIVER_H
+#define KILN_RT_CUDA_DRIVER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,7 +28,7 @@ enum {
 
 /** The driver's entry points (names in cuda_driver.c's table; the memory
  *  functions are the 64-bit `_v2` exports). */
-typedef struct cuda_driver_api {
+typedef struct rt_cuda_driver_api {
   cu_result (*get_error_name)(cu_result, const char **);
   cu_result (*get_error_string)(cu_result, const char **);
   cu_result (*init)(unsigned flags);
@@ -54,38 +55,38 @@ typedef struct cuda_driver_api {
   cu_result (*event_record)(cu_event, cu_stream);
   cu_result (*event_synchronize)(cu_event);
   cu_result (*event_elapsed_time)(float *ms, cu_event start, cu_event end);
-} cuda_driver_api;
+} rt_cuda_driver_api;
 
 /** Device 0, as probed when the driver loaded. */
-typedef struct cuda_device_info {
+typedef struct rt_cuda_device_info {
   cu_device device;
   int count;              /* devices the driver reports */
   int cc_major, cc_minor; /* compute capability: sm_<major><minor> */
   char name[128];
-} cuda_device_info;
+} rt_cuda_device_info;
 
 /** True when libcuda loads, cuInit succeeds and there is at least one
  *  device (probed once; thread-safe). On false, why (if non-NULL) gets the
  *  reason: "libcuda not found (tried ...)", "cuInit failed:
  *  CUDA_ERROR_NO_DEVICE (...)", "no CUDA device (...)", ... */
-bool cuda_device_available(char *why, size_t len);
+bool rt_cuda_device_available(char *why, size_t len);
 
 /** The loaded entry points and device 0's properties (info may be NULL),
- *  or NULL when cuda_device_available is false. Valid until
- *  cuda_driver_shutdown. */
-const cuda_driver_api *cuda_driver(cuda_device_info *info);
+ *  or NULL when rt_cuda_device_available is false. Valid until
+ *  rt_cuda_driver_shutdown. */
+const rt_cuda_driver_api *rt_cuda_driver(rt_cuda_device_info *info);
 
 /** "CUDA_ERROR_X (description)" for r in buf (returned). */
-const char *cuda_driver_error(cu_result r, char *buf, size_t len);
+const char *rt_cuda_driver_error(cu_result r, char *buf, size_t len);
 
 /** For tests: replaces the library names tried (NULL-terminated; must
  *  outlive its use) and forgets the probe, so the next call loads again;
  *  NULL restores the default (libcuda.so.1, libcuda.so; or only
  *  KILN_CUDA_LIB when set). Not thread-safe with concurrent use. */
-void cuda_driver_set_search_list(const char *const *names);
+void rt_cuda_driver_set_search_list(const char *const *names);
 
 /** Forgets the probe (the library stays mapped); the next call probes
  *  again and reads KILN_CUDA_LIB again. */
-void cuda_driver_shutdown(void);
+void rt_cuda_driver_shutdown(void);
 
-#endif /* KILN_CUDA_DRIVER_H */
+#endif /* KILN_RT_CUDA_DRIVER_H */

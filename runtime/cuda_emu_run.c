@@ -38,7 +38,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda_backend.h"
 #include "cuda_emu_run.h"
 
 #if !defined(__x86_64__)
@@ -326,6 +325,6 @@ static unsigned long long emu_shfl(unsigned mask, unsigned long long bits, unsig
   return r->slot[g][src < r->n ? src : f->tid];
 }
 
-const cuda_emu_api cuda_emu_launcher = {emu_launch, emu_sync, emu_shfl};
+const cuda_emu_api rt_cuda_emu_launcher = {emu_launch, emu_sync, emu_shfl};
 
-int64_t cuda_emu_cooperative_launches(void) { return coop_launches; }
+int64_t rt_cuda_emu_cooperative_launches(void) { return coop_launches; }
