@@ -2,7 +2,7 @@
  * dist.c — the collectives' API (kiln/dist.h): argument checks, packing
  * (a lazy contiguous copy, which the fusion pass turns into the kernel
  * that writes the send buffer), and the extern nodes of graph/ops.def
- * that runtime/dist.c runs over MPI.
+ * that dist/collectives_run.c runs over MPI.
  *
  * Ordering: each group remembers its last recorded collective
  * (kiln_group.last); the next one takes it as an extra input, an edge
@@ -18,11 +18,11 @@
 #include <string.h>
 
 #include "collectives.h"
-#include "dist.h"
+#include "groups.h"
 #include "runtime.h"
 
 static bool group_ok(const kiln_group *g, const char *fn) {
-  if (rt_dist_group_valid(g)) return true;
+  if (dist_group_valid(g)) return true;
   api_error(KILN_ERR_ARG, fn, g ? "bad group (not from kiln_dist_init/kiln_group_split, or used after "
                                   "kiln_dist_finalize)"
                                 : "group is NULL");
@@ -41,12 +41,12 @@ static bool op_ok(kiln_reduce_op op, const kiln_tensor *t, const char *fn) {
   return true;
 }
 
-static rt_dist_reduce rt_reduce_of(kiln_reduce_op op) {
+static dist_reduce rt_reduce_of(kiln_reduce_op op) {
   switch (op) {
-    case KILN_REDUCE_MAX: return RT_REDUCE_MAX;
-    case KILN_REDUCE_MIN: return RT_REDUCE_MIN;
-    case KILN_REDUCE_PROD: return RT_REDUCE_PROD;
-    default: return RT_REDUCE_SUM;
+    case KILN_REDUCE_MAX: return DIST_REDUCE_MAX;
+    case KILN_REDUCE_MIN: return DIST_REDUCE_MIN;
+    case KILN_REDUCE_PROD: return DIST_REDUCE_PROD;
+    default: return DIST_REDUCE_SUM;
   }
 }
 
@@ -54,7 +54,7 @@ int kiln_dist_init(const char *backend, kiln_group **world) {
   static const char fn[] = "kiln_dist_init";
   if (!world) return api_error(KILN_ERR_ARG, fn, "world is NULL");
   char err[768];
-  int st = rt_dist_init(backend, world, err, sizeof err);
+  int st = dist_init(backend, world, err, sizeof err);
   return st == KILN_OK ? KILN_OK : api_error((kiln_status)st, fn, "%s", err);
 }
 
@@ -71,12 +71,12 @@ static int flush_group(kiln_group *g, const char *fn) {
 int kiln_dist_finalize(void) {
   static const char fn[] = "kiln_dist_finalize";
   int st = KILN_OK;
-  for (int i = 0, n = rt_dist_group_count(); i < n; i++) {
-    int s = flush_group(rt_dist_group_by_id(i), fn);
+  for (int i = 0, n = dist_group_count(); i < n; i++) {
+    int s = flush_group(dist_group_by_id(i), fn);
     if (st == KILN_OK) st = s;
   }
   char err[512];
-  int s = rt_dist_finalize(err, sizeof err);
+  int s = dist_finalize(err, sizeof err);
   if (s != KILN_OK) api_error((kiln_status)s, fn, "%s", err);
   return st != KILN_OK ? st : s;
 }
@@ -91,7 +91,7 @@ int kiln_group_split(kiln_group *g, int color, int key, kiln_group **out) {
   int st = flush_group(g, fn); /* a collective over g: after g's pending ones */
   if (st != KILN_OK) return st;
   char err[512];
-  st = rt_dist_split(g, color, key, out, err, sizeof err);
+  st = dist_split(g, color, key, out, err, sizeof err);
   return st == KILN_OK ? KILN_OK : api_error((kiln_status)st, fn, "%s", err);
 }
 
@@ -312,16 +312,16 @@ kiln_tensor *kiln_recv(kiln_dtype dtype, int ndim, const int64_t *sizes, int src
 
 kiln_tensor *dist_grad(const graph_node *n, kiln_tensor *g) {
   static const char fn[] = "kiln_grad";
-  kiln_group *grp = rt_dist_group_by_id((int)graph_attr_scalar2(n));
+  kiln_group *grp = dist_group_by_id((int)graph_attr_scalar2(n));
   if (!grp) {
     api_error(KILN_ERR_ARG, fn, "the group of a %s on the gradient path is gone (kiln_dist_finalize ran)",
               graph_ops[n->op].name);
     return NULL;
   }
   int r = (int)graph_attr_scalar(n);
-  if ((n->op == GRAPH_OP_ALL_REDUCE || n->op == GRAPH_OP_REDUCE_SCATTER) && r != RT_REDUCE_SUM) {
+  if ((n->op == GRAPH_OP_ALL_REDUCE || n->op == GRAPH_OP_REDUCE_SCATTER) && r != DIST_REDUCE_SUM) {
     api_error(KILN_ERR_UNSUPPORTED, fn, "no gradient for %s with reduction %s (only SUM and MEAN)",
-              graph_ops[n->op].name, r == RT_REDUCE_MAX ? "MAX" : r == RT_REDUCE_MIN ? "MIN" : "PROD");
+              graph_ops[n->op].name, r == DIST_REDUCE_MAX ? "MAX" : r == DIST_REDUCE_MIN ? "MIN" : "PROD");
     return NULL;
   }
   switch (n->op) {

@@ -1,6 +1,6 @@
 /*
  * dist.c — process groups and the collective extern ops over MPI, loaded
- * at run time: libkiln dlopens libkiln_mpi.so (runtime/mpi/kiln_mpi.c, the
+ * at run time: libkiln dlopens libkiln_mpi.so (dist/mpi/kiln_mpi.c, the
  * one file compiled against mpi.h), as device.c dlopens the CUDA driver,
  * so a libkiln built or run without MPI works with groups of size 1.
  *
@@ -20,7 +20,7 @@
  * and bool reductions, MAX and MIN are exact in any order: MPI reduces
  * them.
  *
- * The runtime reaches the collectives only through the rows rt_dist_init
+ * The runtime reaches the collectives only through the rows dist_init
  * registers in its table of extern ops (rt_extern_register, runtime.h):
  * it never names this file, which can therefore sit above it.
  */
@@ -30,11 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist.h"
+#include "collectives.h"
 #include "dist_plugin.h"
-#include "rt_internal.h"
+#include "groups.h"
+#include "runtime.h"
 
-static const rt_mpi_plugin *plugin;
+static const dist_mpi_plugin *plugin;
 static void *plugin_handle;
 static struct kiln_group **groups; /* [n_groups]: NULL once freed */
 static int n_groups;
@@ -42,10 +43,10 @@ static bool finalized;
 
 static atomic_int_fast64_t timeout_s = GRAPH_ENV_UNREAD;
 static int64_t read_timeout(void) { return graph_env_int("KILN_DIST_TIMEOUT", 1, 300, "seconds"); }
-double rt_dist_timeout(void) { return (double)graph_env_once(&timeout_s, read_timeout); }
+double dist_timeout(void) { return (double)graph_env_once(&timeout_s, read_timeout); }
 
-bool rt_dist_active(void) { return n_groups > 0 && !finalized; }
-bool rt_dist_finalized(void) { return finalized; }
+bool dist_active(void) { return n_groups > 0 && !finalized; }
+bool dist_finalized(void) { return finalized; }
 
 /* ------------------------------------------------------------ loading */
 
@@ -58,7 +59,7 @@ static void *try_open(const char *path, char *why, size_t len) {
 /* The plugin beside the libkiln (or program) this code is part of. */
 static void *open_beside_libkiln(char *why, size_t len) {
   Dl_info info;
-  if (!dladdr((void *)&rt_dist_init, &info) || !info.dli_fname) return NULL;
+  if (!dladdr((void *)&dist_init, &info) || !info.dli_fname) return NULL;
   const char *slash = strrchr(info.dli_fname, '/');
   if (!slash) return NULL;
   char path[4096];
@@ -80,9 +81,9 @@ static int load_plugin(char *err, size_t errlen) {
 #endif
     if (!h) h = try_open("libkiln_mpi.so", why, sizeof why);
   }
-  const rt_mpi_plugin *p = h ? dlsym(h, "kiln_mpi_plugin_v1") : NULL;
-  if (h && (!p || p->version != RT_MPI_PLUGIN_VERSION)) {
-    snprintf(why, sizeof why, "libkiln_mpi.so has no kiln_mpi_plugin_v1 table of version %d", RT_MPI_PLUGIN_VERSION);
+  const dist_mpi_plugin *p = h ? dlsym(h, "kiln_mpi_plugin_v1") : NULL;
+  if (h && (!p || p->version != DIST_MPI_PLUGIN_VERSION)) {
+    snprintf(why, sizeof why, "libkiln_mpi.so has no kiln_mpi_plugin_v1 table of version %d", DIST_MPI_PLUGIN_VERSION);
     dlclose(h);
     h = NULL;
   }
@@ -116,18 +117,18 @@ static struct kiln_group *group_add(void *comm, int rank, int size) {
   return g;
 }
 
-struct kiln_group *rt_dist_group_by_id(int id) {
+struct kiln_group *dist_group_by_id(int id) {
   return !finalized && id >= 0 && id < n_groups ? groups[id] : NULL;
 }
 
-bool rt_dist_group_valid(const struct kiln_group *g) {
+bool dist_group_valid(const struct kiln_group *g) {
   if (!g || finalized) return false;
   for (int i = 0; i < n_groups; i++)
     if (groups[i] == g) return true;
   return false;
 }
 
-int rt_dist_group_count(void) { return finalized ? 0 : n_groups; }
+int dist_group_count(void) { return finalized ? 0 : n_groups; }
 
 /* Name and bytes of a collective's profiler record: "mpi_all_reduce_4096". */
 static void describe_collective(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
@@ -151,7 +152,7 @@ static void describe_collective(const graph_node *n, bool on_device, kiln_kernel
 }
 
 /* The collectives' rows in the runtime's table of extern ops (extern.c):
- * registered by every rt_dist_init (registering again does nothing), so
+ * registered by every dist_init (registering again does nothing), so
  * collective nodes, which need a group, always find theirs. They run
  * under rt_pool_hold: MPI's progress and the peer ranks get the cores. */
 static int register_collectives(char *err, size_t errlen) {
@@ -159,11 +160,11 @@ static int register_collectives(char *err, size_t errlen) {
                                  GRAPH_OP_BROADCAST,  GRAPH_OP_SEND,       GRAPH_OP_RECV};
   int st = KILN_OK;
   for (size_t i = 0; i < sizeof ops / sizeof ops[0] && st == KILN_OK; i++)
-    st = rt_extern_register(ops[i], rt_dist_run, describe_collective, true, err, errlen);
+    st = rt_extern_register(ops[i], dist_run, describe_collective, true, err, errlen);
   return st;
 }
 
-int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size_t errlen) {
+int dist_init(const char *backend, struct kiln_group **world, char *err, size_t errlen) {
   if (finalized) {
     snprintf(err, errlen, "called after kiln_dist_finalize (MPI cannot be initialized twice)");
     return KILN_ERR_ARG;
@@ -205,7 +206,7 @@ int rt_dist_init(const char *backend, struct kiln_group **world, char *err, size
   return KILN_OK;
 }
 
-int rt_dist_split(struct kiln_group *g, int color, int key, struct kiln_group **out, char *err, size_t errlen) {
+int dist_split(struct kiln_group *g, int color, int key, struct kiln_group **out, char *err, size_t errlen) {
   *out = NULL;
   void *comm = NULL;
   int rank = 0, size = 1;
@@ -222,7 +223,7 @@ int rt_dist_split(struct kiln_group *g, int color, int key, struct kiln_group **
   return KILN_ERR_OOM;
 }
 
-int rt_dist_finalize(char *err, size_t errlen) {
+int dist_finalize(char *err, size_t errlen) {
   if (finalized) return KILN_OK;
   bool mpi = n_groups > 0 && groups[0]->comm;
   for (int i = n_groups - 1; i >= 0; i--) {
@@ -257,7 +258,7 @@ static const char *reduce_name(int r) {
 
 static void fmt_desc(const dist_desc *d, char *buf, size_t len) {
   char sz[256];
-  rt_fmt_sizes(sz, sizeof sz, d->ndim, d->sizes);
+  api_fmt_sizes(sz, sizeof sz, d->ndim, d->sizes);
   const char *op = d->op >= 0 && d->op < GRAPH_OP_COUNT ? graph_ops[d->op].name : "?";
   const char *dt = graph_dtype_valid((kiln_dtype)d->dtype) ? graph_dtypes[d->dtype].name : "?";
   if (d->op == GRAPH_OP_ALL_REDUCE || d->op == GRAPH_OP_REDUCE_SCATTER)
@@ -287,7 +288,7 @@ static int agree(struct kiln_group *g, const graph_node *n, const char *what, ch
     return KILN_ERR_OOM;
   }
   int st = KILN_OK;
-  if (plugin->allgather(g->comm, &mine, all, (int)sizeof mine, rt_dist_timeout(), what, err, errlen) != 0) {
+  if (plugin->allgather(g->comm, &mine, all, (int)sizeof mine, dist_timeout(), what, err, errlen) != 0) {
     st = KILN_ERR_DEVICE;
   } else {
     for (int r = 0; r < g->size; r++) {
@@ -307,23 +308,23 @@ static int agree(struct kiln_group *g, const graph_node *n, const char *what, ch
 
 static int mpi_dtype(kiln_dtype d) {
   switch (d) {
-    case KILN_I8: return RT_MPI_I8;
+    case KILN_I8: return DIST_MPI_I8;
     case KILN_BOOL:
-    case KILN_U8: return RT_MPI_U8;
-    case KILN_I16: return RT_MPI_I16;
-    case KILN_I32: return RT_MPI_I32;
-    case KILN_I64: return RT_MPI_I64;
-    case KILN_F64: return RT_MPI_F64;
-    default: return RT_MPI_F32;
+    case KILN_U8: return DIST_MPI_U8;
+    case KILN_I16: return DIST_MPI_I16;
+    case KILN_I32: return DIST_MPI_I32;
+    case KILN_I64: return DIST_MPI_I64;
+    case KILN_F64: return DIST_MPI_F64;
+    default: return DIST_MPI_F32;
   }
 }
 
 /* The MPI reduction for r on dtype d: on BOOL, SUM is MAX (or) and PROD
  * is MIN (and). */
 static int mpi_reduce(int r, kiln_dtype d) {
-  if (d == KILN_BOOL && r == RT_REDUCE_SUM) return RT_MPI_MAX;
-  if (d == KILN_BOOL && r == RT_REDUCE_PROD) return RT_MPI_MIN;
-  return r == RT_REDUCE_MAX ? RT_MPI_MAX : r == RT_REDUCE_MIN ? RT_MPI_MIN : r == RT_REDUCE_PROD ? RT_MPI_PROD : RT_MPI_SUM;
+  if (d == KILN_BOOL && r == DIST_REDUCE_SUM) return DIST_MPI_MAX;
+  if (d == KILN_BOOL && r == DIST_REDUCE_PROD) return DIST_MPI_MIN;
+  return r == DIST_REDUCE_MAX ? DIST_MPI_MAX : r == DIST_REDUCE_MIN ? DIST_MPI_MIN : r == DIST_REDUCE_PROD ? DIST_MPI_PROD : DIST_MPI_SUM;
 }
 
 /* o[i] = x[i] op y[i] for i < count, in blocks of 16 that GCC's -O2
@@ -360,13 +361,13 @@ static void reduce_in_order(kiln_dtype d, int r, const void *all, int64_t stride
   if (size == 1) memcpy(out, all, (size_t)(count * esz));
   for (int k = 1; k < size; k++) {
     const void *x = k == 1 ? all : out, *y = (const char *)all + k * stride * esz;
-    if (d == KILN_F32) (r == RT_REDUCE_PROD ? mul_f32 : add_f32)(out, x, y, count);
-    else (r == RT_REDUCE_PROD ? mul_f64 : add_f64)(out, x, y, count);
+    if (d == KILN_F32) (r == DIST_REDUCE_PROD ? mul_f32 : add_f32)(out, x, y, count);
+    else (r == DIST_REDUCE_PROD ? mul_f64 : add_f64)(out, x, y, count);
   }
 }
 
 static bool rank_ordered(kiln_dtype d, int r) {
-  return (d == KILN_F32 || d == KILN_F64) && (r == RT_REDUCE_SUM || r == RT_REDUCE_PROD);
+  return (d == KILN_F32 || d == KILN_F64) && (r == DIST_REDUCE_SUM || r == DIST_REDUCE_PROD);
 }
 
 static int too_big(int64_t bytes, char *err, size_t errlen) {
@@ -393,7 +394,7 @@ static int alltoall_reduce(struct kiln_group *g, const graph_node *n, const void
     snprintf(err, errlen, "out of memory receiving %lld bytes", (long long)(block * esz * g->size));
     return KILN_ERR_OOM;
   }
-  if (plugin->alltoall(g->comm, in, got->data, (int)(block * esz), rt_dist_timeout(), what, err, errlen) != 0)
+  if (plugin->alltoall(g->comm, in, got->data, (int)(block * esz), dist_timeout(), what, err, errlen) != 0)
     st = KILN_ERR_DEVICE;
   else
     reduce_in_order(n->dtype, (int)graph_attr_scalar(n), got->data, block, block, g->size, mine);
@@ -423,7 +424,7 @@ static int ordered_all_reduce(struct kiln_group *g, const graph_node *n, const v
     char *result = pad ? dst->data : out;
     st = alltoall_reduce(g, n, pad ? src->data : in, block, result + g->rank * block * esz, what, err, errlen);
     if (st == KILN_OK &&
-        plugin->allgather(g->comm, NULL, result, (int)(block * esz), rt_dist_timeout(), what, err, errlen) != 0)
+        plugin->allgather(g->comm, NULL, result, (int)(block * esz), dist_timeout(), what, err, errlen) != 0)
       st = KILN_ERR_DEVICE;
     if (st == KILN_OK && pad) memcpy(out, dst->data, (size_t)(numel * esz));
   }
@@ -438,7 +439,7 @@ static int run_all_reduce(struct kiln_group *g, const graph_node *n, const void 
   if (rank_ordered(n->dtype, r)) return ordered_all_reduce(g, n, in, out, what, err, errlen);
   int st = too_big(n->numel * graph_dtypes[n->dtype].size, err, errlen);
   if (st == KILN_OK && plugin->allreduce(g->comm, in, out, (int)n->numel, mpi_dtype(n->dtype), mpi_reduce(r, n->dtype),
-                                         rt_dist_timeout(), what, err, errlen) != 0)
+                                         dist_timeout(), what, err, errlen) != 0)
     st = KILN_ERR_DEVICE;
   return st;
 }
@@ -450,7 +451,7 @@ static int run_reduce_scatter(struct kiln_group *g, const graph_node *n, const v
   if (rank_ordered(n->dtype, r)) return alltoall_reduce(g, n, in, block, out, what, err, errlen);
   int st = too_big(total * graph_dtypes[n->dtype].size, err, errlen);
   if (st == KILN_OK && plugin->reduce_scatter(g->comm, in, out, (int)block, mpi_dtype(n->dtype), mpi_reduce(r, n->dtype),
-                                              rt_dist_timeout(), what, err, errlen) != 0)
+                                              dist_timeout(), what, err, errlen) != 0)
     st = KILN_ERR_DEVICE;
   return st;
 }
@@ -465,10 +466,10 @@ static int run_p2p(struct kiln_group *g, const graph_node *n, const void *in, vo
   if (st != KILN_OK) return st;
   if (n->op == GRAPH_OP_SEND) {
     *(unsigned char *)out = 0;
-    return plugin->send(g->comm, in, (int)bytes, peer, tag, rt_dist_timeout(), what, err, errlen) ? KILN_ERR_DEVICE : KILN_OK;
+    return plugin->send(g->comm, in, (int)bytes, peer, tag, dist_timeout(), what, err, errlen) ? KILN_ERR_DEVICE : KILN_OK;
   }
   int got = 0;
-  if (plugin->recv(g->comm, out, (int)bytes, peer, tag, &got, rt_dist_timeout(), what, err, errlen) != 0) {
+  if (plugin->recv(g->comm, out, (int)bytes, peer, tag, &got, dist_timeout(), what, err, errlen) != 0) {
     size_t k = strlen(err);
     snprintf(err + k, errlen - k, " (receiving %lld bytes from rank %d, tag %d: was the message larger?)",
              (long long)bytes, peer, tag);
@@ -480,7 +481,7 @@ static int run_p2p(struct kiln_group *g, const graph_node *n, const void *in, vo
   return KILN_ERR_SHAPE;
 }
 
-int rt_dist_run(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
+int dist_run(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
   int id = (int)graph_attr_scalar2(n);
   struct kiln_group *g = !finalized && id >= 0 && id < n_groups ? groups[id] : NULL;
   if (!g || !g->comm) {
@@ -501,14 +502,14 @@ int rt_dist_run(const graph_node *n, const void *const *in, graph_buffer *out, c
     case GRAPH_OP_REDUCE_SCATTER: return run_reduce_scatter(g, n, src, out->data, what, err, errlen);
     case GRAPH_OP_ALL_GATHER:
       st = too_big(bytes, err, errlen);
-      if (st == KILN_OK && plugin->allgather(g->comm, src, out->data, (int)bytes, rt_dist_timeout(), what, err, errlen))
+      if (st == KILN_OK && plugin->allgather(g->comm, src, out->data, (int)bytes, dist_timeout(), what, err, errlen))
         st = KILN_ERR_DEVICE;
       return st;
     case GRAPH_OP_BROADCAST:
       st = too_big(bytes, err, errlen);
       if (st != KILN_OK) return st;
       if (g->rank == (int)graph_attr_scalar(n)) memcpy(out->data, src, (size_t)bytes);
-      return plugin->bcast(g->comm, out->data, (int)bytes, (int)graph_attr_scalar(n), rt_dist_timeout(), what, err,
+      return plugin->bcast(g->comm, out->data, (int)bytes, (int)graph_attr_scalar(n), dist_timeout(), what, err,
                            errlen) ? KILN_ERR_DEVICE : KILN_OK;
     default:
       snprintf(err, errlen, "op %s is not a collective", graph_ops[n->op].name);

@@ -1,9 +1,9 @@
 /*
  * kiln_mpi.c — libkiln_mpi.so, the MPI plugin: the only code compiled
- * against mpi.h. libkiln dlopens it at run time (runtime/dist.c), so one
+ * against mpi.h. libkiln dlopens it at run time (dist/collectives_run.c), so one
  * libkiln serves machines with and without MPI (docs/distributed.md).
  *
- * The plugin exports one table, kiln_mpi_plugin_v1 (runtime/dist_plugin.h).
+ * The plugin exports one table, kiln_mpi_plugin_v1 (dist/dist_plugin.h).
  * Every data movement is MPI's blocking call under a deadline kept by a
  * watchdog thread: a collective that does not complete within the
  * timeout prints which collective, on which rank, it waited for, and
@@ -25,22 +25,22 @@
 
 static MPI_Datatype mpi_type(int dt) {
   switch (dt) {
-    case RT_MPI_I8: return MPI_INT8_T;
-    case RT_MPI_U8: return MPI_UINT8_T;
-    case RT_MPI_I16: return MPI_INT16_T;
-    case RT_MPI_I32: return MPI_INT32_T;
-    case RT_MPI_I64: return MPI_INT64_T;
-    case RT_MPI_F32: return MPI_FLOAT;
-    case RT_MPI_F64: return MPI_DOUBLE;
+    case DIST_MPI_I8: return MPI_INT8_T;
+    case DIST_MPI_U8: return MPI_UINT8_T;
+    case DIST_MPI_I16: return MPI_INT16_T;
+    case DIST_MPI_I32: return MPI_INT32_T;
+    case DIST_MPI_I64: return MPI_INT64_T;
+    case DIST_MPI_F32: return MPI_FLOAT;
+    case DIST_MPI_F64: return MPI_DOUBLE;
     default: return MPI_BYTE;
   }
 }
 
 static MPI_Op mpi_op(int op) {
   switch (op) {
-    case RT_MPI_MAX: return MPI_MAX;
-    case RT_MPI_MIN: return MPI_MIN;
-    case RT_MPI_PROD: return MPI_PROD;
+    case DIST_MPI_MAX: return MPI_MAX;
+    case DIST_MPI_MIN: return MPI_MIN;
+    case DIST_MPI_PROD: return MPI_PROD;
     default: return MPI_SUM;
   }
 }
@@ -252,8 +252,8 @@ static int km_recv(void *comm, void *buf, int bytes, int src, int tag, int *got,
 
 static void km_abort(void *comm, int code) { MPI_Abort(comm ? *(MPI_Comm *)comm : MPI_COMM_WORLD, code); }
 
-KILN_MPI_EXPORT const rt_mpi_plugin kiln_mpi_plugin_v1 = {
-    .version = RT_MPI_PLUGIN_VERSION,
+KILN_MPI_EXPORT const dist_mpi_plugin kiln_mpi_plugin_v1 = {
+    .version = DIST_MPI_PLUGIN_VERSION,
     .init = km_init,
     .finalize = km_finalize,
     .split = km_split,

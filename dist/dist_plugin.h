@@ -1,6 +1,6 @@
 /*
- * dist_plugin.h — the table libkiln_mpi.so (runtime/mpi/kiln_mpi.c)
- * exports as `kiln_mpi_plugin_v1` and runtime/dist.c loads with dlsym.
+ * dist_plugin.h — the table libkiln_mpi.so (dist/mpi/kiln_mpi.c)
+ * exports as `kiln_mpi_plugin_v1` and dist/collectives_run.c loads with dlsym.
  * Plain C types only: libkiln never includes mpi.h. Communicators are
  * opaque pointers (an MPI_Comm the plugin allocated). Counts are int (MPI's
  * count type): callers check that sizes fit. Every data call blocks until
@@ -14,17 +14,17 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#define RT_MPI_PLUGIN_VERSION 2
+#define DIST_MPI_PLUGIN_VERSION 2
 
 /* Element types of the reducing calls. */
-enum { RT_MPI_I8, RT_MPI_U8, RT_MPI_I16, RT_MPI_I32, RT_MPI_I64, RT_MPI_F32, RT_MPI_F64 };
+enum { DIST_MPI_I8, DIST_MPI_U8, DIST_MPI_I16, DIST_MPI_I32, DIST_MPI_I64, DIST_MPI_F32, DIST_MPI_F64 };
 /* Reductions. */
-enum { RT_MPI_SUM, RT_MPI_MAX, RT_MPI_MIN, RT_MPI_PROD };
+enum { DIST_MPI_SUM, DIST_MPI_MAX, DIST_MPI_MIN, DIST_MPI_PROD };
 
 #define KILN_MPI_EXPORT __attribute__((visibility("default")))
 
-typedef struct rt_mpi_plugin {
-  int version; /* RT_MPI_PLUGIN_VERSION */
+typedef struct dist_mpi_plugin {
+  int version; /* DIST_MPI_PLUGIN_VERSION */
   /* MPI_Init_thread (unless already initialized); *world: a duplicate of
    * MPI_COMM_WORLD. */
   int (*init)(int *rank, int *size, void **world, char *err, size_t len);
@@ -56,6 +56,6 @@ typedef struct rt_mpi_plugin {
    * holds the blocks received, in rank order (size * bytes) */
   int (*alltoall)(void *comm, const void *in, void *out, int bytes, double timeout_s, const char *what, char *err,
                   size_t len);
-} rt_mpi_plugin;
+} dist_mpi_plugin;
 
 #endif /* KILN_DIST_PLUGIN_H */
