@@ -1,6 +1,6 @@
 /*
  * pass_internal.h — what the files of passes/ share beyond passes.h:
- * whole-buffer writes (fuse.c rule 7), the loop-dim merge of views.c,
+ * whole-buffer writes (fuse.c rule 7), the loop-dim merge of merge_loops.c,
  * and view and row predicates fusion and lowering both ask. Private to
  * passes/.
  */
@@ -16,7 +16,7 @@
  *  store it (fuse.c rule 7). */
 bool pass_whole_write(const graph_node *n);
 
-/** An elementwise kernel's group rewritten over merged loop dims (views.c):
+/** An elementwise kernel's group rewritten over merged loop dims (merge_loops.c):
  *  `root` is a copy of the root whose sizes, and whose fused producers'
  *  sizes and views, have size-1 dims dropped and dims that are contiguous
  *  in every operand merged. The copies live in `copies`. */

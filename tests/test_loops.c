@@ -1,5 +1,5 @@
 /*
- * test_loops.c — view and stride simplification (passes/views.c): the loop
+ * test_loops.c — view and stride simplification (passes/merge_loops.c): the loop
  * nest an elementwise kernel or a reduction is lowered to (size-1 dims
  * dropped, dims contiguous in every operand merged, others kept), and the
  * values it computes, checked element by element against a plain C loop
@@ -266,7 +266,7 @@ static void split_dim_reads_without_division(void **state) {
  * window, so its views do not reshape to [N, C, 2H, 2W]), read as
  * [N, C, 2H, 2W] by a reader that also reads a transposed operand: the
  * loops are refined to the windows' dims, so no index is divided by a
- * reshape's sizes (passes/views.c), and the innermost dim of 2 is
+ * reshape's sizes (passes/merge_loops.c), and the innermost dim of 2 is
  * unrolled, the rows of W windows innermost (passes/lower.c). Values
  * against a host loop. */
 static void split_producer_refines_loops(void **state) {

@@ -42,7 +42,7 @@ typedef kiln_tensor *(*op1)(kiln_tensor *x);
  * exact (scans: a fixed order), else within 4 ulp of the dtype: a sum's
  * reassociable updates may be vectorised differently when its input is
  * computed in the same loop than when it is read from a buffer, or when
- * one run merges its loops (passes/views.c) and the other does not. The
+ * one run merges its loops (passes/merge_loops.c) and the other does not. The
  * ulp are those of the larger of the element and a tenth of the tensor's
  * largest magnitude: a reordered sum moves a row's mean by a few ulp of
  * the row's scale, and an element far smaller than that (x - mean near 0)

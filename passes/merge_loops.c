@@ -1,5 +1,5 @@
 /*
- * views.c — view and stride simplification of an elementwise kernel's
+ * merge_loops.c — view and stride simplification of an elementwise kernel's
  * loop nest: size-1 dims are dropped and neighbouring dims are merged when
  * they are contiguous in every operand, so a kernel over [64, 3, 1, 4096]
  * that reads contiguous and broadcast operands runs one loop of 786,432
