@@ -15,7 +15,12 @@
  * result compared with one kernel per node (KILN_FUSE=0).
  *
  * External reads are collected by a walk before the loops open, so their
- * offsets and fill values are loaded once at kernel entry.
+ * offsets and fill values are loaded once at kernel entry. The
+ * optimisation choices (unrolling, tiles, streaming stores, column
+ * blocks, the row kernels' spill, scan lanes, scatter slabs) are the
+ * kernel's options record, filled by heuristics.c before it is lowered;
+ * this file only follows them (and opens a written region's loops in the
+ * order of its strides: write_order).
  */
 #include <math.h>
 #include <stdio.h>

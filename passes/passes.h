@@ -1,7 +1,8 @@
 /*
  * passes.h — the passes layer's interface, what the runtime (and tests)
  * use: the per-force plan (plan.h), algebraic simplification, fusion
- * decisions, lowering of one kernel to kernel IR (kir.h) with what the
+ * decisions, each kernel's options record (its optimisation choices as
+ * data), lowering of one kernel to kernel IR (kir.h) with what the
  * runtime binds to it, and a kernel's costs. What only passes/ files
  * share is in pass_internal.h, lower_ctx.h and semantics.h.
  *
