@@ -15,7 +15,12 @@
  * result compared with one kernel per node (KILN_FUSE=0).
  *
  * External reads are collected by a walk before the loops open, so their
- * offsets and fill values are loaded once at kernel entry.
+ * offsets and fill values are loaded once at kernel entry. The
+ * optimisation choices (unrolling, tiles, streaming stores, column
+ * blocks, the row kernels' spill, scan lanes, scatter slabs) are the
+ * kernel's options record, filled by heuristics.c before it is lowered;
+ * this file only follows them (and opens a written region's loops in the
+ * order of its strides: write_order).
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,11 +48,7 @@ int64_t pass_parallel_extent(const kir_kernel *k) {
 }
 
 /* Computed inside this kernel: fused, or stored by it (multi-output). */
-static bool is_fused(const lower_ctx *c, const graph_node *n) {
-  if (pass_fused(c->plan, n)) return true;
-  int host = pass_host(c->plan, n);
-  return host >= 0 && host == pass_pos(c->plan, c->host);
-}
+static bool is_fused(const lower_ctx *c, const graph_node *n) { return pass_computed_in(c->plan, n, c->host); }
 
 /* ------------------------------------------------------------ indexing */
 
@@ -229,7 +230,7 @@ static bool seen(lower_ctx *c, const graph_node *n) {
   return false;
 }
 
-/* A merged copy of a node (views.c) carries its original's position. */
+/* A merged copy of a node (merge_loops.c) carries its original's position. */
 static pass_slot slot_of(const lower_ctx *c, const graph_node *consumer, int input) {
   return (pass_slot){.pos = pass_pos(c->plan, consumer), .input = input};
 }
@@ -573,49 +574,19 @@ void lower_close_ranges(kir_kernel *k, int ndim, const int *ranges) {
     if (ranges[d] >= 0) kir_end(k, ranges[d]);
 }
 
-/* Outputs of at least this many bytes (KILN_STREAM_BYTES; 0: none) are
- * written with streaming stores: they do not stay in the caches anyway,
- * and a cached store first reads every line it writes. 64 MiB: bench/'s
- * 64 MiB outputs (W1, W7) ran faster streamed, its 32 MiB output (W5),
- * which a repeated run finds in the cache, slower (bench/README.md to
- * measure again before changing it). */
-static int64_t read_stream_bytes(void) {
-  const char *e = getenv("KILN_STREAM_BYTES");
-  int64_t bytes = e ? atoll(e) : INT64_C(64) << 20;
-  return bytes < 0 ? 0 : bytes;
-}
-
-static int64_t stream_bytes(void) {
-  static atomic_int_fast64_t bytes = GRAPH_ENV_UNREAD;
-  return graph_env_once(&bytes, read_stream_bytes);
-}
-
-/* n's buffer is large enough for streaming stores. A tiled kernel
- * (lower_elementwise) writes each cache line of its output whole, but
- * KIR_TILE rows apart: plain stores first read every line, and the reads
- * fight the source's streams, so it streams from an eighth of the limit
- * (bench/README.md, row W7). */
-static bool streams(const lower_ctx *c, const graph_node *n) {
-  int64_t limit = stream_bytes();
-  if (c->tiled) limit /= 8;
-  return limit > 0 && n->numel * graph_dtypes[n->dtype].size >= limit;
-}
-
-/* Stores n's value at its contiguous index, streaming when n's buffer is
- * large (it is a fresh allocation, 64-byte aligned, as kir.h requires).
- * A row kernel that kept a value in the output for its epilogue
- * (find_spill) reads the output back: those lines are in the cache
- * already, and its stores stay plain. */
-static void store_node(lower_ctx *c, const graph_node *n, int param, const int *ranges, int value) {
+/* Stores n's value at its contiguous index, streaming when the options
+ * say so (its buffer is a fresh allocation, 64-byte aligned, as kir.h
+ * requires), but in the edge nests of skewed tiles (plain_stores). */
+static void store_node(lower_ctx *c, const graph_node *n, int param, const int *ranges, int value, bool stream) {
   graph_view flat = graph_view_contiguous(n->ndim, n->sizes);
   int idx = view_index(c->k, &flat, ranges, -1);
   value = pass_cast_to(c->k, kir_type_of(n->dtype), value);
-  if (streams(c, n) && !c->spill_stored && !c->plain_stores) kir_store_streaming(c->k, param, idx, value);
+  if (stream && !c->plain_stores) kir_store_streaming(c->k, param, idx, value);
   else kir_store(c->k, param, idx, value);
 }
 
 void lower_store_contiguous(lower_ctx *c, const int *ranges, int value) {
-  store_node(c, c->root, c->out, ranges, value);
+  store_node(c, c->root, c->out, ranges, value, c->opts->stream);
 }
 
 /* The further results of a multi-output kernel, at the loop index
@@ -635,29 +606,9 @@ static int store_outputs(lower_ctx *c, const int *ranges) {
     }
     int v = value_at(c, s, ranges);
     if (v < 0) return KILN_ERR_UNSUPPORTED;
-    store_node(c, s, c->store_param[j], ranges, v);
+    store_node(c, s, c->store_param[j], ranges, v, c->opts->stream_outputs >> j & 1);
   }
   return KILN_OK;
-}
-
-/* True when an external read walks the root's last two dims transposed
- * (unit stride along the second-to-last), so a row-by-row loop would read
- * it with a large stride: the last two dims are then tiled. Both must
- * hold a tile. A size that is not a multiple of the tile shifts the last
- * tile back over its neighbour (tile_base), which stores some elements
- * twice, with the same value: so not when the kernel also writes in
- * place, where the second pass could read what the first stored. */
-static bool wants_tiles(const lower_ctx *c) {
-  const graph_node *r = c->root;
-  int nd = r->ndim;
-  if (nd < 2 || r->sizes[nd - 1] < 2 * KIR_TILE || r->sizes[nd - 2] < 2 * KIR_TILE) return false;
-  for (int j = 0; j < c->b->n_outputs; j++)
-    if (c->b->outputs[j]->op == GRAPH_OP_ASSIGN) return false;
-  for (int e = 0; e < c->n_edges; e++) {
-    const graph_view *v = &c->edges[e].consumer->inputs[c->edges[e].input].view;
-    if (c->edges[e].param >= 0 && v->ndim == nd && v->strides[nd - 2] == 1 && v->strides[nd - 1] > 1) return true;
-  }
-  return false;
 }
 
 /* First index of tile b along a dim of `size`: b * TILE, the last tile
@@ -700,8 +651,8 @@ static int store_all(lower_ctx *c, const int *ranges) {
  * (both: store_edge, after the group's tiles, source reads contiguous
  * along its rows). Elements two nests cover are stored twice with the
  * same value (so, like all tiles, not for in-place kernels).
- * docs/internals.md "Transposed reads" has the measurements. */
-#define SKEW_BANDS 32 /* kept rows: 32 KiB a group; faster than 16 since the tile got cheaper */
+ * docs/internals.md "Transposed reads" has the measurements; the
+ * options choose them and SKEW_BANDS (heuristics.c). */
 
 /* Stores the root (and further outputs) at rows outer + ro and columns
  * col, in a plain loop nest over `n_cols` x `n_rows` (columns outside:
@@ -719,11 +670,8 @@ static int store_edge(lower_ctx *c, int *ranges, int64_t n_cols, int64_t n_rows,
   ranges[nd - 1] = pass_alu2(k, KIR_MIN, col, kir_const_i(k, KIR_INDEX, col_max));
   ranges[nd - 2] = pass_alu2(k, KIR_MIN, pass_alu2(k, KIR_ADD, row_base, rr), kir_const_i(k, KIR_INDEX, row_max));
   c->n_memo = 0; /* values of another nest are out of scope here */
-  bool tiled = c->tiled;
-  c->tiled = false;
   c->plain_stores = true;
   int st = store_all(c, ranges);
-  c->tiled = tiled;
   c->plain_stores = false;
   kir_end(k, rr);
   kir_end(k, e);
@@ -735,7 +683,7 @@ static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
   const graph_node *r = c->root;
   int nd = r->ndim, t = KIR_TILE, tj;
   int64_t rows = r->sizes[nd - 2], cols = r->sizes[nd - 1], blocks = cols / t - 1, bands = rows / t;
-  int64_t per = bands < SKEW_BANDS ? bands : SKEW_BANDS, groups = (bands + per - 1) / per;
+  int64_t per = bands < c->opts->skew_bands ? bands : c->opts->skew_bands, groups = (bands + per - 1) / per;
   graph_view flat = graph_view_contiguous(nd, r->sizes);
   int bg = loops[n_loops++] = kir_range(k, groups, nd == 2);
   int bj = kir_range(k, blocks, false), bb = kir_range(k, per, false);
@@ -767,29 +715,14 @@ static int lower_skewed(lower_ctx *c, int *ranges, int *loops, int n_loops) {
   return st;
 }
 
-/* An innermost dim of at most this many elements, under one of at
- * least UNROLL_ROW, is unrolled: the dim above becomes the innermost
- * loop and vectorizes (a gradient through 2x2 pooling windows loops over
- * [.., 14, 2, 14, 2]: LLVM unrolled the loops of 2 but left the rows of
- * 14 scalar). Its reads and writes of pairs are masked interleaved
- * groups (llvm_jit.c), so the pooled conv2 rows of 7 gain too: they ran
- * slower unrolled while the pairs were gathers and scatters. */
-#define UNROLL_INNER 4
-#define UNROLL_ROW 7 /* shorter rows fill too few lanes of a masked vector (not measured below 7) */
-
-static bool unrolled_inner(const graph_node *r) {
-  int nd = r->ndim;
-  return nd >= 2 && r->sizes[nd - 1] > 1 && r->sizes[nd - 1] <= UNROLL_INNER && r->sizes[nd - 2] >= UNROLL_ROW;
-}
-
-/* The elementwise kernel with its innermost dim unrolled (unrolled_inner):
- * loops over the others, the value and every output stored at each
- * index of the last dim in turn. */
+/* The elementwise kernel with its innermost dim unrolled (the options'
+ * unroll_inner): loops over the others, the value and every output
+ * stored at each index of the last dim in turn. */
 static int lower_unrolled_inner(lower_ctx *c) {
   const graph_node *r = c->root;
   int ranges[KILN_MAX_DIMS], nd = r->ndim;
   open_ranges(c->k, nd - 1, r->sizes, ranges);
-  for (int64_t e = 0; e < r->sizes[nd - 1]; e++) {
+  for (int64_t e = 0; e < c->opts->unroll_inner; e++) {
     ranges[nd - 1] = kir_const_i(c->k, KIR_INDEX, e);
     int st = store_all(c, ranges);
     if (st != KILN_OK) return st;
@@ -798,25 +731,26 @@ static int lower_unrolled_inner(lower_ctx *c) {
   return KILN_OK;
 }
 
-/* Loops over the root's sizes; with tiles, the last two dims run as
- * KIR_TILE x KIR_TILE blocks: the loop over column blocks (j) outside the
- * one over row blocks (i), so the transposed source, contiguous along i,
- * is read as KIR_TILE sequential streams (the hardware prefetcher follows
- * them), and its reads become vector loads and an in-register transpose
- * (kir_range_tile). */
+/* Loops over the root's sizes; with tiles (the options' tile), the last
+ * two dims run as KIR_TILE x KIR_TILE blocks: the loop over column blocks
+ * (j) outside the one over row blocks (i), so the transposed source,
+ * contiguous along i, is read as KIR_TILE sequential streams (the
+ * hardware prefetcher follows them), and its reads become vector loads
+ * and an in-register transpose (kir_range_tile). A size that is not a
+ * multiple of the tile shifts the last tile back over its neighbour
+ * (tile_base): those elements are stored twice, with the same value. */
 static int lower_elementwise(lower_ctx *c) {
   const graph_node *r = c->root;
   kir_kernel *k = c->k;
   int ranges[KILN_MAX_DIMS] = {0}, nd = r->ndim, loops[KILN_MAX_DIMS + 2], n_loops = 0; /* (= {0}: gcc -O3 cannot see open_ranges fill it) */
-  if (unrolled_inner(r)) return lower_unrolled_inner(c);
-  if (!wants_tiles(c)) {
+  if (c->opts->unroll_inner) return lower_unrolled_inner(c);
+  if (!c->opts->tile) {
     open_ranges(k, nd, r->sizes, ranges);
     for (int d = 0; d < nd; d++) loops[n_loops++] = ranges[d];
   } else {
     int64_t rows = r->sizes[nd - 2], cols = r->sizes[nd - 1], t = KIR_TILE;
-    c->tiled = true;
     for (int d = 0; d < nd - 2; d++) loops[n_loops++] = ranges[d] = kir_range(k, r->sizes[d], d == 0);
-    if (cols % t) return lower_skewed(c, ranges, loops, n_loops);
+    if (c->opts->skew) return lower_skewed(c, ranges, loops, n_loops);
     int bj = loops[n_loops++] = kir_range(k, (cols + t - 1) / t, nd == 2);
     int bi = loops[n_loops++] = kir_range(k, (rows + t - 1) / t, false);
     int i0 = tile_base(k, bi, rows), j0 = tile_base(k, bj, cols), tj;
@@ -891,29 +825,6 @@ static void arg_update(kir_kernel *k, graph_op op, int acc, int acc_idx, int v, 
   kir_acc_set(k, acc, pass_where(k, better, v, acc));
 }
 
-/* A reduction of at most this many elements per output, inside a kept
- * loop of at least UNROLL_ROW, is unrolled: its terms are added in the
- * loop's order (the same sum, rounded the same way), and the innermost
- * kept loop, now the innermost loop, vectorizes (max pooling's 2x2
- * windows: a loop of 2 in a loop of 2 inside the row of outputs ran
- * scalar; the pooled conv2 rows of 7 too, since pairs are masked
- * interleaved groups). */
-#define UNROLL_REDUCE 16
-
-/* Elements per output of reduction q when it is unrolled, else 0. */
-static int64_t unrolled_terms(const graph_node *q) {
-  const graph_view *v = &q->inputs[0].view;
-  uint32_t mask = graph_attr_reduce_mask(q);
-  int64_t terms = 1, row = 0; /* row: the innermost kept dim's size */
-  if (q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN) return 0;
-  for (int d = 0; d < v->ndim; d++) {
-    if (mask & (1u << d)) terms *= v->sizes[d];
-    else if (v->sizes[d] > 1) row = v->sizes[d];
-    if (terms > UNROLL_REDUCE) return 0;
-  }
-  return row >= UNROLL_ROW && terms > 0 ? terms : 0;
-}
-
 /* q's input at ranges (its kept dims set), cast to the accumulator type
  * t; stored for the epilogue when it is the spill (the caller sets
  * spill_stored once every term is stored: until then the spill's value
@@ -928,8 +839,9 @@ static int reduce_term(lower_ctx *c, const graph_node *q, int *ranges, kir_type 
   return pass_cast_to(k, t, in);
 }
 
-/* The unrolled reduction (unrolled_terms): terms e = 0, 1, ... in
- * row-major order over the masked dims, each at constant indices there. */
+/* The unrolled reduction (the options' unroll_reduce): terms e = 0, 1,
+ * ... in row-major order over the masked dims, each at constant indices
+ * there, added in the loop's order (the same sum). */
 static int unrolled_reduce(lower_ctx *c, const graph_node *q, int *ranges, kir_type t, int64_t terms) {
   kir_kernel *k = c->k;
   const graph_view *v = &q->inputs[0].view;
@@ -955,7 +867,7 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   uint32_t mask = graph_attr_reduce_mask(q);
   bool is_arg = q->op == GRAPH_OP_ARGMAX || q->op == GRAPH_OP_ARGMIN;
   kir_type t = lower_reduce_acc_type(q);
-  int64_t terms = unrolled_terms(q);
+  int64_t terms = is_arg ? 0 : c->opts->unroll_reduce; /* the kernel's reductions share their sizes */
   if (terms) return pass_to_register(k, pass_cast_to(k, kir_type_of(q->dtype), unrolled_reduce(c, q, ranges, t, terms)));
   int red_dim = -1;
   int acc = kir_acc(k, t, lower_reduce_init(k, q->op, t));
@@ -988,8 +900,7 @@ static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ran
 
 static int lower_reduce(lower_ctx *c) {
   const graph_node *n = c->root;
-  int64_t width = lower_column_block(n);
-  if (width) return lower_columns(c, width);
+  if (c->opts->column_block) return lower_columns(c, c->opts->column_block);
   int ranges[KILN_MAX_DIMS];
   open_kept(c, &n->inputs[0].view, graph_attr_reduce_mask(n), ranges);
   lower_store_contiguous(c, ranges, emit_reduce(c, n, ranges));
@@ -1024,52 +935,6 @@ static bool root_fits_rows(const graph_node *root, const graph_node *q, int n_ou
   return all_full || all_one;
 }
 
-/* Every read of e in n's fused group (row values aside) is at n's own
- * index: the path from n to e is plain reads of nodes of n's sizes.
- * *found: the group reads e at all. */
-static bool reads_in_place(const lower_ctx *c, const graph_node *n, const graph_node *e, int depth, bool *found) {
-  for (int i = 0; i < n->n_inputs; i++) {
-    const graph_node *in = n->inputs[i].node;
-    if (!is_fused(c, in) || graph_ops[in->op].kind == GRAPH_REDUCE) continue;
-    bool same = in->ndim == n->ndim && !memcmp(in->sizes, n->sizes, sizeof *n->sizes * (size_t)n->ndim);
-    if (!same || !pass_plain_view(&n->inputs[i].view, in)) { /* read at another index: must not reach e */
-      bool below = false;
-      if (in == e || depth >= 16 || !reads_in_place(c, in, e, depth + 1, &below) || below) return false;
-      continue;
-    }
-    if (in == e) *found = true;
-    else if (depth >= 16 || !reads_in_place(c, in, e, depth + 1, found)) return false;
-  }
-  return true;
-}
-
-/* Softmax computes exp(x - max) in the sum pass and again in the
- * epilogue. An expensive fused input of a row reduction that the root
- * reads at its own index, with the root's dtype and sizes, is instead
- * stored into the output by the reduction pass and loaded back by the
- * epilogue, which then overwrites it: one exp per element, bit-identical
- * values (the stored value is the rounded one). Nodes on KILN_CUDA keep
- * the recomputation. */
-static const graph_node *find_spill(const lower_ctx *c) {
-  const graph_node *root = c->root;
-  /* not on a GPU: the CUDA printer's cooperative form (one block per
-   * row) takes reduction loops without stores; recomputing is cheap there */
-  if (!graph_is_float(root->dtype) || c->host->device == KILN_CUDA) return NULL;
-  for (int i = c->n_rows - 1; i >= 0; i--) {
-    const graph_node *e = c->rows[i]->inputs[0].node;
-    const graph_view *v = &c->rows[i]->inputs[0].view;
-    bool elementwise = graph_op_is_pointwise(e->op);
-    bool same = e->ndim == root->ndim && !memcmp(e->sizes, root->sizes, sizeof *e->sizes * (size_t)e->ndim);
-    bool found = false;
-    int at = pass_pos(c->plan, e);
-    bool cheap = at >= 0 && c->plan->e[at].fuse_cheap;
-    if (is_fused(c, e) && elementwise && !cheap && e->dtype == root->dtype && same && pass_plain_view(v, e) &&
-        reads_in_place(c, root, e, 0, &found) && found)
-      return e;
-  }
-  return NULL;
-}
-
 /* Row fusion: for each block of leading indices (a row), every fused
  * reduction runs over the row, then the root consumes the row values —
  * one pass over memory for softmax, layer norm, variance, logsumexp. */
@@ -1082,7 +947,8 @@ static int lower_rows(lower_ctx *c) {
   while (c->n_outer < v->ndim && !(graph_attr_reduce_mask(q0) & (1u << c->n_outer))) c->n_outer++;
   if (!root_fits_rows(root, q0, c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
   int ranges[KILN_MAX_DIMS];
-  if (full && graph_ops[root->op].kind != GRAPH_REDUCE) c->spill = find_spill(c);
+  if (full && graph_ops[root->op].kind != GRAPH_REDUCE && c->opts->spill >= 0)
+    c->spill = c->plan->order[c->opts->spill]; /* kept in the output for the epilogue */
   open_kept(c, v, graph_attr_reduce_mask(q0), ranges);
   for (int d = 0; d < c->n_outer; d++) c->outer[d] = ranges[d];
   for (int i = 0; i < c->n_rows; i++) c->row_value[i] = emit_reduce(c, c->rows[i], ranges);
@@ -1103,8 +969,6 @@ static int lower_rows(lower_ctx *c) {
   return KILN_OK;
 }
 
-#define COLS 16 /* scans: columns run together */
-
 /* Scan (cumsum, cumprod) along one dim: loops over the other dims (the
  * first of them parallel, so rows of the scan split across threads), then
  * a sequential loop over the scanned dim with one accumulator, storing
@@ -1112,11 +976,12 @@ static int lower_rows(lower_ctx *c) {
  * and bool in I64 (exact, wrapping as int64), as sums and products do;
  * the update is not reassociable: element i depends on every j < i.
  *
- * When the last dim is not the scanned one and is read with unit stride,
- * COLS neighbouring scans run together (one accumulator each, loops: the
- * other kept dims, blocks of the last dim, the scanned dim, the lanes), so
- * a scan down the columns reads whole cache lines instead of one element
- * per line. Each element sees the same sequence of updates either way. */
+ * With the options' scan_lanes > 1 (the last dim is not the scanned one
+ * and a multiple of it), that many neighbouring scans run together (one
+ * accumulator each, loops: the other kept dims, blocks of the last dim,
+ * the scanned dim, the lanes), so a scan down the columns reads whole
+ * cache lines instead of one element per line. Each element sees the
+ * same sequence of updates either way. */
 static int lower_scan(lower_ctx *c) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
@@ -1129,8 +994,8 @@ static int lower_scan(lower_ctx *c) {
   graph_op red = n->op == GRAPH_OP_CUMSUM ? GRAPH_OP_SUM : GRAPH_OP_PROD;
   kir_type t = graph_is_float(n->dtype) ? KIR_F64 : KIR_I64;
   graph_view out = graph_view_contiguous(n->ndim, n->sizes);
-  bool lanes = s != last && v->strides[last] == 1 && v->sizes[last] % COLS == 0 && v->sizes[last] > 0;
-  int n_lanes = lanes ? COLS : 1, acc[COLS], block = -1, base = -1;
+  bool lanes = c->opts->scan_lanes > 1;
+  int n_lanes = lanes ? c->opts->scan_lanes : 1, acc[PASS_SCAN_LANES_MAX], block = -1, base = -1;
   if (!lanes) {
     open_kept(c, v, mask, ranges);
   } else {
@@ -1141,8 +1006,8 @@ static int lower_scan(lower_ctx *c) {
       ranges[d] = kir_range(k, v->sizes[d], first);
       first = false;
     }
-    block = kir_range(k, v->sizes[last] / COLS, first);
-    base = pass_alu2(k, KIR_MUL, block, kir_const_i(k, KIR_INDEX, COLS));
+    block = kir_range(k, v->sizes[last] / n_lanes, first);
+    base = pass_alu2(k, KIR_MUL, block, kir_const_i(k, KIR_INDEX, n_lanes));
   }
   for (int u = 0; u < n_lanes; u++) acc[u] = kir_acc(k, t, lower_reduce_init(k, red, t));
   ranges[s] = kir_range(k, v->sizes[s], false);
@@ -1232,8 +1097,8 @@ static int lower_scatter(lower_ctx *c) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
   const graph_view *iv = &n->inputs[1].view;
-  int nd = iv->ndim, dim = (int)graph_attr_scalar(n), idx[KILN_MAX_DIMS];
-  if (n->sizes[0] == 1 && dim > 0 && n->sizes[1] > 1) return lower_scatter_slabs(c);
+  int nd = iv->ndim, idx[KILN_MAX_DIMS];
+  if (c->opts->scatter_slabs) return lower_scatter_slabs(c);
   int64_t total = graph_view_numel(iv), chunks = n->sizes[0], row_len = n->numel / (chunks > 0 ? chunks : 1);
   int64_t len = chunks > 0 ? (total + chunks - 1) / chunks : 0;
   int ch = kir_range(k, chunks, true);
@@ -1447,8 +1312,10 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   bool stores = at >= 0 && p->e[at].stores >= 0;
   bool merge_oom = false;
   bool merge = !not_kernel && !stores && pass_merge_loops(p, n, &merged, &merge_oom);
-  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b, .oom = merge_oom};
-  int st = not_kernel ? KILN_ERR_ARG : merge_oom ? KILN_ERR_OOM : lower_root(&c, in_place);
+  pass_opts opts;
+  lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b, .opts = &opts, .oom = merge_oom};
+  int st = not_kernel ? KILN_ERR_ARG : merge_oom ? KILN_ERR_OOM : pass_choose_opts(p, c.root, n, in_place, &opts);
+  if (st == KILN_OK) st = lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
   free_state(&c);
   if (k->oom || c.oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
@@ -1461,5 +1328,6 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
     return st;
   }
   finish_name(&c, n); /* named after the graph's shape, merged or not */
+  pass_opts_debug(&opts, k->name);
   return KILN_OK;
 }

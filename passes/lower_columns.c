@@ -7,53 +7,22 @@
 #include "lower_ctx.h"
 #include "semantics.h"
 
-/* Column reductions: the input's last dim is kept and unit-stride, so
- * neighbouring outputs are reduced together, a block of up to COL_MAX
- * columns at a time. The block's accumulators are a row in a LOCAL (F64
- * for a sum: 8 KiB, in L1), and the rows are walked in groups of
- * ROW_GROUP: each pass over the block loads an accumulator, adds the
- * group's rows to it in registers, in row order, and stores it back
- * (then one pass for the rows left over). A pass reads ROW_GROUP rows of
- * the block as ROW_GROUP sequential runs of 4 KiB (F32): bench/ row W3b
- * (sum over dim 0 of 4096 x 4096 F32) reads at the read roofline this way
- * (docs/internals.md, Column reductions), where 64 register accumulators
- * a block (256-byte runs, 16 KiB apart) read at 0.4-0.7 x and one row a
- * pass was no faster. The adds are plain (not reassociable), so every
- * output is still the sequential sum of its column in the accumulator
- * type, as the general path computes it: fused and unfused results
- * agree bitwise. */
-#define COL_MAX 1024  /* columns a block: 8 KiB of F64 accumulators */
-#define COL_MIN 32    /* narrowest block split off for parallelism */
-#define COL_FEWEST 16 /* fewer columns take the general path */
-#define COL_SPLIT 4   /* blocks wanted for the pool when few kept rows */
-#define ROW_GROUP 8   /* rows a pass */
-
-/* The block width for a column reduction of n, 0 when the pattern does not
- * apply: the last dim reduced or strided, fewer than COL_FEWEST columns, an arg
- * reduction, or a CUDA tensor (a LOCAL is per thread, so a block would be
- * one GPU thread's work; the general path spreads the outputs over
- * threads or blocks). Blocks are as even as can be (the last one, shifted
- * back, overlaps its neighbour by fewer columns than there are blocks);
- * with fewer than COL_SPLIT kept leading rows the columns split into up
- * to COL_SPLIT blocks of at least COL_MIN, so the pool has work for each
- * thread. */
-int64_t lower_column_block(const graph_node *n) {
-  const graph_view *v = &n->inputs[0].view;
-  int last = v->ndim - 1;
-  uint32_t mask = graph_attr_reduce_mask(n);
-  bool arg = n->op == GRAPH_OP_ARGMAX || n->op == GRAPH_OP_ARGMIN;
-  if (arg || n->device == KILN_CUDA || last < 1 || (mask & (1u << last)) || mask == 0) return 0;
-  int64_t cols = v->sizes[last], kept = 1;
-  if (v->strides[last] != 1 || cols < COL_FEWEST) return 0;
-  for (int d = 0; d < last; d++)
-    if (!(mask & (1u << d))) kept *= v->sizes[d];
-  int64_t blocks = (cols + COL_MAX - 1) / COL_MAX;
-  if (kept < COL_SPLIT && blocks < COL_SPLIT) {
-    int64_t split = cols / COL_MIN < COL_SPLIT ? cols / COL_MIN : COL_SPLIT;
-    if (split > blocks) blocks = split;
-  }
-  return (cols + blocks - 1) / blocks;
-}
+/* Column reductions: the input's last dim is kept (the options'
+ * column_block, heuristics.c, chooses when and how wide), so
+ * neighbouring outputs are reduced together, a block of `width` columns
+ * at a time. The block's accumulators are a row in a LOCAL (F64 for a
+ * sum: 8 KiB for 1,024 columns, in L1), and the rows are walked in
+ * groups of the options' column_rows: each pass over the block loads an
+ * accumulator, adds the group's rows to it in registers, in row order,
+ * and stores it back (then one pass for the rows left over). A pass
+ * reads the group's rows of the block as sequential runs (bench/ row
+ * W3b, sum over dim 0 of 4096 x 4096 F32, reads at the read roofline
+ * with 8 rows of 1,024 columns: docs/internals.md, Column reductions),
+ * where 64 register accumulators a block (256-byte runs, 16 KiB apart)
+ * read at 0.4-0.7 x and one row a pass was no faster. The adds are plain
+ * (not reassociable), so every output is still the sequential sum of its
+ * column in the accumulator type, as the general path computes it:
+ * fused and unfused results agree bitwise. */
 
 /* First column of block b of `width` columns: b * width, the last block
  * shifted back to end at cols (its first columns are computed twice,
@@ -88,22 +57,22 @@ static void column_pass(lower_ctx *c, int acc, int64_t width, int base, int dim,
 }
 
 /* The reduced dims of the block: the outer ones as loops, the innermost
- * (dim `in`, `size` rows) as groups of ROW_GROUP rows, then its rest. */
+ * (dim `in`, `size` rows) as groups of `per` rows (the options'
+ * column_rows), then its rest. */
 static void column_rows(lower_ctx *c, int acc, int64_t width, int base, int *ranges) {
   kir_kernel *k = c->k;
   const graph_view *v = &c->root->inputs[0].view;
   uint32_t mask = graph_attr_reduce_mask(c->root);
-  int in = 31 - __builtin_clz(mask);
-  int64_t size = v->sizes[in], groups = size / ROW_GROUP, rest = size % ROW_GROUP;
+  int in = 31 - __builtin_clz(mask), per = c->opts->column_rows;
+  int64_t size = v->sizes[in], groups = size / per, rest = size % per;
   for (int d = 0; d < in; d++)
     if (mask & (1u << d)) ranges[d] = kir_range(k, v->sizes[d], false);
   if (groups > 0) {
     int g = kir_range(k, groups, false);
-    column_pass(c, acc, width, base, in, pass_alu2(k, KIR_MUL, g, kir_const_i(k, KIR_INDEX, ROW_GROUP)), ROW_GROUP,
-                ranges);
+    column_pass(c, acc, width, base, in, pass_alu2(k, KIR_MUL, g, kir_const_i(k, KIR_INDEX, per)), per, ranges);
     kir_end(k, g);
   }
-  if (rest > 0) column_pass(c, acc, width, base, in, kir_const_i(k, KIR_INDEX, groups * ROW_GROUP), (int)rest, ranges);
+  if (rest > 0) column_pass(c, acc, width, base, in, kir_const_i(k, KIR_INDEX, groups * per), (int)rest, ranges);
   for (int d = in - 1; d >= 0; d--)
     if (mask & (1u << d)) {
       kir_end(k, ranges[d]);
@@ -112,7 +81,7 @@ static void column_rows(lower_ctx *c, int acc, int64_t width, int base, int *ran
   c->n_memo = 0;
 }
 
-/* The loops of a column reduction (column_block): kept leading dims, then
+/* The loops of a column reduction: kept leading dims, then
  * blocks of `width` columns (the first of them parallel); in a block, the
  * LOCAL accumulator row is set to the identity, updated by column_rows,
  * then cast and stored. */

@@ -35,6 +35,7 @@ typedef struct lower_ctx {
   const graph_node *host; /* the node being lowered (root may be its merged copy) */
   int store_param[PASS_MAX_OUTPUTS]; /* PARAM uop of binding->outputs[j] */
   pass_binding *b;
+  const pass_opts *opts; /* the kernel's choices (heuristics.c): lowering reads only these */
   int out;  /* PARAM 0 */
   int args;  /* PARAM 1 */
   int fargs; /* PARAM 2 */
@@ -55,9 +56,8 @@ typedef struct lower_ctx {
                         gets KILN_ERR_UNSUPPORTED and materializes producers */
   bool oom;          /* a growing array could not allocate: KILN_ERR_OOM */
   char why[96];      /* unfit's text, when formatted */
-  const graph_node *spill; /* row kernels: a reduction input kept in the output (see find_spill) */
+  const graph_node *spill; /* row kernels: a reduction input kept in the output (the options' spill) */
   bool spill_stored;       /* the epilogue loads spill from the output */
-  bool tiled;              /* lower_elementwise's tiled loops */
   bool plain_stores;       /* the edge loops of skewed tiles (lower_skewed): no streaming stores */
   char name[96];
   int name_len;
@@ -75,9 +75,7 @@ kir_type lower_reduce_acc_type(const graph_node *n);
 int lower_reduce_init(kir_kernel *k, graph_op op, kir_type t);
 kir_op lower_reduce_alu(graph_op op, kir_type t);
 
-/* Column reductions (lower_columns.c): the block width for reduction n,
- * 0 when the pattern does not apply; its loops. */
-int64_t lower_column_block(const graph_node *n);
+/* Column reductions (lower_columns.c): blocks of `width` columns. */
 int lower_columns(lower_ctx *c, int64_t width);
 
 #endif

@@ -31,6 +31,24 @@ typedef struct pass_merged {
 bool pass_merge_loops(const pass_plan *p, const graph_node *root, pass_merged *out, bool *oom);
 void pass_merged_free(pass_merged *m);
 
+/** n is computed inside the kernel of `host`: fused (pass_fused), or
+ *  stored by it (a multi-output kernel's further result). */
+static inline bool pass_computed_in(const pass_plan *p, const graph_node *n, const graph_node *host) {
+  if (pass_fused(p, n)) return true;
+  int h = pass_host(p, n);
+  return h >= 0 && h == pass_pos(p, host);
+}
+
+/** The options of the kernel rooted at `root` (host's group, or the
+ *  merged copy of it pass_lower_node lowers: merge_loops.c), as the heuristics
+ *  choose them, KILN_OPTS's forced choices applied (heuristics.c).
+ *  KILN_OK or KILN_ERR_OOM. */
+int pass_choose_opts(const pass_plan *p, const graph_node *root, const graph_node *host, bool in_place,
+                     pass_opts *o);
+/** With KILN_DEBUG=2 or more, prints o on one line of stderr, after the
+ *  kernel's name. */
+void pass_opts_debug(const pass_opts *o, const char *kernel);
+
 /** True when view v reads src in src's own contiguous layout (offset 0,
  *  src's sizes, contiguous strides). */
 bool pass_plain_view(const graph_view *v, const graph_node *src);

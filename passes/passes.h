@@ -1,7 +1,8 @@
 /*
  * passes.h — the passes layer's interface, what the runtime (and tests)
  * use: the per-force plan (plan.h), algebraic simplification, fusion
- * decisions, lowering of one kernel to kernel IR (kir.h) with what the
+ * decisions, each kernel's options record (its optimisation choices as
+ * data), lowering of one kernel to kernel IR (kir.h) with what the
  * runtime binds to it, and a kernel's costs. What only passes/ files
  * share is in pass_internal.h, lower_ctx.h and semantics.h.
  *
@@ -93,6 +94,75 @@ bool pass_binding_valid(const pass_binding *b, const uint8_t *n_inputs, int n);
 /** True when a pending input node is computed inside its consumer's kernel
  *  rather than realized first (pending FULL/ARANGE sources). */
 bool pass_is_inlined(const graph_node *n);
+
+/* ------------------------------------------------- per-kernel options */
+
+/** Which lowering a kernel takes: decided by its root's kind and the
+ *  reductions fused into it (not a choice). */
+typedef enum pass_path {
+  PASS_PATH_ELEMENTWISE, /* loops over the root's sizes (sources, casts, gathers too) */
+  PASS_PATH_ROWS,        /* fused row reductions, then the root per row */
+  PASS_PATH_REDUCE,      /* a reduction: kept dims, then reduced ones (or column blocks) */
+  PASS_PATH_SCAN,        /* cumsum, cumprod */
+  PASS_PATH_SCATTER,     /* scatter-add into chunk partials */
+  PASS_PATH_ASSIGN       /* an in-place write: copy, then the region */
+} pass_path;
+
+#define PASS_SCAN_LANES_MAX 16
+
+/** The optimisation choices of one kernel, as data (like tinygrad's Opt
+ *  list): heuristics.c fills it before the kernel is lowered, and
+ *  lowering reads only it. Zero/false is "off": the plain loop nest.
+ *  Every choice computes the same values; KILN_OPTS forces them
+ *  (README.md, docs/internals.md "Forcing"), KILN_DEBUG=2 prints them. */
+typedef struct pass_opts {
+  pass_path path;
+  /* elementwise */
+  int unroll_inner;        /* > 0: the innermost dim, of this many elements, is
+                              unrolled (the body copied per element), so the dim
+                              above is the innermost loop and vectorises */
+  bool tile;               /* the last two dims run in KIR_TILE x KIR_TILE tiles,
+                              column blocks outside row blocks (kir_range_tile):
+                              a transposed read becomes vector loads and an
+                              in-register transpose */
+  bool skew;               /* (tile) skewed tiles (kir_tile_skew): each row's
+                              chunk starts at a multiple of KIR_TILE of the flat
+                              output, for a last dim that is not one */
+  int skew_bands;          /* (skew) row bands a group, whose last source rows
+                              the next column block reuses */
+  /* stores */
+  bool stream;             /* the root's output is written with streaming
+                              (nontemporal) stores: kir_store_streaming */
+  uint32_t stream_outputs; /* bit j: binding->outputs[j] too */
+  /* reductions */
+  int unroll_reduce;       /* > 0: each output's terms, this many, are added
+                              unrolled in loop order (argmax/argmin loop) */
+  int64_t column_block;    /* > 0: a column reduction (lower_columns.c), blocks
+                              of this many columns in a LOCAL accumulator row */
+  int column_rows;         /* (column_block) rows a pass adds to the block */
+  int spill;               /* (rows) plan position of the fused input of a row
+                              reduction the reduction pass stores into the
+                              output and the epilogue loads back instead of
+                              recomputing; -1: none */
+  /* scans, scatters */
+  int scan_lanes;          /* neighbouring scans run together (one accumulator
+                              each), 1..PASS_SCAN_LANES_MAX */
+  bool scatter_slabs;      /* one chunk along a dim other than 0: the target's
+                              slabs along dim 0 run in parallel */
+} pass_opts;
+
+/** The record the heuristics choose for the kernel rooted at n of plan
+ *  p, as pass_lower_node would lower it. KILN_OK or KILN_ERR_OOM. */
+int pass_kernel_opts(const pass_plan *p, const graph_node *n, bool in_place, pass_opts *o);
+/** o in one line, "elementwise unroll=0 tile=1 skew=1 bands=32 stream=1":
+ *  its path, then the fields that apply to it. */
+void pass_opts_format(const pass_opts *o, char *buf, size_t len);
+/** Replaces KILN_OPTS's forced choices with spec (the same syntax,
+ *  "unroll=0,stream=1"; NULL or "": none) for the kernels lowered from
+ *  now on; false, and nothing replaced, when an item does not parse
+ *  (each bad one named on stderr). A test hook: not while another thread
+ *  lowers (a schedule the schedule cache serves is not lowered again). */
+bool pass_opts_override(const char *spec);
 
 /** Lowers the kernel rooted at n (a node of plan p, fused as p decided)
  *  into k (initialised by this call) and fills *b. The nodes n stores

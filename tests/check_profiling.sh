@@ -42,8 +42,10 @@ PY
 dbg=$(KILN_DEBUG=1 "$QS" 2>&1 >/dev/null)
 grep -Eq '^kiln: E_[a-z_]+_[0-9x]+ +llvm +[0-9]+ ops \[[0-9, ]+\] .* ms .* GB/s .* GFLOP/s' <<<"$dbg" || { echo "$dbg"; echo "FAIL: level 1 line"; exit 1; }
 ! grep -q 'kiln: schedule:' <<<"$dbg" || { echo "FAIL: level 1 printed a schedule"; exit 1; }
+! grep -q 'kiln: options ' <<<"$dbg" || { echo "FAIL: level 1 printed kernel options"; exit 1; }
 dbg=$(KILN_DEBUG=2 "$QS" 2>&1 >/dev/null)
 grep -q '^kiln: schedule: [0-9]* pending nodes -> [0-9]* kernels' <<<"$dbg" || { echo "FAIL: level 2 schedule"; exit 1; }
+grep -Eq '^kiln: options E_[a-z_]+_[0-9x]+: elementwise unroll=[0-9]+ tile=[01]' <<<"$dbg" || { echo "FAIL: level 2 kernel options"; exit 1; }
 ! grep -q 'kernel IR of' <<<"$dbg" || { echo "FAIL: level 2 printed kernel IR"; exit 1; }
 dbg=$(KILN_DEBUG=3 "$QS" 2>&1 >/dev/null)
 grep -q '^kiln: kernel IR of ' <<<"$dbg" || { echo "FAIL: level 3 kernel IR"; exit 1; }
