@@ -13,13 +13,17 @@
  *   backend_cuda.c  "cuda": device 0 through the driver API (cuda_*.c),
  *                   kernels NVRTC builds launched on one stream; device
  *                   memory; MATMUL through cuBLAS.
- * Adding a backend adds one such file and its row in backend.c's table.
+ * Adding a backend adds one such file, its row in backend.c's table and,
+ * when it runs some nodes or holds some device's buffers, its place in
+ * the rules there (rt_backend_for, rt_backend_of).
  *
  * backend.c chooses: kiln_set_backend / $KILN_BACKEND select one
  * (rt_backend_select, rt_backend_ready); rt_backend_for says which runs a
  * node's kernel, rt_backend_of whose memory new buffers of a device come
  * from, rt_buffer_backend whose memory holds a buffer. The rest of the
- * runtime calls through the struct and never tests which backend it has.
+ * runtime calls through the struct; only the cuBLAS path asks for one
+ * backend by name (blas.c: are the operands in the cuda backend's
+ * memory).
  * Internal to runtime/ (and white-box tests).
  */
 #ifndef KILN_RT_BACKEND_H

@@ -3,9 +3,8 @@
  * forcing pending nodes, choosing the backend and thread count, device
  * memory reads, BLAS capability queries for matmul recording, runners of
  * extern ops defined above the runtime, the profiler's records and the
- * Graphviz dump. The runtime's own files share
- * rt_internal.h, which also sees the passes and code generators; nothing
- * here exposes them.
+ * Graphviz dump. The runtime's own files share rt_internal.h, which also
+ * sees the passes and code generators; nothing here exposes them.
  */
 #ifndef KILN_RUNTIME_H
 #define KILN_RUNTIME_H
