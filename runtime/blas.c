@@ -286,15 +286,13 @@ bool rt_blas_view_needs_copy(const graph_view *v) {
   return m.pack;
 }
 
-bool rt_cublas_ready(void) { return rt_device_next_is_real() && rt_cuda_blas_available(NULL, 0); }
-
 bool rt_cublas_can_run(const graph_node *n) {
   if (n->op != GRAPH_OP_MATMUL || n->device != KILN_CUDA || (n->dtype != KILN_F32 && n->dtype != KILN_F64)) return false;
   mm_dims d = dims_of(n);
   if (!fits_int(&d)) return false;
   for (int i = 0; i < 2; i++) {
     const graph_input *in = &n->inputs[i];
-    if (!in->node->buffer || !rt_device_is_real(in->node->buffer)) return false;
+    if (!in->node->buffer || !rt_backend_cuda.owns(in->node->buffer)) return false;
     blas_mat m = operand(in, in->node->buffer->data);
     if (m.pack || m.ld > INT32_MAX) return false;
   }

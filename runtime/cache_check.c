@@ -73,16 +73,14 @@ int rt_check_cached_kernel(const pass_plan *p, const graph_node *n, const rt_sch
   char why[256];
   int st = pass_lower_node(p, n, k->in_place, &fresh, &b, why, sizeof why);
   if (st != KILN_OK) return mismatch(err, errlen, pos, why);
-  llvm_kernel_fn fn = NULL;
-  void *dev = NULL;
+  rt_code code = {0};
   bool hit;
-  st = k->on_device ? rt_kernel_get_device(&fresh, &dev, &hit, why, sizeof why)
-                    : rt_kernel_get(&fresh, &fn, &hit, NULL, why, sizeof why);
+  st = rt_kernel_get(k->backend, &fresh, &code, &hit, NULL, why, sizeof why);
   bool same_name = strcmp(fresh.name, k->name) == 0;
   kir_free(&fresh);
   if (st != KILN_OK) return mismatch(err, errlen, pos, why);
   if (!same_name) return mismatch(err, errlen, pos, "kernel name");
-  if (k->on_device ? dev != k->dev : fn != k->fn) return mismatch(err, errlen, pos, "kernel code");
+  if (code.fn != k->code.fn || code.dev != k->code.dev) return mismatch(err, errlen, pos, "kernel code");
   const char *diff = binding_diff(&b, &k->binding);
   return diff ? mismatch(err, errlen, pos, diff) : KILN_OK;
 }

@@ -6,9 +6,10 @@
  * knows, when the GPU is newer than NVRTC) and loaded with
  * cuModuleLoadData, and a launch timed with CUDA events.
  *
- * This is the device half of the CUDA backend (the CUDA C comes from
- * codegen_cuda/): device.c routes KILN_CUDA tensors here (docs/cuda.md) and keeps freed buffers in its
- * caching allocator; these buffers are plain cuMemAlloc/cuMemFree.
+ * This is the device half of the cuda backend (the CUDA C comes from
+ * codegen_cuda/): backend_cuda.c runs KILN_CUDA tensors here
+ * (docs/cuda.md), and device.c keeps freed buffers in its caching
+ * allocator; these buffers are plain cuMemAlloc/cuMemFree.
  *
  * Launch geometry is the printer's launch rule (cuda_kernel_launch_rule in
  * cuda_backend.h, the same the emulator runs): a grid-stride kernel on

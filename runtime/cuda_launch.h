@@ -1,8 +1,8 @@
 /*
  * cuda_launch.h — running kernels printed by codegen_cuda on CUDA device 0
  * (cuda_launch.c): buffers, copies, NVRTC compile + cuModuleLoadData, a
- * timed launch. The rest of the runtime reaches it through device.c
- * (KILN_CUDA tensors), which adds the caching allocator. Every call
+ * timed launch. The rest of the runtime reaches it through the cuda
+ * backend (backend_cuda.c; device.c adds the caching allocator). Every call
  * without a device returns KILN_ERR_DEVICE "no CUDA device: <why>".
  * Internal to runtime/ (and white-box tests).
  */

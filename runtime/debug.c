@@ -3,11 +3,13 @@
  * (name, backend, ops fused, shape, time, GB/s, GFLOP/s); 2: also the
  * schedule of every realize; 3: also the kernel IR of each kernel
  * (realize.c); 4: also the LLVM IR of each compiled kernel
- * (kernel_cache.c). The level is read once from the environment.
+ * (backend_llvm.c), or its CUDA C on the CUDA backends (backend_cuda.c,
+ * backend_emu.c). The level is read once from the environment.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda_backend.h"
 #include "rt_internal.h"
 
 static int64_t read_level(void) {
@@ -18,6 +20,13 @@ static int64_t read_level(void) {
 int rt_debug_level(void) {
   static atomic_int_fast64_t level = GRAPH_ENV_UNREAD;
   return (int)graph_env_once(&level, read_level);
+}
+
+void rt_debug_cuda_source(const kir_kernel *k) {
+  char *src = NULL, msg[256];
+  if (cuda_print_kernel(k, NULL, &src, msg, sizeof msg) == KILN_OK)
+    fprintf(stderr, "kiln: CUDA C of %s\n%s\n", k->name, src);
+  free(src);
 }
 
 const char *rt_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes) {

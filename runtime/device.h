@@ -1,19 +1,14 @@
 /*
- * device.h — the CUDA device as the runtime sees it (device.c): memory,
- * copies and kernels for tensors on KILN_CUDA. Internal.
+ * device.h — buffers as the runtime sees them beyond one backend
+ * (device.c): KILN_CUDA buffers and their caching allocator, and copies
+ * between any two memories. Internal.
  *
- * Two implementations behind one interface:
- *  - real: device 0 through cuda_launch.h (cuMemAlloc
- *    buffers, synchronous host <-> device copies, kernels compiled by
- *    NVRTC for the device's sm_XX, launched on the one stream and timed
- *    with CUDA events; F32/F64 matmuls through cuBLAS, runtime/blas.c);
- *  - emu: under the "cuda-emu" backend, device memory is a separate host
- *    allocation and kernels are the cuda-emu host builds run by
- *    realize.c on the thread pool like any CPU kernel (no launch here).
- * Which one serves a new buffer is decided when it is allocated: emu when
- * "cuda-emu" is selected, else real when a device is present; a buffer
- * remembers its implementation, so it is freed and copied by the one that
- * made it.
+ * Which memory a new buffer comes from is the backend struct's business
+ * (backend.h): rt_backend_of(device) makes it — host memory for KILN_CPU;
+ * for KILN_CUDA the emulated device under "cuda-emu" (a separate host
+ * allocation), else device 0 (cuMemAlloc). A buffer remembers the
+ * backend that made it (rt_buffer_backend: its owns), so it is freed and
+ * copied by that one even after the selection changed.
  *
  * A KILN_CUDA graph_buffer's `data` is the device address (real) or the
  * emulated device memory (emu); host code reads it only through
@@ -33,36 +28,39 @@
 #include <stdint.h>
 
 #include "graph.h"
-#include "kir.h"
 #include "runtime.h"
 
-/** True when the buffer was made by the real device (kernels for it run
- *  through rt_device_launch; the emu's run on the host). */
-bool rt_device_is_real(const graph_buffer *b);
-/** True when the next KILN_CUDA buffer will be on the real device. */
-bool rt_device_next_is_real(void);
-
-/** A KILN_CUDA buffer of `bytes` (uninitialised), from the cache when a
- *  freed block of its class is there. KILN_ERR_DEVICE / KILN_ERR_OOM. */
+/** A new uninitialised buffer of `bytes` on `device`, from the memory of
+ *  rt_backend_of(device) (KILN_CUDA only once rt_device_ready).
+ *  KILN_ERR_DEVICE / KILN_ERR_OOM. */
+int rt_buffer_alloc(kiln_device device, int64_t bytes, graph_buffer **out, char *err, size_t errlen);
+/** rt_buffer_alloc on KILN_CUDA: from the cache when a freed block of its
+ *  class is there. */
 int rt_device_alloc(int64_t bytes, graph_buffer **out, char *err, size_t errlen);
 /** Host -> device: bytes from src into dst (a KILN_CUDA buffer). */
 int rt_device_upload(graph_buffer *dst, const void *src, int64_t bytes, char *err, size_t errlen);
 /** A copy of b's bytes in a new buffer on `device` (either direction, or
- *  device to device). */
+ *  within one device). */
 int rt_buffer_copy_to(const graph_buffer *b, kiln_device device, graph_buffer **out, char *err, size_t errlen);
 
-/** The real device's build of k (NVRTC for sm_XX, or PTX for an older
- *  compute_YY when NVRTC does not know the GPU — said once under
- *  KILN_DEBUG — loaded), as an opaque handle the kernel cache keeps for
- *  the life of the process. */
-int rt_device_kernel_load(const kir_kernel *k, void **handle, char *err, size_t errlen);
-/** Unloads a handle of rt_device_kernel_load (NULL-safe). */
-void rt_device_kernel_free(void *handle);
-/** Runs a loaded kernel over [start, end) with bufs [n] (KILN_CUDA
- *  buffers, in parameter order; host args/fargs arrays are uploaded by
- *  the caller), waits for it and stores its CUDA-event time in *ns. */
-int rt_device_launch(void *handle, const graph_buffer *const *bufs, int n, int64_t start, int64_t end, int64_t *ns,
-                     char *err, size_t errlen);
+/* ---- the cache, for the backends whose memory is a device's (backend_*.c) ---- */
+
+/** The raw memory of a device backend: blocks the cache holds. */
+typedef struct rt_device_blocks {
+  /** A fresh block of `bytes`. KILN_ERR_OOM / KILN_ERR_DEVICE. */
+  int (*alloc)(int64_t bytes, void **out, char *err, size_t errlen);
+  void (*free)(void *p);
+  /** The free_fn of its buffers: rt_device_cache_release(these blocks,
+   *  p, bytes). Its owns() compares a buffer's free_fn with it. */
+  void (*release)(void *p, int64_t bytes);
+} rt_device_blocks;
+
+/** A KILN_CUDA buffer of `bytes` over a block of m, from the cache when a
+ *  freed block of its class is there. */
+int rt_device_cache_alloc(const rt_device_blocks *m, int64_t bytes, graph_buffer **out, char *err, size_t errlen);
+/** Gives block p (of a buffer of `bytes`) back to the cache, or to m when
+ *  the cache is full. */
+void rt_device_cache_release(const rt_device_blocks *m, void *p, int64_t bytes);
 
 /** Counters of the device allocator since the start of the process. */
 typedef struct rt_device_stats {

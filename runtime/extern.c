@@ -14,17 +14,20 @@
  * written once, under a mutex, and published by an atomic flag, so a
  * force on another thread reads a whole row or none.
  *
- * A MATMUL on the real device runs through cuBLAS on device memory
- * (rt_cublas_matmul, when rt_cublas_can_run). Everything else runs on
- * the host whatever the node's device: inputs on KILN_CUDA are read
- * through host copies (never swapped into the input nodes, which other
- * threads may read), and a KILN_CUDA node's result is uploaded
- * (docs/cuda.md: a MATMUL recorded for cuBLAS that cuBLAS cannot run now).
+ * MATMUL is the contraction of the backend that runs the node
+ * (backend.h: OpenBLAS on the host for llvm and cuda-emu; cuBLAS on
+ * device memory for cuda when it can run the product). Everything else
+ * runs on the host whatever the node's device (rt_extern_on_host):
+ * inputs on KILN_CUDA are read through host copies (never swapped into
+ * the input nodes, which other threads may read), and a KILN_CUDA node's
+ * result is uploaded (docs/cuda.md: also a MATMUL recorded for cuBLAS
+ * that cuBLAS cannot run now).
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "backend.h"
 #include "device.h"
 #include "pool.h"
 #include "rt_internal.h"
@@ -67,7 +70,8 @@ static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *
   r->threads = cublas ? 1 : rt_blas_last_threads();
 }
 
-/* One extern op's row: `host` runs it on host memory, `describe` fills
+/* One extern op's row: `host` runs it on host memory (MATMUL's is NULL:
+ * it runs through its backend's contraction entry), `describe` fills
  * its profiler record, `hold` runs it under rt_pool_hold (idle pool
  * workers sleep rather than spin meanwhile: MPI progress and peer ranks
  * share the cores). */
@@ -83,7 +87,7 @@ static const struct {
   graph_op op;
   extern_impl impl;
 } builtin[] = {
-    {GRAPH_OP_MATMUL, {rt_blas_matmul, describe_gemm, false}},
+    {GRAPH_OP_MATMUL, {NULL, describe_gemm, false}},
     {GRAPH_OP_ARGSORT, {rt_sort_argsort, describe_sort, false}},
     {GRAPH_OP_MODE, {rt_sort_mode, describe_sort, false}},
 };
@@ -142,33 +146,35 @@ static int host_inputs(const graph_node *n, const void **in, graph_buffer **stag
   return st;
 }
 
-/* Computes n on the host into *out (a new host buffer). */
-static int run_on_host(const extern_impl *x, graph_node *n, graph_buffer **out, int64_t *t0, int64_t *t1, char *err,
+/* Computes n with fn on the host into *out (a new host buffer). */
+static int run_on_host(rt_extern_fn fn, bool hold, graph_node *n, graph_buffer **out, rt_extern_run *run, char *err,
                        size_t errlen) {
-  int64_t bytes = n->numel * graph_dtypes[n->dtype].size;
-  *out = graph_buffer_alloc(bytes);
-  if (!*out) {
-    snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
-    return KILN_ERR_OOM;
-  }
+  int st = rt_buffer_alloc(KILN_CPU, n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
+  if (st != KILN_OK) return st;
   const void *in[GRAPH_MAX_INPUTS] = {0};
   graph_buffer *staged[GRAPH_MAX_INPUTS] = {0};
-  int st = host_inputs(n, in, staged, err, errlen);
-  if (x->hold) rt_pool_hold(); /* the library's threads or peers get the cores: no parallel kernel meanwhile */
-  *t0 = rt_now_ns();
-  if (st == KILN_OK) st = x->host(n, in, *out, err, errlen);
-  *t1 = rt_now_ns();
-  if (x->hold) rt_pool_release();
+  st = host_inputs(n, in, staged, err, errlen);
+  if (hold) rt_pool_hold(); /* the library's threads or peers get the cores: no parallel kernel meanwhile */
+  run->t0 = rt_now_ns();
+  if (st == KILN_OK) st = fn(n, in, *out, err, errlen);
+  run->t1 = rt_now_ns();
+  if (hold) rt_pool_release();
   for (int i = 0; i < n->n_inputs; i++) graph_buffer_release(staged[i]);
   return st;
 }
 
-/* A MATMUL through cuBLAS into *out (a new device buffer). */
-static int run_on_device(graph_node *n, graph_buffer **out, int64_t *t0, int64_t *t1, char *err, size_t errlen) {
-  int st = rt_device_alloc(n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
-  *t0 = rt_now_ns();
-  if (st == KILN_OK) st = rt_cublas_matmul(n, *out, err, errlen);
-  *t1 = rt_now_ns();
+int rt_extern_on_host(graph_node *n, rt_extern_fn fn, bool hold, graph_buffer **out, rt_extern_run *run, char *err,
+                      size_t errlen) {
+  run->on_device = false;
+  graph_buffer *host = NULL;
+  int st = run_on_host(fn, hold, n, &host, run, err, errlen);
+  if (st == KILN_OK && n->device == KILN_CUDA) {
+    graph_buffer *dev = NULL;
+    st = rt_buffer_copy_to(host, KILN_CUDA, &dev, err, errlen);
+    graph_buffer_release(host);
+    host = dev;
+  }
+  *out = host;
   return st;
 }
 
@@ -187,25 +193,19 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
     return KILN_ERR_UNSUPPORTED;
   }
   graph_buffer *out = NULL;
-  int64_t t0 = 0, t1 = 0;
-  bool cublas = rt_cublas_can_run(n);
-  int st = cublas ? run_on_device(n, &out, &t0, &t1, err, errlen) : run_on_host(x, n, &out, &t0, &t1, err, errlen);
-  if (st == KILN_OK && n->device == KILN_CUDA && !cublas) {
-    graph_buffer *dev = NULL;
-    st = rt_buffer_copy_to(out, KILN_CUDA, &dev, err, errlen);
-    graph_buffer_release(out);
-    out = dev;
-  }
+  rt_extern_run run = {0};
+  int st = n->op == GRAPH_OP_MATMUL ? rt_backend_for(n)->contract(n, &out, &run, err, errlen)
+                                    : rt_extern_on_host(n, x->host, x->hold, &out, &run, err, errlen);
   if (st != KILN_OK) {
     graph_buffer_release(out);
     return st;
   }
   if (rt_debug_level() >= 1 || rt_profiling()) {
-    kiln_kernel_record r = {.run_ns = t1 - t0};
+    kiln_kernel_record r = {.run_ns = run.t1 - run.t0};
     char name[96];
-    x->describe(n, cublas, &r, name, sizeof name);
+    x->describe(n, run.on_device, &r, name, sizeof name);
     if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
-    if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
+    if (rt_profiling()) rt_profile_add(&r, run.t0, NULL, 0);
   }
   graph_node_set_buffer(n, out);
   return KILN_OK;

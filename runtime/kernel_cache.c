@@ -1,41 +1,33 @@
 /*
- * kernel_cache.c — compiled kernels keyed by their kernel IR: the bytes
- * of the uop array (builders zero every uop, padding included, so equal
- * kernels have equal bytes; the name is not part of it) and which params
- * are written. A hit costs a word-wise hash and a memcmp, no LLVM work and
+ * kernel_cache.c — compiled kernels keyed by their kernel IR and backend:
+ * the bytes of the uop array (builders zero every uop, padding included,
+ * so equal kernels have equal bytes; the name is not part of it), which
+ * params are written, and last the backend's key byte (backend.h), so
+ * one backend's code never serves another (switching backends compiles
+ * again). A hit costs a word-wise hash and a memcmp, no compiler work and
  * no formatting. Open addressing, guarded by a mutex that is not held
  * while a kernel compiles.
  *
- * Under the "cuda-emu" backend a miss compiles through the CUDA path
- * instead (cuda_emu_compile: CUDA C, NVRTC/ptxas check, host C++ build),
- * with the same calling convention; the key's last byte says which path
- * built the entry, so switching backends never reuses the other's code.
- * F16/BF16 kernels, which the emulator does not build, are checked and
- * then compiled by LLVM. Kernels for tensors on the real CUDA device
- * (rt_kernel_get_device) are NVRTC builds loaded on the device, cached
- * under the same key with a third path byte; they stay loaded until exit.
- * A miss on the LLVM path first asks the on-disk cache (disk_cache.c),
- * which loads code an earlier process compiled, or compiles and stores.
+ * A miss calls the backend's compile: LLVM (through the on-disk cache,
+ * disk_cache.c, which loads code an earlier process compiled, or
+ * compiles and stores), the cuda-emu host build, or an NVRTC build loaded
+ * on the device. Entries stay until exit (or rt_kernel_cache_clear),
+ * when the backend's unload frees what it loaded.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "cuda_emu_run.h"
-#include "device.h"
+#include "backend.h"
 #include "rt_internal.h"
-
-/* Which path built an entry: the key's last byte. */
-enum { PATH_LLVM = 0, PATH_EMU = 1, PATH_DEVICE = 2 };
 
 typedef struct cache_entry {
   uint64_t hash;
   unsigned char *key; /* NULL = empty slot */
   size_t len;
-  llvm_kernel_fn fn; /* PATH_LLVM, PATH_EMU */
-  void *dev;         /* PATH_DEVICE: rt_device_kernel_load's handle */
+  const rt_backend *backend; /* which compiled it: its unload frees code */
+  rt_code code;
 } cache_entry;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,14 +37,14 @@ static int64_t compiles;
 
 int64_t rt_compile_count(void) { return compiles; }
 
-/* The key bytes of k (malloc'ed), or NULL on OOM. */
-static unsigned char *kernel_key(const kir_kernel *k, int path, size_t *len) {
+/* The key bytes of k for backend b (malloc'ed), or NULL on OOM. */
+static unsigned char *kernel_key(const kir_kernel *k, const rt_backend *b, size_t *len) {
   size_t uops = (size_t)k->n_uops * sizeof *k->uops, flags = (size_t)k->n_params;
   unsigned char *key = graph_malloc(uops + flags + 1);
   if (!key) return NULL;
   memcpy(key, k->uops, uops);
   for (int p = 0; p < k->n_params; p++) key[uops + (size_t)p] = k->param_written[p];
-  key[uops + flags] = (unsigned char)path;
+  key[uops + flags] = b->key;
   *len = uops + flags + 1;
   return key;
 }
@@ -102,20 +94,15 @@ static bool grow(void) {
   return true;
 }
 
-/* Every entry (device builds unloaded). */
+/* Every entry, its code unloaded. */
 static void free_entries(void) {
   for (size_t i = 0; i < n_slots; i++) {
+    if (slots[i].key) slots[i].backend->unload(&slots[i].code);
     free(slots[i].key);
-    rt_device_kernel_free(slots[i].dev);
   }
   free(slots);
   slots = NULL;
   n_slots = n_used = 0;
-}
-
-static void cache_free_all(void) {
-  free_entries();
-  llvm_shutdown();
 }
 
 void rt_kernel_cache_clear(void) {
@@ -128,55 +115,25 @@ void rt_kernel_cache_clear(void) {
  * when the table cannot grow. */
 static cache_entry *lookup(uint64_t h, const unsigned char *key, size_t len) {
   static bool registered;
-  if (!registered) registered = atexit(cache_free_all) == 0;
+  if (!registered) registered = atexit(free_entries) == 0;
   if ((n_used + 1) * 2 > n_slots && !grow()) return NULL;
   return find_slot(slots, n_slots, h, key, len);
 }
 
-/* KILN_DEBUG=4 on the CUDA paths: the CUDA C of each kernel built. */
-static void debug_cuda_source(const kir_kernel *k) {
-  char *src = NULL, msg[256];
-  if (cuda_print_kernel(k, NULL, &src, msg, sizeof msg) == KILN_OK) fprintf(stderr, "kiln: CUDA C of %s\n%s\n", k->name, src);
-  free(src);
-}
-
-/* Builds k by `path` into *e (fn or dev). LLVM builds go through the
- * disk cache when it is on (then *load_ns > 0 says the code came from
- * disk, compiled by an earlier process); the other paths are not stored
- * on disk (docs/cache.md). */
-static int build(const kir_kernel *k, int path, const unsigned char *key, size_t len, cache_entry *e,
-                 int64_t *load_ns, char *err, size_t errlen) {
-  if (path != PATH_LLVM && rt_debug_level() >= 4) debug_cuda_source(k);
-  if (path == PATH_DEVICE) return rt_device_kernel_load(k, &e->dev, err, errlen);
-  int st = path == PATH_EMU ? cuda_emu_compile(k, &rt_cuda_emu_launcher, &e->fn, err, errlen) : KILN_OK;
-  if (st == KILN_OK && !e->fn) {
-    char *ir = NULL; /* KILN_DEBUG=4 prints the LLVM IR of each compiled kernel */
-    char **want_ir = rt_debug_level() >= 4 ? &ir : NULL;
-    int64_t t0 = rt_now_ns(); /* a load's time: settings, JIT creation, read, check, link */
-    st = path == PATH_LLVM && rt_disk_cache_on() ? rt_disk_kernel(k, key, len, &e->fn, load_ns, want_ir, err, errlen)
-                                                  : llvm_compile(k, &e->fn, want_ir, err, errlen);
-    if (*load_ns > 0) *load_ns = rt_now_ns() - t0;
-    if (ir) fprintf(stderr, "kiln: LLVM IR of %s\n%s\n", k->name, ir);
-    free(ir);
-  }
-  if (st == KILN_OK && path == PATH_LLVM) rt_cuda_check(k); /* KILN_CUDA_CHECK: the GPU backend's code, checked */
-  return st;
-}
-
 /* A miss compiles without holding the lock, so kernels compile in
  * parallel; when two threads compile the same kernel, the first to
- * finish is cached and both use it (a device build that loses the race
- * is unloaded). */
+ * finish is cached and both use it (the build that loses the race is
+ * unloaded). */
 static int oom(const kir_kernel *k, char *err, size_t errlen) {
   snprintf(err, errlen, "out of memory looking kernel %s up", k->name);
   return KILN_ERR_OOM;
 }
 
-static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit, int64_t *load_ns, char *err,
-               size_t errlen) {
+static int get(const rt_backend *b, const kir_kernel *k, cache_entry *out, bool *cache_hit, int64_t *load_ns,
+               char *err, size_t errlen) {
   *load_ns = 0;
   size_t len = 0;
-  unsigned char *key = kernel_key(k, path, &len);
+  unsigned char *key = kernel_key(k, b, &len);
   if (!key) return oom(k, err, errlen);
   uint64_t h = rt_hash_bytes(key, len);
   pthread_mutex_lock(&cache_lock);
@@ -193,8 +150,8 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
     free(key);
     return KILN_OK;
   }
-  cache_entry mine = {h, NULL, len, NULL, NULL};
-  int st = build(k, path, key, len, &mine, load_ns, err, errlen);
+  cache_entry mine = {.hash = h, .len = len, .backend = b};
+  int st = b->compile(k, key, len, &mine.code, load_ns, err, errlen);
   if (st != KILN_OK) {
     free(key);
     return st;
@@ -202,7 +159,7 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
   pthread_mutex_lock(&cache_lock);
   e = lookup(h, key, len);
   if (e && e->key) {
-    rt_device_kernel_free(mine.dev); /* another thread finished first */
+    b->unload(&mine.code); /* another thread finished first */
     mine = *e;
   } else if (e) {
     mine.key = key;
@@ -218,20 +175,12 @@ static int get(const kir_kernel *k, int path, cache_entry *out, bool *cache_hit,
   return KILN_OK;
 }
 
-int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, int64_t *load_ns, char *err,
-                  size_t errlen) {
+int rt_kernel_get(const rt_backend *b, const kir_kernel *k, rt_code *code, bool *cache_hit, int64_t *load_ns,
+                  char *err, size_t errlen) {
   cache_entry e;
   int64_t loaded;
-  int st = get(k, rt_backend_is_emu() ? PATH_EMU : PATH_LLVM, &e, cache_hit, &loaded, err, errlen);
-  if (st == KILN_OK) *fn = e.fn;
+  int st = get(b, k, &e, cache_hit, &loaded, err, errlen);
+  if (st == KILN_OK) *code = e.code;
   if (load_ns) *load_ns = st == KILN_OK ? loaded : 0;
-  return st;
-}
-
-int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, char *err, size_t errlen) {
-  cache_entry e;
-  int64_t loaded;
-  int st = get(k, PATH_DEVICE, &e, cache_hit, &loaded, err, errlen);
-  if (st == KILN_OK) *handle = e.dev;
   return st;
 }

@@ -10,20 +10,22 @@
  * Inlined sources (pending FULL/ARANGE) are computed inside their readers'
  * kernels and never get a buffer of their own unless requested.
  *
- * Devices (runtime/device.h): a node on KILN_CUDA gets a device buffer
- * and its kernel runs on the real device (rt_device_launch) or, under
- * cuda-emu, on the host over the emulated device memory. An input whose
- * buffer is on the other device is copied over for the run (a CPU 0-d
- * scalar read by a CUDA op; the copy of kiln_to_device when it must
- * gather a strided view). A copy that only moves a whole buffer between
- * devices (kiln_to_device of a contiguous tensor) is one transfer, no
- * kernel.
+ * Backends (backend.h): each kernel is compiled, loaded and launched by
+ * the backend that runs its root node (rt_backend_for: llvm for CPU
+ * nodes, cuda for KILN_CUDA ones on the real device, cuda-emu for every
+ * node while it is selected), and each output buffer comes from the
+ * memory of its node's device (rt_buffer_alloc). An input whose buffer
+ * is on the other device is copied over for the run (a CPU 0-d scalar
+ * read by a CUDA op; the copy of kiln_to_device when it must gather a
+ * strided view). A copy that only moves a whole buffer between devices
+ * (kiln_to_device of a contiguous tensor) is one transfer, no kernel.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
 #include "device.h"
 #include "passes.h"
 #include "pool.h"
@@ -109,18 +111,14 @@ static int output_buffer(graph_node *n, bool in_place, graph_buffer **out, char 
     *out = graph_buffer_retain(old->buffer);
     return detach_old_readers(old, err, errlen);
   }
-  if (n->device == KILN_CUDA) return rt_device_alloc(bytes, out, err, errlen);
-  *out = graph_buffer_alloc(bytes);
-  if (*out) return KILN_OK;
-  snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)bytes);
-  return KILN_ERR_OOM;
+  return rt_buffer_alloc(n->device, bytes, out, err, errlen);
 }
 
-/* Kernel arguments: bufs[] as lower.h lays them out, with the input
+/* Kernel buffers: bufs[] as passes.h lays them out (bufs[1], bufs[2], the
+ * argument arrays, NULL: they stay in the binding), with the input
  * buffers on the kernel's device (staged: copies to release). */
 typedef struct kernel_args {
-  void *bufs[3 + PASS_MAX_INPUTS];
-  const graph_buffer *in[PASS_MAX_INPUTS];
+  const graph_buffer *bufs[3 + PASS_MAX_INPUTS];
   graph_buffer *staged[PASS_MAX_INPUTS];
 } kernel_args;
 
@@ -131,17 +129,16 @@ static void release_args(kernel_args *a, int n_inputs) {
 /* Inputs on another device than the kernel's are staged there first. */
 static int bind_args(const graph_node *n, pass_binding *b, graph_buffer *out, graph_buffer *const *outs, kernel_args *a,
                      char *err, size_t errlen) {
-  a->bufs[0] = out->data;
-  a->bufs[1] = b->args;
-  a->bufs[2] = b->fargs;
-  for (int j = 0; j < b->n_outputs; j++) a->bufs[3 + j] = outs[j]->data;
+  a->bufs[0] = out;
+  a->bufs[1] = NULL;
+  a->bufs[2] = NULL;
+  for (int j = 0; j < b->n_outputs; j++) a->bufs[3 + j] = outs[j];
   memset(a->staged, 0, sizeof a->staged);
   int st = KILN_OK;
   for (int i = 0; i < b->n_inputs && st == KILN_OK; i++) {
     graph_buffer *buf = b->inputs[i]->buffer;
     if (buf->device != n->device) st = rt_buffer_copy_to(buf, n->device, &a->staged[i], err, errlen);
-    a->in[i] = a->staged[i] ? a->staged[i] : buf;
-    a->bufs[3 + b->n_outputs + i] = a->in[i]->data;
+    a->bufs[3 + b->n_outputs + i] = a->staged[i] ? a->staged[i] : buf;
   }
   return st;
 }
@@ -149,22 +146,17 @@ static int bind_args(const graph_node *n, pass_binding *b, graph_buffer *out, gr
 /* A kernel ready to run: lowered and compiled now, or from a cached
  * schedule (then hit is true and nothing was lowered). */
 typedef struct ready_kernel {
-  rt_sched_kernel k; /* pos, in_place, split, extent, fn, name, binding */
+  rt_sched_kernel k; /* pos, in_place, split, extent, backend, code, name, binding */
   bool hit;
   int64_t compile_ns;
   int64_t load_ns; /* > 0: loaded from the disk cache (hit is true) */
 } ready_kernel;
 
-/* The backend a record names: the real device, the emulator or LLVM. */
-static const char *backend_name(bool on_device) {
-  return on_device ? "cuda" : rt_backend_is_emu() ? "cuda-emu" : "llvm";
-}
-
 /* The profiler record and KILN_DEBUG line of one run that started at t0. */
 static void report(const graph_node *n, const ready_kernel *rk, int threads, int64_t t0, int64_t t1,
                    const rt_pool_span *spans, int n_spans) {
   const pass_binding *b = &rk->k.binding;
-  kiln_kernel_record r = {.name = rk->k.name, .backend = backend_name(rk->k.on_device), .n_ops = b->n_ops,
+  kiln_kernel_record r = {.name = rk->k.name, .backend = rk->k.backend->name, .n_ops = b->n_ops,
                           .cache_hit = rk->hit, .threads = threads, .compile_ns = rk->hit ? 0 : rk->compile_ns, .load_ns = rk->load_ns,
                           .run_ns = t1 - t0, .bytes_read = b->bytes_read};
   pass_kernel_cost cost = pass_kernel_cost_of(n, rk->k.in_place, b->n_ops);
@@ -175,20 +167,6 @@ static void report(const graph_node *n, const ready_kernel *rk, int threads, int
     r.bytes_written += b->outputs[j]->numel * graph_dtypes[b->outputs[j]->dtype].size;
   if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
   if (rt_profiling()) rt_profile_add(&r, t0, spans, n_spans);
-}
-
-/* Runs the kernel over its parallel range on the pool; returns the
- * threads used. Work per item is the elements one iteration of the
- * parallel range touches (pass_kernel_cost_of). */
-static int run_kernel(const graph_node *n, const rt_sched_kernel *k, void *const *bufs, rt_pool_span *spans,
-                      int *n_spans) {
-  *n_spans = 0;
-  if (k->extent == 0 || !k->split) {
-    k->fn(bufs, 0, k->extent);
-    return 1;
-  }
-  int64_t work = pass_kernel_cost_of(n, k->in_place, k->binding.n_ops).work;
-  return rt_pool_run_timed(k->fn, bufs, k->extent, work / k->extent, spans, n_spans);
 }
 
 /* What one rt_realize call is doing: the schedule and whether it can be
@@ -276,8 +254,8 @@ static void remember(sched_run *run, const rt_sched_kernel *k) {
 /* What the kernel IR of a lowered kernel tells the runtime. */
 static void describe(const graph_node *n, const kir_kernel *k, int pos, bool in_place, ready_kernel *rk) {
   rk->k.pos = pos;
-  rk->k.on_device = n->device == KILN_CUDA && rt_device_next_is_real();
-  rk->k.dev = NULL;
+  rk->k.backend = rt_backend_for(n);
+  rk->k.code = (rt_code){0};
   rk->k.in_place = in_place;
   rk->k.extent = pass_parallel_extent(k);
   rk->k.split = kir_splittable(k);
@@ -288,8 +266,7 @@ static void describe(const graph_node *n, const kir_kernel *k, int pos, bool in_
 static int compile(const kir_kernel *k, ready_kernel *rk, char *err, size_t errlen) {
   int64_t t0 = rt_now_ns();
   rk->load_ns = 0;
-  int st = rk->k.on_device ? rt_kernel_get_device(k, &rk->k.dev, &rk->hit, err, errlen)
-                           : rt_kernel_get(k, &rk->k.fn, &rk->hit, &rk->load_ns, err, errlen);
+  int st = rt_kernel_get(rk->k.backend, k, &rk->k.code, &rk->hit, &rk->load_ns, err, errlen);
   int64_t t1 = rt_now_ns();
   rk->compile_ns = t1 - t0;
   if (st == KILN_OK && !rk->hit && rt_profiling()) rt_profile_compile(rk->k.name, t0, t1);
@@ -335,7 +312,7 @@ static void find_same_code(compile_job *jobs, int n) {
   for (int j = 0; j < n; j++) {
     jobs[j].same_as = -1;
     for (int i = 0; i < j && jobs[j].same_as < 0; i++)
-      if (jobs[i].same_as < 0 && jobs[i].rk.k.on_device == jobs[j].rk.k.on_device &&
+      if (jobs[i].same_as < 0 && jobs[i].rk.k.backend == jobs[j].rk.k.backend &&
           kir_same_code(&jobs[i].k, &jobs[j].k))
         jobs[j].same_as = i;
   }
@@ -346,8 +323,7 @@ static void share_same_code(compile_job *jobs, int n) {
     const compile_job *src = jobs[j].same_as >= 0 ? &jobs[jobs[j].same_as] : NULL;
     if (!src) continue;
     jobs[j].status = src->status;
-    jobs[j].rk.k.fn = src->rk.k.fn;
-    jobs[j].rk.k.dev = src->rk.k.dev;
+    jobs[j].rk.k.code = src->rk.k.code;
     jobs[j].rk.hit = true;
     jobs[j].rk.compile_ns = 0;
     jobs[j].rk.load_ns = 0;
@@ -465,29 +441,20 @@ static void set_extra_outputs(const pass_binding *b, graph_buffer *const *outs) 
   }
 }
 
-/* A device buffer holding `bytes` of host data (a kernel's args or
- * fargs array). */
-static int upload_array(const void *src, int64_t bytes, graph_buffer **out, char *err, size_t errlen) {
-  int st = rt_device_alloc(bytes, out, err, errlen);
-  return st == KILN_OK ? rt_device_upload(*out, src, bytes, err, errlen) : st;
-}
-
-/* Runs k on the real device over its whole parallel range: the host
- * argument arrays go up first; *ns is the CUDA-event time. */
-static int launch_on_device(const rt_sched_kernel *k, graph_buffer *out, graph_buffer *const *outs,
-                            const kernel_args *a, int64_t *ns, char *err, size_t errlen) {
+/* Launches rk's kernel through its backend over the whole parallel
+ * range; *t0 and *t1 are its start and end when timed (the end from
+ * the device's own clock when it has one). */
+static int launch(const graph_node *n, const ready_kernel *rk, const kernel_args *a, bool timed, rt_pool_span *spans,
+                  rt_launch_result *res, int64_t *t0, int64_t *t1, char *err, size_t errlen) {
+  const rt_sched_kernel *k = &rk->k;
   const pass_binding *b = &k->binding;
-  graph_buffer *args = NULL, *fargs = NULL;
-  int st = upload_array(b->args, (int64_t)sizeof b->args[0] * (b->n_args > 0 ? b->n_args : 1), &args, err, errlen);
-  if (st == KILN_OK)
-    st = upload_array(b->fargs, (int64_t)sizeof b->fargs[0] * (b->n_fargs > 0 ? b->n_fargs : 1), &fargs, err, errlen);
-  const graph_buffer *bufs[3 + PASS_MAX_INPUTS] = {out, args, fargs};
-  for (int j = 0; j < b->n_outputs; j++) bufs[3 + j] = outs[j];
-  for (int i = 0; i < b->n_inputs; i++) bufs[3 + b->n_outputs + i] = a->in[i];
-  if (st == KILN_OK)
-    st = rt_device_launch(k->dev, bufs, 3 + b->n_outputs + b->n_inputs, 0, k->extent, ns, err, errlen);
-  graph_buffer_release(args);
-  graph_buffer_release(fargs);
+  rt_launch l = {.code = &k->code, .bufs = a->bufs, .n_bufs = 3 + b->n_outputs + b->n_inputs, .args = b->args,
+                 .fargs = b->fargs, .n_args = b->n_args, .n_fargs = b->n_fargs, .extent = k->extent,
+                 .split = k->split, .spans = spans};
+  if (k->split && k->extent > 0) l.grain = pass_kernel_cost_of(n, k->in_place, b->n_ops).work / k->extent;
+  *t0 = timed ? rt_now_ns() : 0; /* else no clock is read */
+  int st = k->backend->launch(&l, res, err, errlen);
+  *t1 = res->device_ns >= 0 ? *t0 + res->device_ns : timed ? rt_now_ns() : 0;
   return st;
 }
 
@@ -501,24 +468,17 @@ static int execute(graph_node *n, ready_kernel *rk, char *err, size_t errlen) {
   memset(a.staged, 0, sizeof a.staged);
   if (st == KILN_OK) st = bind_args(n, &rk->k.binding, out, outs, &a, err, errlen);
   static _Thread_local rt_pool_span spans[RT_POOL_MAX_THREADS];
-  int n_spans = 0, threads = 1;
-  bool timed = rt_debug_level() >= 1 || rt_profiling(); /* else no clock is read */
-  int64_t t0 = timed ? rt_now_ns() : 0, t1 = t0;
-  if (st == KILN_OK && rk->k.on_device) {
-    int64_t ns = 0;
-    st = launch_on_device(&rk->k, out, outs, &a, &ns, err, errlen);
-    t1 = t0 + ns;
-  } else if (st == KILN_OK) {
-    threads = run_kernel(n, &rk->k, a.bufs, rt_profiling() ? spans : NULL, &n_spans);
-    t1 = timed ? rt_now_ns() : 0;
-  }
+  bool timed = rt_debug_level() >= 1 || rt_profiling();
+  rt_launch_result res = {.threads = 1, .n_spans = 0, .device_ns = -1};
+  int64_t t0 = 0, t1 = 0;
+  if (st == KILN_OK) st = launch(n, rk, &a, timed, rt_profiling() ? spans : NULL, &res, &t0, &t1, err, errlen);
   release_args(&a, rk->k.binding.n_inputs);
   if (st != KILN_OK) {
     graph_buffer_release(out);
     for (int j = 0; j < n_outs; j++) graph_buffer_release(outs[j]);
     return st;
   }
-  if (timed) report(n, rk, threads, t0, t1, spans, n_spans);
+  if (timed) report(n, rk, res.threads, t0, t1, spans, res.n_spans);
   set_extra_outputs(&rk->k.binding, outs);
   graph_node_set_buffer(n, out);
   return KILN_OK;
@@ -540,7 +500,7 @@ static int run_transfer(graph_node *n, char *err, size_t errlen) {
     const graph_buffer *dev = n->device == KILN_CUDA ? out : src;
     char name[64];
     snprintf(name, sizeof name, "copy_%s_%lld", n->device == KILN_CUDA ? "h2d" : "d2h", (long long)src->bytes);
-    kiln_kernel_record r = {.name = name, .backend = backend_name(rt_device_is_real(dev)), .n_ops = 1,
+    kiln_kernel_record r = {.name = name, .backend = rt_buffer_backend(dev)->name, .n_ops = 1,
                             .numel = n->numel, .bytes_read = src->bytes, .bytes_written = src->bytes,
                             .run_ns = t1 - t0, .cache_hit = true, .threads = 1};
     if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);

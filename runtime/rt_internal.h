@@ -1,7 +1,8 @@
 /*
  * rt_internal.h — the runtime's own interface between its files:
  * scheduling pending nodes into kernel runs, the kernel and schedule
- * caches, extern ops, debug output and the profiler's records. Private to
+ * caches, extern ops, debug output and the profiler's records; the
+ * backends' struct and their selection are in backend.h. Private to
  * runtime/ (and white-box tests); the layers above see runtime.h only.
  */
 #ifndef KILN_RT_INTERNAL_H
@@ -10,29 +11,13 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "backend.h"
 #include "graph.h"
 #include "kir.h"
 #include "passes.h"
 #include "llvm_backend.h"
 #include "pool.h"
 #include "runtime.h"
-
-/* ------------------------------------------------ backend (backend.c) */
-
-/** Called by rt_realize: KILN_OK once a backend is selected; when none
- *  was, selects $KILN_BACKEND (unset or empty: "llvm") with the same
- *  errors as rt_backend_select, repeated at every call until it succeeds. */
-int rt_backend_ready(char *err, size_t errlen);
-/** KILN_OK when CUDA device 0 is usable, else KILN_ERR_DEVICE
- *  "no CUDA device: <why>" in err. */
-int rt_cuda_require(char *err, size_t errlen);
-/** True when "cuda-emu" is selected: kernels run through the CUDA C
- *  printer, NVRTC/ptxas and the host C++ compiler (rt_kernel_get). */
-bool rt_backend_is_emu(void);
-/** For tests: forgets the selection (the next realize reads
- *  $KILN_BACKEND again). */
-void rt_backend_reset(void);
-
 
 /** The plan of the pending nodes roots [n] need, in post-order (producers
  *  first), as rt_realize schedules them: with `passes`, after the
@@ -41,15 +26,13 @@ void rt_backend_reset(void);
  *  KILN_OK or KILN_ERR_OOM (nothing to free). */
 int rt_plan(graph_node *const *roots, int n, bool passes, pass_plan *p);
 
-/** Compiled entry point for k, from the cache or compiled now (then cached
- *  by kir_to_string(k)). *cache_hit tells which; a kernel loaded from the
- *  disk cache (disk_cache.c) is a hit with its load time in *load_ns (ns;
- *  0 otherwise; load_ns may be NULL). */
-int rt_kernel_get(const kir_kernel *k, llvm_kernel_fn *fn, bool *cache_hit, int64_t *load_ns, char *err,
-                  size_t errlen);
-/** The real CUDA device's build of k (device.h), from the same cache
- *  (keyed by kir_to_string(k) and the path) or built and loaded now. */
-int rt_kernel_get_device(const kir_kernel *k, void **handle, bool *cache_hit, char *err, size_t errlen);
+/** Backend b's compiled and loaded code for k (kernel_cache.c), from the
+ *  cache (keyed by k's bytes and b) or compiled now by b->compile and
+ *  cached. *cache_hit tells which; a kernel loaded from the disk cache
+ *  (disk_cache.c) is a hit with its load time in *load_ns (ns; 0
+ *  otherwise; load_ns may be NULL). */
+int rt_kernel_get(const rt_backend *b, const kir_kernel *k, rt_code *code, bool *cache_hit, int64_t *load_ns,
+                  char *err, size_t errlen);
 /* ---- on-disk kernel cache (disk_cache.c, docs/cache.md) ---- */
 /** True when KILN_CACHE_DIR (or its default) names a usable directory;
  *  read once (a KILN_DEBUG line says why it is off, when it is). */
@@ -92,18 +75,20 @@ const char *rt_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
 void rt_debug_kernel(const kiln_kernel_record *r, int ndim, const int64_t *sizes);
 /** Level 2: the schedule of a realize (its plan, fusion decided). */
 void rt_debug_schedule(const pass_plan *p, bool cache_hit);
+/** Level 4 on the CUDA backends: the CUDA C of k, as it is built. */
+void rt_debug_cuda_source(const kir_kernel *k);
 
 /* ---- schedule cache (schedule.c) ---- */
 /** One kernel of a cached schedule: the node at schedule position `pos`,
- *  lowered for `in_place`, compiled to fn, with its binding (slots say
- *  where each buffer and fill value came from: see pass_rebind). */
+ *  lowered for `in_place`, compiled by `backend` to `code`, with its
+ *  binding (slots say where each buffer and fill value came from: see
+ *  pass_rebind). */
 typedef struct rt_sched_kernel {
   int pos;
   bool in_place, split;
   int64_t extent;
-  llvm_kernel_fn fn;
-  bool on_device; /* runs on the real CUDA device: dev, not fn */
-  void *dev;      /* rt_kernel_get_device's handle */
+  const rt_backend *backend; /* rt_backend_for(the node): compiles, launches */
+  rt_code code;
   char name[96];
   pass_binding binding;
 } rt_sched_kernel;
@@ -121,7 +106,7 @@ const unsigned char *rt_schedule_key(const pass_plan *p, graph_node *const *root
 const rt_schedule *rt_schedule_find(const unsigned char *key, size_t len);
 /** The scheduler's decision for one schedule position: fused into its
  *  readers, and the position of the multi-output kernel that stores it
- *  (node->store_host), -1 for none. */
+ *  (the plan's pass_host), -1 for none. */
 typedef struct rt_decision {
   bool fused;
   uint8_t n_inputs; /* the node's inputs when it was scheduled: slots are checked against it */
@@ -177,7 +162,7 @@ void rt_cuda_check_get(rt_cuda_check_stats *out);
 /** Zeroes the counters and forgets which kernels were checked. */
 void rt_cuda_check_reset(void);
 
-/* ---- extern ops (extern.c, blas.c) ---- */
+/* ---- extern ops (extern.c, blas.c; MATMUL through the backend's contract) ---- */
 /** Runs an EXTERN node (realizing any pending input first) into a new
  *  buffer, records its profile line, and marks it realized. */
 int rt_run_extern(graph_node *n, char *err, size_t errlen);
@@ -191,8 +176,8 @@ int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out
 /** Pool threads the calling thread's last rt_blas_matmul ran on. */
 int rt_blas_last_threads(void);
 /** True when n (a MATMUL on KILN_CUDA) can run through cuBLAS now: F32 or
- *  F64, inputs realized on the real device, no operand to pack, 32-bit
- *  sizes, cuBLAS available. */
+ *  F64, inputs realized on the real device (the cuda backend's memory),
+ *  no operand to pack, 32-bit sizes, cuBLAS available. */
 bool rt_cublas_can_run(const graph_node *n);
 /** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
  *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */

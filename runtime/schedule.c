@@ -7,12 +7,13 @@
  * sizes and attributes, and per input which node it reads (a position in
  * the plan, or an external node numbered by first use: a realized
  * buffer, or a pending FULL/ARANGE source) through which view (offset
- * included), and the backend (llvm or cuda-emu) whose entry points it
- * holds. Building the key writes no realized node: realized inputs are
- * numbered in a table of the key builder's own (other threads' forces
- * may read them at the same time); a pending fill or arange source, one
- * of the force's own pending nodes, carries its number in its plan mark. Not in the key: buffer contents and the values of pending
- * FULL sources, which reach a kernel as arguments.
+ * included), and per node its device and the backend whose entry point
+ * runs it (rt_backend_for). Building the key writes no realized node:
+ * realized inputs are numbered in a table of the key builder's own
+ * (other threads' forces may read them at the same time); a pending fill
+ * or arange source, one of the force's own pending nodes, carries its
+ * number in its plan mark. Not in the key: buffer contents and the
+ * values of pending FULL sources, which reach a kernel as arguments.
  *
  * A cached schedule holds the fusion decisions and, per kernel, the
  * compiled entry point and its binding with the slots it was bound from
@@ -27,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "backend.h"
 #include "rt_internal.h"
 
 #define RT_SCHED_MAX_BYTES (256ll << 20)
@@ -246,7 +247,8 @@ static void put_node(keybuf *k, const pass_plan *p, const graph_node *n, ext_tab
   size_t bound = node_bound(n);
   if (k->len + bound > k->cap && !grow_key(k, bound)) return;
   unsigned char *w = k->p + k->len;
-  int where = n->device == KILN_CUDA ? 1 + rt_device_next_is_real() : 0; /* CPU, emulated or real device */
+  /* its device and the backend whose entry point runs it (backend.h): the cached code is that one's */
+  int where = (int)n->device << 4 | rt_backend_for(n)->key;
   unsigned char head[6] = {(unsigned char)n->op, (unsigned char)n->dtype, (unsigned char)n->cdtype,
                            (unsigned char)n->ndim, (unsigned char)n->n_inputs, (unsigned char)where};
   w = put(w, head, sizeof head);
@@ -301,7 +303,6 @@ const unsigned char *rt_schedule_key(const pass_plan *p, graph_node *const *root
   unsigned char *w = put_i32(k->p, p->n);
   w = put_i32(w, n_roots);
   w = put_u8(w, fusion);
-  w = put_u8(w, rt_backend_is_emu()); /* a schedule holds one backend's entry points */
   for (int r = 0; r < n_roots; r++) w = put_i32(w, roots[r] && !roots[r]->buffer ? pass_pos(p, roots[r]) : -1);
   k->len = (size_t)(w - k->p);
   for (int i = 0; i < p->n; i++) put_node(k, p, p->order[i], &key_ext);

@@ -584,7 +584,7 @@ static void runtime_kernels_pass_nvrtc_and_ptxas(void **state) {
   rt_cuda_check_stats s;
   rt_cuda_check_get(&s);
   cuda_emu_get_stats(&e1);
-  if (rt_backend_is_emu()) {
+  if (rt_backend_selected() == &rt_backend_emu) {
     s.kernels += e1.kernels - e0.kernels;
     s.compiles += e1.checks - e0.checks;
     s.failures += e1.failures - e0.failures;

@@ -9,7 +9,7 @@
  * otherwise (fail under KILN_TEST_EXPECT_DEVICE=1, cuda_test_util.h): the device probe, a buffer round trip, and one elementwise
  * kernel compiled for the device, uploaded, launched and read back
  * (runtime/cuda_launch.c); CUDA tensors moved there and back through
- * the runtime (runtime/device.c) with the caching allocator's reuse; under
+ * the runtime (runtime/backend_cuda.c, device.c) with the caching allocator's reuse; under
  * the fake driver, a GPU newer than NVRTC gets a PTX kernel.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -46,17 +46,17 @@ static void plan_all_fused(kiln_tensor *const *roots, int n, pass_plan *p) {
 /* Compiles k and runs it over its whole parallel range, its buffers
  * bound as the runtime binds them (passes.h's parameter layout). */
 static void run_by_hand(const kir_kernel *k, const pass_binding *b, void *out) {
-  llvm_kernel_fn fn;
+  rt_code code = {0};
   bool hit;
   char err[256];
-  assert_int_equal(rt_kernel_get(k, &fn, &hit, NULL, err, sizeof err), KILN_OK);
+  assert_int_equal(rt_kernel_get(&rt_backend_llvm, k, &code, &hit, NULL, err, sizeof err), KILN_OK);
   void *bufs[3 + PASS_MAX_INPUTS];
   bufs[0] = out;
   bufs[1] = (void *)b->args;
   bufs[2] = (void *)b->fargs;
   assert_int_equal(b->n_outputs, 0);
   for (int i = 0; i < b->n_inputs; i++) bufs[3 + i] = b->inputs[i]->buffer->data;
-  fn(bufs, 0, pass_parallel_extent(k));
+  code.fn(bufs, 0, pass_parallel_extent(k));
 }
 
 static int count_ops(const kir_kernel *k, kir_op op) {

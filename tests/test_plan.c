@@ -188,7 +188,8 @@ static void debug_cache_check_catches_a_wrong_binding(void **state) {
   char err[256];
   assert_int_equal(pass_lower_node(&p, root, false, &kir, &k.binding, err, sizeof err), KILN_OK);
   bool hit;
-  assert_int_equal(rt_kernel_get(&kir, &k.fn, &hit, NULL, err, sizeof err), KILN_OK);
+  k.backend = rt_backend_for(root);
+  assert_int_equal(rt_kernel_get(k.backend, &kir, &k.code, &hit, NULL, err, sizeof err), KILN_OK);
   snprintf(k.name, sizeof k.name, "%s", kir.name);
   kir_free(&kir);
   k.pos = pass_pos(&p, root);

@@ -370,14 +370,17 @@ static void kernel_cache_second_get_hits(void **state) {
   build_scaled_diff(&k1, "scaled_diff_first", N);
   build_scaled_diff(&k2, "scaled_diff_second", N);
   char err[256] = "";
-  llvm_kernel_fn f1 = NULL, f2 = NULL;
+  rt_code c1 = {0}, c2 = {0};
   bool hit = true;
   int64_t compiles = rt_compile_count();
-  if (rt_kernel_get(&k1, &f1, &hit, NULL, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  const rt_backend *b = rt_backend_selected(); /* llvm, or cuda-emu in tests/run_cuda_emu.sh: both host code */
+  if (rt_kernel_get(b, &k1, &c1, &hit, NULL, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  llvm_kernel_fn f1 = c1.fn;
   assert_false(hit);
   assert_int_equal(rt_compile_count(), compiles + 1);
   check_scaled_diff(f1, N, 0);
-  if (rt_kernel_get(&k2, &f2, &hit, NULL, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  if (rt_kernel_get(b, &k2, &c2, &hit, NULL, err, sizeof err) != KILN_OK) fail_msg("rt_kernel_get: %s", err);
+  llvm_kernel_fn f2 = c2.fn;
   assert_true(hit);
   assert_int_equal(rt_compile_count(), compiles + 1);
   assert_true(f2 == f1);

@@ -3,9 +3,8 @@
  * forcing pending nodes, choosing the backend and thread count, device
  * memory reads, BLAS capability queries for matmul recording, runners of
  * extern ops defined above the runtime, the profiler's records and the
- * Graphviz dump. The runtime's own files share
- * rt_internal.h, which also sees the passes and code generators; nothing
- * here exposes them.
+ * Graphviz dump. The runtime's own files share rt_internal.h, which also
+ * sees the passes and code generators; nothing here exposes them.
  */
 #ifndef KILN_RUNTIME_H
 #define KILN_RUNTIME_H
@@ -51,15 +50,16 @@ int rt_device_ready(char *err, size_t errlen);
  *  kernel on the stream finished. */
 int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64_t bytes, char *err, size_t errlen);
 
-/* ---------------------------------------------------------- BLAS (blas.c) */
+/* ------------------------------------------- BLAS (blas.c, backend_cuda.c) */
 
 /** True when the last two dims of v (a matmul operand) are neither
  *  row- nor column-major with a usable leading dimension: BLAS needs a
  *  contiguous copy (the host packs one; the device path gets it from
  *  ops/linalg.c). */
 bool rt_blas_view_needs_copy(const graph_view *v);
-/** True when KILN_CUDA products can go to cuBLAS: the real device (not
- *  cuda-emu) and rt_cuda_blas_available. Loads cuBLAS on first use. */
+/** True when KILN_CUDA products can go to cuBLAS (backend_cuda.c): the
+ *  real device holds KILN_CUDA buffers (not cuda-emu) and
+ *  rt_cuda_blas_available. Loads cuBLAS on first use. */
 bool rt_cublas_ready(void);
 
 /* ------------------------------------------------- extern ops (extern.c) */
