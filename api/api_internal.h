@@ -46,7 +46,9 @@ bool api_check_dtype(kiln_dtype d, const char *fn);
 
 /** Registers a new tensor with the innermost open scope (if any) and
  *  returns it. NULL-safe. Every public function returning a new tensor
- *  passes it through here. */
+ *  passes it through here, once: a tensor whose every reference a scope
+ *  lists already is not listed again (each entry is a reference the
+ *  scope's end releases). */
 kiln_tensor *api_track(kiln_tensor *t);
 /** Between these, api_track does nothing: a public function composed of
  *  other public calls owns (and releases) its intermediates itself, then

@@ -48,7 +48,12 @@ const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes)
 
 bool api_check(const kiln_tensor *t, const char *fn, const char *arg) {
   if (t && t->storage) return true;
-  if (t) /* only a handle poisoned by KILN_DEBUG_HANDLES has no storage */
+  if (t && t->dead_scope) /* only a handle poisoned by KILN_DEBUG_HANDLES has no storage */
+    api_error(KILN_ERR_ARG, fn,
+              "argument %s was released (used after the kiln_scope_end of the scope that owned it, opened at "
+              "depth %d)",
+              arg, t->dead_scope);
+  else if (t)
     api_error(KILN_ERR_ARG, fn, "argument %s was released (used after its last kiln_release)", arg);
   else
     api_error(KILN_ERR_ARG, fn, "argument %s is NULL", arg);

@@ -78,8 +78,13 @@ static int64_t read_debug_handles(void) {
   return e && *e && strcmp(e, "0") != 0;
 }
 
+/* Set while kiln_scope_end releases the tensors of the scope at that
+ * depth (1: outermost): the handles it frees died by its end. */
+static _Thread_local int ending_scope;
+
 static void poison(kiln_tensor *t) {
   t->storage = NULL;
+  t->dead_scope = ending_scope;
   t->detach_read = NULL;
   pthread_mutex_lock(&dead_lock);
   t->dead_next = dead_handles;
@@ -184,10 +189,13 @@ KILN_API void kiln_scope_end(void) {
   }
   if (n_scopes == 0) return;
   api_scope *s = scope_at(--n_scopes);
+  int outer = ending_scope;
+  ending_scope = n_scopes + 1;
   for (int i = 0; i < s->n; i++) {
     s->items[i]->scope_refs--; /* then refcount > scope_refs: a plain release */
     kiln_release(s->items[i]);
   }
+  ending_scope = outer;
   free(s->items);
   *s = (api_scope){0};
   if (n_scopes == INLINE_SCOPES) {
@@ -220,6 +228,10 @@ KILN_API kiln_tensor *kiln_escape(kiln_tensor *t) {
 
 kiln_tensor *api_track(kiln_tensor *t) {
   if (!t || n_scopes == 0 || untracked_depth > 0) return t;
+  /* Each scope entry is one of t's references, released at the scope's
+   * end: never list more entries than t has references (a handle tracked
+   * twice by one call was freed twice at kiln_scope_end: kiln_recv). */
+  if (atomic_load(&t->scope_refs) >= atomic_load(&t->refcount)) return t;
   if (!scope_push(scope_at(n_scopes - 1), t)) {
     api_error(KILN_ERR_OOM, "kiln_scope", "out of memory registering a tensor");
     kiln_release(t);

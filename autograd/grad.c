@@ -18,7 +18,9 @@
  * Everything recorded is ordinary graph ops in one scope; on error the
  * scope's end releases it all, so nothing stays recorded.
  */
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autograd.h"
 
@@ -182,10 +184,78 @@ static int check_versions(gtable *t, kiln_tensor *const *wrt, int n_wrt) {
   return KILN_OK;
 }
 
+/* --------------------------------------------- private recipe copies */
+
+/* The pending nodes of a forced value's recipe (retired: computed inside
+ * a kernel, never stored) are shared by every thread that reads the
+ * value, and kiln.h lets threads differentiate a shared realized tensor
+ * at once; a gradient that read them directly would have two threads'
+ * forces plan the same nodes (passes/plan.h marks them). So a kiln_grad
+ * call reads private copies (graph_node_clone), one per node per call,
+ * their inputs copied the same way down to realized buffers. It costs no
+ * work: such a node is computed again by whichever force reads it. */
+typedef struct clone_map {
+  const graph_node **from;
+  graph_node **to;
+  size_t cap, n;
+} clone_map;
+static _Thread_local clone_map *clones; /* the running kiln_grad's */
+
+static bool shared_pending(const graph_node *n) {
+  return !n->buffer && n->retired && graph_ops[n->op].kind != GRAPH_EXTERN;
+}
+
+static size_t clone_slot(const clone_map *m, const graph_node *n) {
+  size_t i = (size_t)(((uintptr_t)n >> 4) * 0x9E3779B97F4A7C15ULL) & (m->cap - 1);
+  while (m->from[i] && m->from[i] != n) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static bool clone_room(clone_map *m) {
+  if ((m->n + 1) * 2 <= m->cap) return true;
+  clone_map big = {.cap = m->cap ? m->cap * 2 : 64, .n = m->n};
+  big.from = graph_calloc(big.cap, sizeof *big.from);
+  big.to = graph_calloc(big.cap, sizeof *big.to);
+  if (!big.from || !big.to) {
+    free(big.from), free(big.to);
+    return false;
+  }
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->from[i]) {
+      size_t j = clone_slot(&big, m->from[i]);
+      big.from[j] = m->from[i], big.to[j] = m->to[i];
+    }
+  free(m->from), free(m->to);
+  *m = big;
+  return true;
+}
+
+/* n, or this call's private copy of it when it is a shared recipe node;
+ * NULL on OOM. */
+static graph_node *privatize(graph_node *n) {
+  clone_map *m = clones;
+  if (!m || !shared_pending(n)) return n;
+  if (m->cap && m->from[clone_slot(m, n)]) return m->to[clone_slot(m, n)];
+  graph_node *in[GRAPH_MAX_INPUTS];
+  for (int k = 0; k < n->n_inputs; k++)
+    if (!(in[k] = privatize(n->inputs[k].node))) return NULL;
+  graph_node *c = clone_room(m) ? graph_node_clone(n, in) : NULL;
+  if (!c) return NULL;
+  size_t i = clone_slot(m, n);
+  m->from[i] = n, m->to[i] = c, m->n++;
+  return c;
+}
+
+static void clones_free(clone_map *m) {
+  for (size_t i = 0; i < m->cap; i++) graph_node_release(m->to[i]);
+  free(m->from), free(m->to);
+}
+
 /* ----------------------------------------------------- view adjoints */
 
 kiln_tensor *grad_wrap(graph_node *n, const graph_view *v) {
-  kiln_storage *s = graph_storage_new(n->dtype, n->numel, graph_node_retain(n));
+  graph_node *p = privatize(n);
+  kiln_storage *s = p ? graph_storage_new(p->dtype, p->numel, graph_node_retain(p)) : NULL;
   if (!s) {
     api_error(KILN_ERR_OOM, FN, "out of memory");
     return NULL;
@@ -198,6 +268,10 @@ kiln_tensor *grad_wrap(graph_node *n, const graph_view *v) {
 kiln_tensor *grad_scatter_add(kiln_dtype dtype, int ndim, const int64_t *sizes, int dim, graph_node *index,
                               const graph_view *iv, kiln_tensor *src) {
   if (!src) return NULL;
+  if (!(index = privatize(index))) {
+    api_error(KILN_ERR_OOM, FN, "out of memory");
+    return NULL;
+  }
   return kiln_to_dtype(ops_scatter_sum(dtype, ndim, sizes, dim, index, iv, src, &src->view, FN), dtype);
 }
 
@@ -385,19 +459,23 @@ static int run(kiln_tensor *const *outputs, kiln_tensor *const *cotangents, int 
 KILN_API int kiln_grad(kiln_tensor *const *outputs, kiln_tensor *const *cotangents, int n_outputs,
                        kiln_tensor *const *wrt, int n_wrt, kiln_tensor **grads) {
   int st = check_args(outputs, cotangents, n_outputs, wrt, n_wrt, grads);
-  if (st != KILN_OK) {
-    for (int j = 0; grads && j < n_wrt; j++) grads[j] = NULL;
-    return st;
-  }
-  for (int j = 0; j < n_wrt; j++) grads[j] = NULL;
+  if (st != KILN_OK) return st;
+  /* computed into g: grads[] is written only on success (kiln.h's rule) */
+  kiln_tensor **g = graph_calloc((size_t)(n_wrt > 0 ? n_wrt : 1), sizeof *g);
+  if (!g) return api_error(KILN_ERR_OOM, FN, "out of memory");
   gtable t = {0};
+  clone_map private_copies = {0};
+  graph_history_hold(); /* no recipe we walk is let go meanwhile, by any thread */
+  clones = &private_copies;
   kiln_scope_begin(); /* owns every intermediate; the gradients are kept */
-  st = run(outputs, cotangents, n_outputs, wrt, n_wrt, grads, &t);
-  for (int j = 0; j < n_wrt; j++) {
-    if (st == KILN_OK) kiln_keep(grads[j]);
-    else grads[j] = NULL;
-  }
+  st = run(outputs, cotangents, n_outputs, wrt, n_wrt, g, &t);
+  for (int j = 0; j < n_wrt && st == KILN_OK; j++) kiln_keep(g[j]);
   kiln_scope_end();
+  clones = NULL;
+  clones_free(&private_copies);
+  graph_history_unhold();
+  if (st == KILN_OK) memcpy(grads, g, sizeof *g * (size_t)n_wrt);
+  free(g);
   free(t.slots);
   free(t.order);
   return st;

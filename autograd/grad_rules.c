@@ -88,6 +88,25 @@ static kiln_tensor *r_erf(grad_inputs *in, int k, kiln_tensor *g) {
   kiln_tensor *x = X0;
   return kiln_mul(g, kiln_mul_scalar(kiln_exp(kiln_neg(kiln_mul(x, x))), M_2_SQRTPI));
 }
+/* asin ... atanh: Torch's formulas (derivatives.yaml), e.g. asin:
+ * g * rsqrt(1 - x*x): inf at |x| = 1, NaN beyond, as Torch. */
+static kiln_tensor *sq(kiln_tensor *x) { return kiln_mul(x, x); }
+static kiln_tensor *r_asin(grad_inputs *in, int k, kiln_tensor *g) {
+  return kiln_mul(g, kiln_rsqrt(one_minus(sq(X0))));
+}
+static kiln_tensor *r_acos(grad_inputs *in, int k, kiln_tensor *g) {
+  return kiln_neg(kiln_mul(g, kiln_rsqrt(one_minus(sq(X0)))));
+}
+static kiln_tensor *r_atan(grad_inputs *in, int k, kiln_tensor *g) { return kiln_div(g, kiln_add_scalar(sq(X0), 1)); }
+static kiln_tensor *r_sinh(grad_inputs *in, int k, kiln_tensor *g) { return kiln_mul(g, kiln_cosh(X0)); }
+static kiln_tensor *r_cosh(grad_inputs *in, int k, kiln_tensor *g) { return kiln_mul(g, kiln_sinh(X0)); }
+static kiln_tensor *r_asinh(grad_inputs *in, int k, kiln_tensor *g) {
+  return kiln_mul(g, kiln_rsqrt(kiln_add_scalar(sq(X0), 1)));
+}
+static kiln_tensor *r_acosh(grad_inputs *in, int k, kiln_tensor *g) {
+  return kiln_mul(g, kiln_rsqrt(kiln_add_scalar(sq(X0), -1)));
+}
+static kiln_tensor *r_atanh(grad_inputs *in, int k, kiln_tensor *g) { return kiln_div(g, one_minus(sq(X0))); }
 /* Torch: the gradient passes where lo <= x <= hi (a NaN bound is none). */
 static kiln_tensor *r_clamp(grad_inputs *in, int k, kiln_tensor *g) {
   double lo = graph_attr_scalar(in->n), hi = graph_attr_scalar2(in->n);
@@ -316,6 +335,16 @@ static kiln_tensor *r_scatter(grad_inputs *in, int k, kiln_tensor *g) {
 /* A collective's gradient is another collective (dist/collectives.c). */
 static kiln_tensor *r_collective(grad_inputs *in, int k, kiln_tensor *g) { return dist_grad(in->n, g); }
 
+/* X = solve(A, B): gB = solve(A^T, g), gA = -gB X^T (Torch's
+ * linalg_solve_backward), X read back, or solved again when the result
+ * is gone. */
+static kiln_tensor *r_solve(grad_inputs *in, int k, kiln_tensor *g) {
+  kiln_tensor *gb = kiln_linalg_solve(kiln_transpose(X0, -1, -2), g);
+  if (k == 1) return gb;
+  kiln_tensor *x = grad_has_output(in->n) ? grad_output(in) : kiln_linalg_solve(X0, X1);
+  return kiln_neg(kiln_matmul(gb, kiln_transpose(x, -1, -2)));
+}
+
 /* ------------------------------------------------------------- table */
 
 static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
@@ -326,6 +355,9 @@ static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
     [GRAPH_OP_SIN] = r_sin,           [GRAPH_OP_COS] = r_cos,       [GRAPH_OP_TAN] = r_tan,
     [GRAPH_OP_TANH] = r_tanh,         [GRAPH_OP_SIGMOID] = r_sigmoid, [GRAPH_OP_RELU] = r_relu,
     [GRAPH_OP_GELU] = r_gelu,         [GRAPH_OP_SILU] = r_silu,     [GRAPH_OP_ERF] = r_erf,
+    [GRAPH_OP_ASIN] = r_asin,         [GRAPH_OP_ACOS] = r_acos,     [GRAPH_OP_ATAN] = r_atan,
+    [GRAPH_OP_SINH] = r_sinh,         [GRAPH_OP_COSH] = r_cosh,     [GRAPH_OP_ASINH] = r_asinh,
+    [GRAPH_OP_ACOSH] = r_acosh,       [GRAPH_OP_ATANH] = r_atanh,
     [GRAPH_OP_CLAMP] = r_clamp,       [GRAPH_OP_ADD] = r_same,      [GRAPH_OP_SUB] = r_sub,
     [GRAPH_OP_MUL] = r_mul,           [GRAPH_OP_DIV] = r_div,       [GRAPH_OP_POW] = r_pow,
     [GRAPH_OP_MAXIMUM] = r_maximum,   [GRAPH_OP_MINIMUM] = r_minimum, [GRAPH_OP_FMOD] = r_fmod,
@@ -335,7 +367,7 @@ static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
     [GRAPH_OP_ASSIGN] = r_assign,     [GRAPH_OP_MATMUL] = r_matmul, [GRAPH_OP_GATHER] = r_gather,
     [GRAPH_OP_SCATTER] = r_scatter,   [GRAPH_OP_ALL_REDUCE] = r_collective,
     [GRAPH_OP_ALL_GATHER] = r_collective, [GRAPH_OP_REDUCE_SCATTER] = r_collective,
-    [GRAPH_OP_BROADCAST] = r_collective,
+    [GRAPH_OP_BROADCAST] = r_collective, [GRAPH_OP_SOLVE] = r_solve,
 };
 
 grad_rule_fn grad_rule_of(graph_op op) { return (unsigned)op < GRAPH_OP_COUNT ? rules[op] : NULL; }

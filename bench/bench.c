@@ -18,6 +18,10 @@
  * C1 runs this program again as a child (--c1-child) so its first forces
  * happen in a fresh process with an empty kernel cache (C1-*: an empty
  * on-disk cache too; C1w-*: the on-disk cache the C1 run filled).
+ * The GEMM rows (G1-G5, gemm.c) are compute-bound: their rate is GFLOP/s,
+ * their limit the compute roofline (peak.c) measured just before and
+ * after each, and they are also compared with OpenBLAS called directly,
+ * here and in a child without OPENBLAS_CORETYPE (--blas-child).
  */
 #include <errno.h>
 #include <math.h>
@@ -39,12 +43,6 @@
 #define MAX_RUNS 4096
 
 /* ------------------------------------------------------------- helpers */
-
-int64_t bench_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 void bench_check(bool ok, const char *what, int line) {
   if (ok && kiln_last_status() == KILN_OK) return;
@@ -128,10 +126,19 @@ typedef struct row {
   double check_val, check_max; /* another "value <= max" target, NAN = none */
   bool check_ok;               /* a further condition that must hold */
   double wrong;                /* result check error in tolerance units; > 1: wrong */
-  char detail[512];
+  /* GEMM rows: rate is GFLOP/s and the limit (limit_*) the compute
+   * roofline in GFLOP/s; OpenBLAS called directly here (as configured)
+   * and in the child (its own kernel choice), in seconds; G4: check_val
+   * is the epilogue's cost over G1 in % */
+  bool compute;
+  double gflop; /* FLOP of one run / 1e9 */
+  double blas_s, blas_child_s;
+  char blas_core[24], blas_child_core[24];
+  double min_blas;
+  char detail[640];
 } row;
 
-static row rows[32];
+static row rows[48]; /* a full run makes 27 */
 static int n_rows;
 
 static row *new_row(const char *id, const char *target) {
@@ -140,6 +147,7 @@ static row *new_row(const char *id, const char *target) {
   snprintf(r->id, sizeof r->id, "%s", id);
   r->target = target;
   r->ms = r->rate = r->x_triad = r->kiln_s = r->numpy_s = r->torch_s = NAN;
+  r->gflop = r->blas_s = r->blas_child_s = NAN;
   r->limit_gbs = r->limit_before = r->limit_after = NAN;
   r->check_val = r->check_max = NAN;
   r->kernels = -1;
@@ -157,6 +165,14 @@ static const char *best_peer(const row *r, double *ratio) {
   bool torch = to && (!np || r->torch_s < r->numpy_s);
   *ratio = (torch ? r->torch_s : r->numpy_s) / r->kiln_s;
   return torch ? "Torch" : "NumPy";
+}
+
+/* A GEMM row's best OpenBLAS time (the faster of the configured kernel
+ * and the child's) and Kiln's speedup over it (NAN when neither ran). */
+static double best_blas(const row *r, double *ratio) {
+  double best = isnan(r->blas_child_s) || r->blas_s < r->blas_child_s ? r->blas_s : r->blas_child_s;
+  *ratio = best / r->kiln_s;
+  return best;
 }
 
 /* "yes", "no", "n/a" when a figure a target needs is missing, or "WRONG"
@@ -178,14 +194,23 @@ static const char *met(const row *r) {
     if (isnan(r->torch_s)) missing = true;
     else ok = ok && r->torch_s / r->kiln_s >= r->min_torch;
   }
-  if (!isnan(r->check_max)) ok = ok && r->check_val <= r->check_max;
+  if (r->min_blas > 0) {
+    double x;
+    best_blas(r, &x);
+    if (isnan(x) || isnan(r->blas_child_s)) missing = true;
+    if (!isnan(x)) ok = ok && x >= r->min_blas;
+  }
+  if (!isnan(r->check_max)) {
+    if (isnan(r->check_val)) missing = true;
+    else ok = ok && r->check_val <= r->check_max;
+  }
   return !ok ? "no" : missing ? "n/a" : "yes";
 }
 
 /* ------------------------------------------------------------ options */
 
 typedef struct options {
-  bool quick, no_peers, c1_child;
+  bool quick, no_peers, c1_child, blas_child;
   int threads;      /* 0: engine default */
   const char *only; /* NULL: all */
   const char *json; /* NULL: no JSON output */
@@ -193,15 +218,15 @@ typedef struct options {
 
 static bench_sizes sizes_for(bool quick) {
   if (quick) return (bench_sizes){.n = 1 << 16, .sq = 256, .ln_rows = 512, .ln_cols = 128, .tiny = 1000,
-                                  .chain = 100, .triad_n = (int64_t)1 << 24};
+                                  .chain = 100, .triad_n = (int64_t)1 << 24, .gemm = 256, .conv_cols = 4 * 14 * 14,
+                                  .mlp_batch = 128};
   return (bench_sizes){.n = 1 << 24, .sq = 4096, .ln_rows = 8192, .ln_cols = 1024, .tiny = 1000, .chain = 100,
-                       .triad_n = (int64_t)1 << 25};
+                       .triad_n = (int64_t)1 << 25, .gemm = 2048, .conv_cols = 128 * 14 * 14, .mlp_batch = 128};
 }
 
-/* True when --only names `group` (or the row id itself). */
-static bool selected(const options *o, const char *group, const char *id) {
-  if (!o->only) return true;
-  const char *p = o->only;
+bool bench_selected(const char *only, const char *group, const char *id) {
+  if (!only) return true;
+  const char *p = only;
   while (*p) {
     size_t len = strcspn(p, ",");
     if ((len == strlen(group) && strncmp(p, group, len) == 0) || (len == strlen(id) && strncmp(p, id, len) == 0))
@@ -212,11 +237,17 @@ static bool selected(const options *o, const char *group, const char *id) {
   return false;
 }
 
+/* True when --only names `group` (or the row id itself). */
+static bool selected(const options *o, const char *group, const char *id) {
+  return bench_selected(o->only, group, id);
+}
+
 static void usage(FILE *f) {
-  fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,K1,W8,C1] [--threads N] [--no-peers] "
+  fprintf(f, "usage: kiln_bench [--quick] [--only W1,W2,W3,W4,W5,W7,K1,G1,G2,G3,G4,G5,W8,C1] [--threads N] [--no-peers] "
              "[--json FILE]\n"
              "  --quick     small sizes: a smoke run of a few seconds\n"
-             "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c; W7 = W7,W7r,W7b,W7-hand,W7r-hand)\n"
+             "  --only L    comma-separated workloads (W3 = W3a,W3b,W3c; W7 = W7,W7r,W7b,W7-hand,W7r-hand; "
+             "G3 = G3a,G3b,G3c)\n"
              "  --threads N kiln_set_num_threads(N) (default: the engine's own)\n"
              "  --no-peers  skip NumPy/PyTorch (bench/peers.py)\n"
              "  --json FILE also write every figure to FILE (bench/compare.py compares two)\n");
@@ -229,6 +260,7 @@ static options parse(int argc, char **argv) {
     if (strcmp(a, "--quick") == 0) o.quick = true;
     else if (strcmp(a, "--no-peers") == 0) o.no_peers = true;
     else if (strcmp(a, "--c1-child") == 0) o.c1_child = true;
+    else if (strcmp(a, "--blas-child") == 0) o.blas_child = true;
     else if (strcmp(a, "--only") == 0 && i + 1 < argc) o.only = argv[++i];
     else if (strcmp(a, "--json") == 0 && i + 1 < argc) o.json = argv[++i];
     else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
@@ -299,6 +331,14 @@ static row *measure(const bench_workload *w, const bench_sizes *s, int64_t budge
   rw->ms = (double)med / 1e6;
   rw->kiln_s = (double)med / 1e9;
   rw->rate = bytes / (double)med;
+  if (w->gemm) { /* compute-bound: GFLOP/s; ideal bytes: each operand once */
+    bench_gemm g = w->gemm(s);
+    bytes = 4.0 * (double)(g.m * g.k + g.k * g.n + g.m * g.n + (g.epilogue ? g.n : 0));
+    rw->compute = true;
+    rw->gflop = 2.0 * (double)g.m * (double)g.n * (double)g.k / 1e9;
+    rw->rate = rw->gflop * 1e9 / (double)med;
+    rw->min_blas = w->min_blas;
+  }
   rw->kernels = p.kernels;
   rw->read_only = w->read_only;
   rw->want_kernels = w->want_kernels;
@@ -552,6 +592,7 @@ static void measure_c1(const options *o) {
 
 static char peer_notes[4][200];
 static int n_peer_notes;
+static char gemm_note[200]; /* the GEMM rows' roofline and OpenBLAS setup, if they ran */
 
 /* Runs bench/peers.py once for every selected row and stores its times
  * in the rows. peers.py prints "result PEER ID SECONDS RUNS" and
@@ -576,9 +617,10 @@ static void run_peers(const options *o, const bench_sizes *s) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
            "'%s' '%s/peers.py' --only %s --n %lld --sq %lld --ln %lld %lld --tiny %lld --chain %d "
-           "--budget %g --max-runs %d",
+           "--gemm %lld --conv-cols %lld --mlp-batch %lld --budget %g --max-runs %d",
            py, KILN_BENCH_DIR, ids, (long long)s->n, (long long)s->sq, (long long)s->ln_rows,
-           (long long)s->ln_cols, (long long)s->tiny, s->chain, o->quick ? 0.2 : 2.0, o->quick ? 10 : 15);
+           (long long)s->ln_cols, (long long)s->tiny, s->chain, (long long)s->gemm, (long long)s->conv_cols,
+           (long long)s->mlp_batch, o->quick ? 0.2 : 2.0, o->quick ? 10 : 15);
   FILE *f = popen(cmd, "r");
   if (!f) {
     snprintf(peer_notes[n_peer_notes++], sizeof peer_notes[0], "could not start %s", py);
@@ -689,11 +731,187 @@ static void limit_row(row *r, const bench_sizes *s, limits *before) {
   *before = after;
 }
 
+/* -------------------------------------------------------------- G1-G5 */
+
+/* Threads of Kiln's pool as runtime/pool.c picks them: --threads, else
+ * KILN_NUM_THREADS (a positive integer), else the online CPUs. The
+ * compute roofline and OpenBLAS run on as many. */
+static int pool_threads(const options *o) {
+  if (o->threads) return o->threads;
+  const char *e = getenv("KILN_NUM_THREADS");
+  char *end;
+  long n = e ? strtol(e, &end, 10) : 0;
+  if (e && *e && !*end && n >= 1) return (int)(n > 64 ? 64 : n);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+}
+
+/* What the GEMM rows are compared with, besides Kiln. */
+typedef struct gemm_env {
+  int threads;         /* pool threads: the roofline's and OpenBLAS's */
+  int vector_bits;     /* the JIT target's (kiln_cpu_target) */
+  char cpu[64];        /* the JIT target's CPU name */
+  const char *variant; /* the roofline loop's (peak.c) */
+  double before;       /* the roofline measured last (GFLOP/s) */
+  bool quick;
+} gemm_env;
+
+/* The compute roofline now, best of a few runs (GFLOP/s); NAN where
+ * there is none. */
+static double roofline_now(gemm_env *e) {
+  double p = bench_fma_peak(e->threads, e->vector_bits, e->quick ? 3 : 5, e->quick ? INT64_C(1) << 20 : INT64_C(1) << 23,
+                            &e->variant);
+  return p > 0 ? p : NAN;
+}
+
+static gemm_env gemm_setup(const options *o) {
+  gemm_env e = {.threads = pool_threads(o), .quick = o->quick};
+  BKS(kiln_cpu_target(e.cpu, sizeof e.cpu, &e.vector_bits, NULL));
+  fprintf(stderr, "kiln_bench: compute roofline (%d threads) ...\n", e.threads);
+  e.before = roofline_now(&e);
+  return e;
+}
+
+/* One GEMM row: OpenBLAS as configured here first, then Kiln (measure),
+ * then the roofline after it; the row's limit is the better of the
+ * roofline before and after. The child's OpenBLAS comes later
+ * (run_blas_child). */
+static void measure_gemm(const bench_workload *w, const bench_sizes *s, gemm_env *e, int64_t budget, int max_runs) {
+  bench_gemm g = w->gemm(s);
+  int blas_runs = 0;
+  fprintf(stderr, "kiln_bench: %s (OpenBLAS) ...\n", w->id);
+  double blas = bench_blas_gemm(&g, e->threads, budget, max_runs, &blas_runs);
+  bench_check(blas > 0, "bench_blas_gemm (out of memory?)", __LINE__);
+  row *r = measure(w, s, budget, max_runs);
+  r->blas_s = blas;
+  snprintf(r->blas_core, sizeof r->blas_core, "%s", bench_blas_core());
+  double after = roofline_now(e);
+  r->limit_before = e->before;
+  r->limit_after = after;
+  r->limit_gbs = fmax(e->before, after);
+  r->x_triad = r->rate / r->limit_gbs;
+  e->before = after;
+  size_t len = strlen(r->detail);
+  snprintf(r->detail + len, sizeof r->detail - len, "; OpenBLAS %.3f ms (%s, %d runs, %d threads)", blas * 1e3,
+           r->blas_core, blas_runs, e->threads);
+}
+
+/* OpenBLAS without OPENBLAS_CORETYPE, in a fresh process of this program
+ * (--blas-child: OpenBLAS picks its kernel when it is loaded), for every
+ * GEMM row measured; fills blas_child_s. A failed child leaves them NAN
+ * (the rows' targets then say n/a) with a note. */
+static void run_blas_child(const options *o, const gemm_env *e) {
+  char self[4096], ids[256] = "", cmd[4800];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  for (int i = 0; i < n_rows; i++) {
+    if (!rows[i].compute) continue;
+    size_t l = strlen(ids);
+    snprintf(ids + l, sizeof ids - l, "%s%.11s", l ? "," : "", rows[i].id);
+  }
+  if (len <= 0 || !ids[0]) return;
+  self[len] = 0;
+  fprintf(stderr, "kiln_bench: OpenBLAS without OPENBLAS_CORETYPE (child) ...\n");
+  snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE '%s' --blas-child --threads %d --only %s%s", self, e->threads,
+           ids, o->quick ? " --quick" : "");
+  FILE *f = popen(cmd, "r");
+  char line[256];
+  int got = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    char id[16], core[24];
+    double sec;
+    int runs;
+    if (sscanf(line, "blas %15s %lf %d %23s", id, &sec, &runs, core) != 4 || !(sec > 0)) continue;
+    for (int i = 0; i < n_rows; i++) {
+      row *r = &rows[i];
+      if (!r->compute || strcmp(r->id, id) != 0) continue;
+      r->blas_child_s = sec;
+      snprintf(r->blas_child_core, sizeof r->blas_child_core, "%s", core);
+      size_t l = strlen(r->detail);
+      snprintf(r->detail + l, sizeof r->detail - l, "; OpenBLAS child without OPENBLAS_CORETYPE %.3f ms (%s, %d runs)",
+               sec * 1e3, core, runs);
+      got++;
+    }
+  }
+  int rc = f ? pclose(f) : -1;
+  if ((rc != 0 || got == 0) && n_peer_notes < 4)
+    snprintf(peer_notes[n_peer_notes++], sizeof peer_notes[0],
+             "the OpenBLAS child (--blas-child) failed (status %d, %d results): no AVX-512 OpenBLAS figures", rc, got);
+}
+
+/* G4's epilogue cost: its time over G1's (the same product), in %, as
+ * G4's check against its target; G5's likewise, shown without a target;
+ * nothing when either did not run. */
+static void epilogue_share(void) {
+  row *g1 = NULL, *g4 = NULL, *g5 = NULL;
+  for (int i = 0; i < n_rows; i++) {
+    if (strcmp(rows[i].id, "G1") == 0) g1 = &rows[i];
+    if (strcmp(rows[i].id, "G4") == 0) g4 = &rows[i];
+    if (strcmp(rows[i].id, "G5") == 0) g5 = &rows[i];
+  }
+  if (g4) g4->check_max = 3.0;
+  if (g4 && g1) g4->check_val = (g4->kiln_s / g1->kiln_s - 1) * 100;
+  if (g5 && g1) g5->check_val = (g5->kiln_s / g1->kiln_s - 1) * 100;
+}
+
+static void gemm_rows(const options *o, const bench_sizes *s, int64_t budget, int max_runs) {
+  bool any = false;
+  for (int i = 0; i < bench_n_gemm_workloads; i++)
+    any = any || selected(o, bench_gemm_workloads[i].group, bench_gemm_workloads[i].id);
+  if (!any) return;
+  gemm_env e = gemm_setup(o);
+  for (int i = 0; i < bench_n_gemm_workloads; i++) {
+    const bench_workload *w = &bench_gemm_workloads[i];
+    if (selected(o, w->group, w->id)) measure_gemm(w, s, &e, budget, max_runs);
+  }
+  run_blas_child(o, &e);
+  epilogue_share();
+  snprintf(gemm_note, sizeof gemm_note,
+           "JIT target %s (%d-bit vectors): roofline loop %s on %d threads; OpenBLAS on %d threads", e.cpu,
+           e.vector_bits, e.variant ? e.variant : "-", e.threads, e.threads);
+}
+
 /* -------------------------------------------------------------- table */
 
 static void fmt(char *buf, size_t n, const char *f, double v) {
   if (isnan(v)) snprintf(buf, n, "-");
   else snprintf(buf, n, f, v);
+}
+
+/* The GEMM rows again, with their own comparisons (GFLOP/s): OpenBLAS
+ * as configured here and in the child, the better of the two, the
+ * compute roofline, G4's and G5's epilogues. Nothing when no GEMM row ran. */
+static void print_gemm_table(void) {
+  bool any = false;
+  for (int i = 0; i < n_rows; i++) any = any || rows[i].compute;
+  if (!any) return;
+  printf("\nGEMM rows (GFLOP/s = 2*M*N*K / time): %s\n\n", gemm_note);
+  printf("| %-4s | %8s | %-24s | %-24s | %8s | %8s | %10s | %8s | %-38s | %-4s |\n", "id", "Kiln", "OpenBLAS here",
+         "OpenBLAS child", "x best", "roofline", "x roofline", "epilogue", "target", "met?");
+  printf("|------|---------:|--------------------------|--------------------------|---------:|---------:|-----------:|"
+         "---------:|----------------------------------------|------|\n");
+  for (int i = 0; i < n_rows; i++) {
+    const row *r = &rows[i];
+    if (!r->compute) continue;
+    char kiln[16], here[40], child[40], xb[16], roof[16], xr[16], epi[16];
+    double x;
+    best_blas(r, &x);
+    fmt(kiln, sizeof kiln, "%.1f", r->rate);
+    if (isnan(r->blas_s)) snprintf(here, sizeof here, "-");
+    else snprintf(here, sizeof here, "%.1f (%.14s)", r->gflop / r->blas_s, r->blas_core);
+    if (isnan(r->blas_child_s)) snprintf(child, sizeof child, "-");
+    else snprintf(child, sizeof child, "%.1f (%.14s)", r->gflop / r->blas_child_s, r->blas_child_core);
+    fmt(xb, sizeof xb, "%.3f", x);
+    fmt(roof, sizeof roof, "%.1f", r->limit_gbs);
+    fmt(xr, sizeof xr, "%.3f", r->x_triad);
+    fmt(epi, sizeof epi, "%+.1f%%", r->check_val); /* G4, G5 (epilogue_share) */
+    printf("| %-4s | %8s | %-24s | %-24s | %8s | %8s | %10s | %8s | %-38s | %-4s |\n", r->id, kiln, here, child, xb,
+           roof, xr, epi, r->target, met(r));
+  }
+  printf("\n  OpenBLAS here: cblas_sgemm in this process as configured (OPENBLAS_CORETYPE=%s); child: in a fresh "
+         "process without OPENBLAS_CORETYPE (OpenBLAS's own kernel choice); x best = best OpenBLAS time / Kiln time; "
+         "x roofline = Kiln GFLOP/s / the roofline (the better of before and after the row); epilogue = "
+         "time(G4 or G5) / time(G1) - 1; OpenBLAS's G4 and G5 figures are the bare product\n",
+         getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 }
 
 static void print_table(const options *o, const bench_sizes *s, double triad_gbs, double read_gbs) {
@@ -726,7 +944,8 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
            xo, best ? best : "-", xb, r->target, met(r));
   }
   printf("\n* GB/s = ideal bytes (one read of each input, one write of the output) / Kiln time; "
-         "W8rec: us to record one op; W8run: us a force adds per kernel beyond the kernels' run time; C1: ms compiling (profiler compile_ns)\n");
+         "W8rec: us to record one op; W8run: us a force adds per kernel beyond the kernels' run time; C1: ms compiling (profiler compile_ns); "
+         "G*: GFLOP/s, and x limit against the compute roofline (table below)\n");
   printf("  check = worst sampled output error vs a double host reference, in tolerance units (<= 1 right)\n");
   printf("  x limit = Kiln GB/s / the limit's GB/s: the read roofline for the reductions (W3), the triad otherwise, "
          "the better of the figures measured just before and just after the row (best of %d runs each); "
@@ -741,13 +960,14 @@ static void print_table(const options *o, const bench_sizes *s, double triad_gbs
       printf(": the machine was SHARED; 2-thread figures (triad, Torch, Kiln's pool) are then too low");
     printf("\n");
   }
+  print_gemm_table();
   printf("\ndetails:\n");
   for (int i = 0; i < n_rows; i++) {
     const row *r = &rows[i];
     printf("  %-8s %s", r->id, r->detail);
     if (!isnan(r->limit_gbs))
-      printf("; limit (%s) %.2f GB/s: before %.2f, after %.2f", r->read_only ? "read" : "triad", r->limit_gbs,
-             r->limit_before, r->limit_after);
+      printf("; limit (%s) %.2f %s: before %.2f, after %.2f", r->compute ? "roofline" : r->read_only ? "read" : "triad",
+             r->limit_gbs, r->compute ? "GFLOP/s" : "GB/s", r->limit_before, r->limit_after);
     if (!isnan(r->numpy_s)) printf("; NumPy %.3f ms", r->numpy_s * 1e3);
     if (!isnan(r->torch_s)) printf("; Torch %.3f ms", r->torch_s * 1e3);
     printf("\n");
@@ -800,13 +1020,25 @@ static bool write_json(const char *path, const options *o, double triad_gbs, dou
     json_num(f, "rate", r->rate, false);
     json_num(f, "kernels", r->kernels >= 0 ? r->kernels : NAN, false);
     json_num(f, "x_limit", r->x_triad, false);
-    json_str(f, "limit", r->read_only ? "read" : "triad", false);
+    json_str(f, "limit", r->compute ? "roofline" : r->read_only ? "read" : "triad", false);
     json_num(f, "limit_gbs", r->limit_gbs, false);
     json_num(f, "numpy_ms", r->numpy_s * 1e3, false);
     json_num(f, "torch_ms", r->torch_s * 1e3, false);
     json_str(f, "best_peer", best, false);
     json_num(f, "x_best", best_x, false);
     json_str(f, "target", r->target, false);
+    if (r->compute) { /* GEMM rows: rate and limit_gbs are GFLOP/s */
+      double x;
+      best_blas(r, &x);
+      json_num(f, "gflop", r->gflop, false);
+      json_num(f, "blas_ms", r->blas_s * 1e3, false);
+      json_str(f, "blas_core", r->blas_core, false);
+      json_num(f, "blas_child_ms", r->blas_child_s * 1e3, false);
+      json_str(f, "blas_child_core", r->blas_child_core, false);
+      json_num(f, "x_blas", x, false);
+      json_num(f, "epilogue_pct", r->check_val, false); /* G4, G5; NAN (null) for the others */
+    }
+    json_str(f, "kind", r->compute ? "compute" : "memory", false);
     json_str(f, "met", met(r), true);
     fprintf(f, "}%s\n", i + 1 < n_rows ? "," : "");
   }
@@ -824,13 +1056,17 @@ int main(int argc, char **argv) {
   bench_sizes s = sizes_for(o.quick);
   kiln_manual_seed(1234);
   if (o.threads) BKS(kiln_set_num_threads(o.threads));
+  int64_t budget = o.quick ? 200000000 : 2000000000; /* ns per workload */
+  int max_runs = o.quick ? 10 : 15;
   if (o.c1_child) {
     c1_child(&s);
     return 0;
   }
+  if (o.blas_child) {
+    bench_blas_child(&s, o.only, o.threads ? o.threads : 1, budget, max_runs);
+    return 0;
+  }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int64_t budget = o.quick ? 200000000 : 2000000000; /* ns per workload */
-  int max_runs = o.quick ? 10 : 15;
 
   load_mark_start();
   fprintf(stderr, "kiln_bench: triad ...\n");
@@ -847,6 +1083,7 @@ int main(int argc, char **argv) {
   if (selected(&o, "W7", "W7-hand")) limit_row(measure_hand("W7-hand", s.sq, hand_threads, max_runs), &s, &before);
   if (selected(&o, "W7", "W7r-hand"))
     limit_row(measure_hand("W7r-hand", s.sq - 1, hand_threads, max_runs), &s, &before);
+  gemm_rows(&o, &s, budget, max_runs);
   if (selected(&o, "W8", "W8")) measure_w8(&s, o.quick ? 100000000 : 1000000000);
   if (selected(&o, "C1", "C1")) measure_c1(&o);
   if (n_rows == 0) {

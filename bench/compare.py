@@ -5,7 +5,10 @@
 
 Prints, for every row both files have, Kiln's time in each, the ratio
 after / before (< 1: faster), and each run's fraction of its limit and
-speedup over the best peer. Rows whose time changed by more than the
+speedup over the best peer. The limit is a row's kind's: bandwidth (triad
+or read roofline) for memory rows, the compute roofline for the GEMM rows
+(kind "compute": G1-G4), which also show their speedup over the best
+OpenBLAS kernel of each run (x OpenBLAS). Rows whose time changed by more than the
 --noise fraction (default 0.10) are marked. Machine figures (triad, read
 roofline, other processes' load) are printed first: compare runs taken on
 a quiet machine, or read the limit fractions, which carry the machine's
@@ -37,8 +40,9 @@ def main():
         print(f"{name}: triad {fmt(m.get('triad_gbs'), '.2f')} GB/s, read {fmt(m.get('read_gbs'), '.2f')} GB/s, "
               f"other processes {fmt(m.get('other_cores'), '.2f')} cores")
     print()
-    print(f"| {'id':6} | {'before ms':>9} | {'after ms':>9} | {'after/before':>12} | {'x limit':>15} | {'x best':>15} |")
-    print("|--------|----------:|----------:|-------------:|----------------:|----------------:|")
+    print(f"| {'id':6} | {'before ms':>9} | {'after ms':>9} | {'after/before':>12} | {'x limit':>15} | {'x best':>15} "
+          f"| {'x OpenBLAS':>15} |")
+    print("|--------|----------:|----------:|-------------:|----------------:|----------------:|----------------:|")
     for rid, b in rb.items():
         if rid not in ra:
             continue
@@ -47,7 +51,9 @@ def main():
         mark = "" if ratio is None or abs(ratio - 1) <= a.noise else (" faster" if ratio < 1 else " SLOWER")
         lim = f"{fmt(b['x_limit'])} -> {fmt(c['x_limit'])}"
         best = f"{fmt(b['x_best'])} -> {fmt(c['x_best'])}"
-        print(f"| {rid:6} | {fmt(b['kiln_ms']):>9} | {fmt(c['kiln_ms']):>9} | {fmt(ratio) + mark:>12} | {lim:>15} | {best:>15} |")
+        blas = f"{fmt(b.get('x_blas'))} -> {fmt(c.get('x_blas'))}" if b.get("kind") == "compute" else "-"
+        print(f"| {rid:6} | {fmt(b['kiln_ms']):>9} | {fmt(c['kiln_ms']):>9} | {fmt(ratio) + mark:>12} | {lim:>15} "
+              f"| {best:>15} | {blas:>15} |")
     missing = sorted(set(rb) ^ set(ra))
     if missing:
         print(f"\nrows in only one file: {', '.join(missing)}")

@@ -14,7 +14,9 @@ NumPy runs as is; PyTorch with torch.set_num_threads(2), using its native
 softmax and layer_norm (the fused kernels a Kiln user would compare with).
 CNN (PyTorch only, run by bench/cnn_job.sh) is one training step of
 examples/fashion_cnn.c's network: forward, cross-entropy, backward, Adam.
-Keep the computations in step with bench/workloads.c.
+G1-G4 are the GEMM rows (bench/gemm.c): np.matmul / torch.matmul of the
+same shapes and transposed views, G4 relu(a @ b + bias).
+Keep the computations in step with bench/workloads.c and bench/gemm.c.
 """
 import argparse
 import statistics
@@ -37,6 +39,30 @@ def timeit(fn, budget, max_runs, min_runs=3):
         fn()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples), len(samples)
+
+
+def gemm_shapes(a):
+    """The GEMM rows' products as (M, N, K, A read transposed, B read
+    transposed, relu(. + bias) epilogue): bench/gemm.c's shapes."""
+    g, cols, b = a.gemm, a.conv_cols, a.mlp_batch
+    return {"G1": (g, g, g, False, False, False), "G2": (64, cols, 288, False, False, False),
+            "G3a": (b, 256, 784, False, False, False), "G3b": (784, 256, b, True, False, False),
+            "G3c": (b, 784, 256, False, True, False), "G4": (g, g, g, False, False, True)}
+
+
+def gemm_workloads(rand, matmul, relu, a):
+    """Closures timing each GEMM row with a peer's rand, matmul and relu;
+    a transposed operand is the transpose (.T, a view) of its stored matrix."""
+    def make(m, n, k, ta, tb, epi):
+        def mk():
+            x = rand(k, m).T if ta else rand(m, k)
+            y = rand(n, k).T if tb else rand(k, n)
+            bias = rand(n) - 0.5
+            if epi:
+                return lambda: relu(matmul(x, y) + bias)
+            return lambda: matmul(x, y)
+        return mk
+    return {wid: make(*shape) for wid, shape in gemm_shapes(a).items()}
 
 
 def numpy_workloads(np, a):
@@ -136,6 +162,7 @@ def numpy_workloads(np, a):
         return f
 
     w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W7r=w7r, W7b=w7b, K1=k1, W8=w8)
+    w.update(gemm_workloads(rand, np.matmul, lambda t: np.maximum(t, 0), a))
     return w
 
 
@@ -259,6 +286,7 @@ def torch_workloads(torch, a):
         return f
 
     w.update(W1=w1, W2=w2, W3a=w3a, W3b=w3b, W3c=w3c, W4=w4, W5=w5, W7=w7, W7r=w7r, W7b=w7b, K1=k1, W8=w8, CNN=cnn)
+    w.update(gemm_workloads(rand, torch.matmul, torch.relu, a))
     return w
 
 
@@ -287,6 +315,9 @@ def main():
     p.add_argument("--ln", type=int, nargs=2, default=[8192, 1024])
     p.add_argument("--tiny", type=int, default=1000)
     p.add_argument("--chain", type=int, default=100)
+    p.add_argument("--gemm", type=int, default=2048)
+    p.add_argument("--conv-cols", type=int, default=128 * 14 * 14)
+    p.add_argument("--mlp-batch", type=int, default=128)
     p.add_argument("--budget", type=float, default=2.0)
     p.add_argument("--max-runs", type=int, default=15)
     args = p.parse_args()

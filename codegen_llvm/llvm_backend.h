@@ -1,10 +1,13 @@
 /*
  * llvm_backend.h — CPU backend: kernel IR → LLVM IR → ORC LLJIT machine
- * code for the host CPU (its name and features). Internal.
+ * code for the target CPU: the host (its name and features), or the CPU
+ * env KILN_CPU names (llvm_target.c); and the GEMM micro-kernels the
+ * runtime's contraction driver (runtime/gemm.c) calls. Internal.
  */
 #ifndef KILN_LLVM_BACKEND_H
 #define KILN_LLVM_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,16 +34,141 @@ int llvm_compile_object(const kir_kernel *k, const char *sym, llvm_kernel_fn *ou
  *  the object does not link or define sym, message in err. */
 int llvm_load_object(const void *obj_bytes, size_t obj_len, const char *sym, llvm_kernel_fn *out, char *err,
                      size_t errlen);
+/** k compiled as llvm_compile would compile it, as assembly text in
+ *  *asm_text (malloc'ed, NUL-terminated; the caller frees); nothing is
+ *  linked. Errors as llvm_compile's. For tests and debugging. */
+int llvm_compile_asm(const kir_kernel *k, char **asm_text, char *err, size_t errlen);
 /** What compiled code depends on besides the kernel IR, as text (malloc'ed;
- *  NULL on failure): target triple, host CPU and its features, the LLVM
- *  version, the vector width. KILN_CACHE_TEST_CPU replaces CPU and
- *  features (for tests). */
+ *  NULL on failure, e.g. an unknown KILN_CPU): target triple, the target
+ *  CPU (KILN_CPU, else the host's) and its features (empty for a pinned
+ *  CPU: the ones its name implies), the LLVM version, the vector width.
+ *  KILN_CACHE_TEST_CPU replaces CPU and features (for tests). */
 char *llvm_target_id(void);
+
+/* The target CPU (llvm_target.c): env KILN_CPU, read once — unset, empty
+ * or "native": the host; else a CPU name LLVM knows (x86-64, x86-64-v2,
+ * x86-64-v3, x86-64-v4, haswell, znver4, ...), whose implied features
+ * are compiled for. Code that chooses a kernel's shape by the machine
+ * (register blocking) asks these, never the host's cpuid, so it follows
+ * the pin. */
+/** Width in bits of the target's widest vector register: 512 (AVX-512),
+ *  256 (AVX, AVX2), 128 (SSE, NEON); 0 when the target is unusable
+ *  (llvm_target_error). Probed once (llvm_target.c). KILN_VECTOR_BITS
+ *  does not change it: that only steers the loop vectoriser. */
+int llvm_target_vector_bits(void);
+/** Vector registers of the target: 32 on x86-64 with AVX-512, 16 with
+ *  AVX2 or SSE; 32 on AArch64; 0 when the target is unusable. */
+int llvm_target_vector_regs(void);
+/** The target CPU's name (borrowed, lives for the process): KILN_CPU's
+ *  value, or the host's name; NULL when the target is unusable. */
+const char *llvm_target_cpu(void);
+/** Why no kernel can be compiled (borrowed), e.g. "KILN_CPU=foo: LLVM
+ *  does not know this CPU for x86_64-pc-linux-gnu (...)"; NULL when the
+ *  target is usable. */
+const char *llvm_target_error(void);
 /** Kernels llvm_compile has compiled and linked since the process started
  *  (failed compiles not counted; llvm_shutdown does not reset it). Each
  *  successful call compiles anew: caching is the runtime's (rt_kernel_get).
  *  For tests. */
 unsigned long long llvm_compile_count(void);
+/* ---------------------------------- the GEMM micro-kernel (llvm_gemm.c) */
+
+/** Flags of a micro-kernel call. */
+#define LLVM_GEMM_ACCUMULATE 1 /* C += A·B (beta 1: a later KC block); else C = A·B (beta 0) */
+#define LLVM_GEMM_LAST 2       /* the last KC block: the epilogue (when there is one) applies */
+/** Largest tile a micro-kernel computes (the driver's edge tile). */
+#define LLVM_GEMM_MAX_MR 16
+#define LLVM_GEMM_MAX_NR 64
+
+/** Most steps of a fused epilogue (llvm_gemm_spec.epi). */
+#define LLVM_GEMM_EPI_MAX 4
+
+/** One step of a fused epilogue: acc = op(acc, operand), or acc =
+ *  op(operand, acc) for the R (reversed) ops; RELU takes no operand
+ *  (llvm.maximum(acc, 0), as the kernels' RELU: NaN propagates); MAXIMUM and
+ *  MINIMUM are llvm.maximum / llvm.minimum with the operand (the kernels'
+ *  MAXIMUM, MINIMUM and CLAMP's bounds). */
+typedef enum llvm_gemm_epi_op {
+  LLVM_GEMM_EPI_ADD = 1,
+  LLVM_GEMM_EPI_SUB,  /* acc - x */
+  LLVM_GEMM_EPI_RSUB, /* x - acc */
+  LLVM_GEMM_EPI_MUL,
+  LLVM_GEMM_EPI_DIV,  /* acc / x */
+  LLVM_GEMM_EPI_RDIV, /* x / acc */
+  LLVM_GEMM_EPI_RELU,
+  LLVM_GEMM_EPI_MAXIMUM,
+  LLVM_GEMM_EPI_MINIMUM,
+} llvm_gemm_epi_op;
+
+/** Where a step's operand varies over the tile (llvm_gemm_epi_args gives
+ *  its address at the tile's [0, 0] and ld). */
+typedef enum llvm_gemm_epi_arg {
+  LLVM_GEMM_ARG_NONE = 0, /* RELU */
+  LLVM_GEMM_ARG_ROW,      /* along N: NR contiguous elements, the same for every row (a bias [N]) */
+  LLVM_GEMM_ARG_COL,      /* along M: MR elements ld apart, the same along a row (a bias [M, 1]) */
+  LLVM_GEMM_ARG_TILE,     /* MR rows of NR contiguous elements, rows ld apart (a residual) */
+  LLVM_GEMM_ARG_SCALAR,   /* one element (a scale) */
+} llvm_gemm_epi_arg;
+
+typedef struct llvm_gemm_epi_step {
+  unsigned char op, arg; /* llvm_gemm_epi_op, llvm_gemm_epi_arg */
+} llvm_gemm_epi_step;
+
+/** The operands of one call's epilogue, per step: the element of the
+ *  operand at the tile's [0, 0] (type T) and its stride in elements
+ *  (TILE: between rows; COL: between elements). Read only on the last
+ *  KC block. */
+typedef struct llvm_gemm_epi_args {
+  const void *ptr[LLVM_GEMM_EPI_MAX];
+  int64_t ld[LLVM_GEMM_EPI_MAX];
+} llvm_gemm_epi_args;
+
+/** A compiled micro-kernel: the tile C [MR, NR] of dtype T (row stride
+ *  ldc elements, any alignment) gets the product of two packed panels,
+ *  a [kc, MR] (the MR elements of A's column k, contiguous, per k) and
+ *  b [kc, NR] (the NR elements of B's row k per k; 64-byte aligned, NR·T
+ *  a multiple of the vector size) — assigned, or added with
+ *  LLVM_GEMM_ACCUMULATE. kc ≥ 0 (0: C = 0, or C unchanged when
+ *  accumulating). Each element sums its kc products in k order, one
+ *  fused multiply-add each, from 0 (the tile in registers). With
+ *  LLVM_GEMM_LAST, the spec's epilogue steps apply to the sums, in
+ *  order, before the store, their operands from ep (NULL when the spec
+ *  has no steps). */
+typedef void (*llvm_gemm_fn)(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int64_t flags,
+                             const llvm_gemm_epi_args *ep);
+
+/** One micro-kernel variant: the key of the compiled-kernel cache. */
+typedef struct llvm_gemm_spec {
+  kiln_dtype dtype; /* KILN_F32 or KILN_F64 */
+  int vl;           /* lanes of one vector register (512-bit F32: 16) */
+  int mr;           /* rows of the tile (A elements broadcast per k) */
+  int nv;           /* vectors per row: NR = nv·vl columns */
+  int nr;           /* nv·vl */
+  bool fma;         /* llvm.fma (native fused multiply-add), else llvm.fmuladd */
+  int n_epi;        /* fused epilogue steps (0: none) */
+  llvm_gemm_epi_step epi[LLVM_GEMM_EPI_MAX];
+} llvm_gemm_spec;
+
+/** The micro-kernel for dtype on the JIT's target: vl from the vector
+ *  width, MR×NR from the register count (accumulators MR·nv plus nv B
+ *  vectors and a broadcast fit the registers: 14×32 F32 with AVX-512's
+ *  32 zmm, 6×16 with AVX2's 16 ymm, 6×8 at 128 bits), or as
+ *  llvm_gemm_override says. KILN_ERR_ARG for another dtype,
+ *  KILN_ERR_COMPILE when the JIT cannot start. */
+int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t errlen);
+/** For tests and tuning: the vector width (bits) and register count
+ *  llvm_gemm_choose assumes instead of the host's (0, 0: the host's), and
+ *  MR and nv instead of the rule's (0: the rule's). Not thread-safe with
+ *  running products: set it between them. */
+void llvm_gemm_override(int bits, int regs, int mr, int nv);
+/** The compiled micro-kernel for s (llvm_gemm_choose's, or any with
+ *  1 ≤ mr ≤ LLVM_GEMM_MAX_MR, nr ≤ LLVM_GEMM_MAX_NR), compiled once per
+ *  process and variant (thread-safe; llvm_shutdown forgets them).
+ *  KILN_ERR_ARG for a bad spec, KILN_ERR_COMPILE / _OOM from the JIT. */
+int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_fn *out, char *err, size_t errlen);
+/** Micro-kernels compiled so far in this process (for tests). */
+int llvm_gemm_compiled(void);
+
 /** Frees the JIT and all compiled code (for leak-free test exits). */
 void llvm_shutdown(void);
 

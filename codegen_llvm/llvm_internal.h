@@ -1,7 +1,8 @@
 /*
  * llvm_internal.h — what the parts of the CPU backend share:
- * llvm_lower.c (kernel IR → LLVM IR), llvm_math.c (inline F32 math) and
- * llvm_jit.c (ORC LLJIT, locking, host target). Internal to codegen_llvm/.
+ * llvm_lower.c (kernel IR → LLVM IR), llvm_math.c (inline F32 math),
+ * llvm_jit.c (ORC LLJIT, locking) and llvm_target.c (the target CPU).
+ * Internal to codegen_llvm/.
  */
 #ifndef KILN_LLVM_INTERNAL_H
 #define KILN_LLVM_INTERNAL_H
@@ -10,6 +11,7 @@
 #include <stddef.h>
 
 #include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
 
 #include "kir.h"
 
@@ -30,8 +32,40 @@ LLVMValueRef llvm_lower_kernel(const kir_kernel *k, LLVMModuleRef mod, const cha
 LLVMValueRef llvm_math_f32(LLVMBuilderRef b, LLVMModuleRef mod, kir_op op, LLVMValueRef a, LLVMValueRef c,
                            bool *failed);
 
-/** True when kernels ask for 512-bit vectors (llvm_jit.c: AVX-512 hosts,
- *  or KILN_VECTOR_BITS=512); valid once the host target is set up. */
+/** Fills `mod` (its context is mod's) with the function `sym` a caller
+ *  compiles through llvm_compile_module; false with a message in err. */
+typedef bool (*llvm_module_fill)(LLVMModuleRef mod, const char *sym, void *ctx, char *err, size_t errlen);
+/** Compiles a module that `fill` builds through the kernels' path (a
+ *  fresh context, the O2 pipeline for the target, an object file linked
+ *  into the JIT under jit_lock; llvm_jit.c) and returns the address of
+ *  its function in *out (cast it to its type). `name` names it in
+ *  messages and its unique symbol. Thread-safe; code lives until
+ *  llvm_shutdown. KILN_ERR_COMPILE or KILN_ERR_OOM, message in err. */
+int llvm_compile_module(const char *name, llvm_module_fill fill, void *ctx, void **out, char *err, size_t errlen);
+/** Forgets the compiled GEMM micro-kernels (llvm_gemm.c), at
+ *  llvm_shutdown, which frees their code. */
+void llvm_gemm_forget(void);
+
+/* The target (llvm_target.c). */
+/** The CPU kernels are compiled for (KILN_CPU, else the host) and what it
+ *  can do; resolved once per process, never freed. */
+typedef struct llvm_target_info {
+  bool ok;        /* false: no kernel can be compiled; err says why */
+  bool pinned;    /* KILN_CPU named a CPU (not the host) */
+  char err[320];
+  LLVMTargetRef target;
+  char *triple, *cpu, *features; /* features "" when pinned: the CPU's own */
+  int vector_bits, vector_regs;  /* widest vector register; how many */
+} llvm_target_info;
+/** The target, resolved on the first call (KILN_CPU read, the probe run:
+ *  llvm_target.c). Never NULL; check ->ok. */
+const llvm_target_info *llvm_target(void);
+/** A new TargetMachine for t (PIC, small code model, opt level
+ *  aggressive); the caller disposes it. NULL on failure. Not shared
+ *  between threads (TargetMachines cache subtargets). */
+LLVMTargetMachineRef llvm_target_machine(const llvm_target_info *t);
+/** True when kernels ask for 512-bit vectors (the target has them, or
+ *  KILN_VECTOR_BITS=512); read once. */
 bool llvm_wide_vectors(void);
 
 /* Streaming stores (llvm_stream.c). */

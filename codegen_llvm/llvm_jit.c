@@ -1,6 +1,9 @@
 /*
  * llvm_jit.c — the CPU backend's driver: one process-wide ORC LLJIT for the
- * host CPU, the O2 pass pipeline, and llvm_compile/llvm_shutdown.
+ * target CPU (llvm_target.c: the host, or KILN_CPU), the O2 pass
+ * pipeline, and llvm_compile/llvm_shutdown. Modules that are not kernel
+ * IR (the GEMM micro-kernels of llvm_gemm.c) take the same path through
+ * llvm_compile_module, given a callback that fills the module.
  *
  * Invariants:
  *  - the JIT is created lazily by the first llvm_compile and lives until
@@ -13,6 +16,9 @@
  *    LLVMContext per compile, with a TargetMachine per compile
  *    (TargetMachines cache subtargets and are not safe to share between
  *    threads), so several kernels compile at once;
+ *  - a module's fill callback (llvm_compile_module) runs outside the lock,
+ *    on the compile's own context, like a kernel's lowering: it must not
+ *    call back into this file;
  *  - each kernel's symbol is unique (sanitised kernel name + counter) and
  *    gets its own ResourceTracker, removed again if compiling it fails;
  *  - the test hook graph/fault.h counts each link as a GRAPH_FAULT_JIT
@@ -45,14 +51,12 @@
 #include "llvm_internal.h"
 
 static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t target_once = PTHREAD_ONCE_INIT;
-static bool target_ok;
 
 /* The process-wide JIT; all fields guarded by jit_lock. */
 static struct {
   LLVMOrcLLJITRef jit;
-  LLVMTargetRef target;
-  char *triple, *cpu, *features, *layout; /* LLVM-allocated / strdup'ed */
+  const llvm_target_info *t; /* the target (llvm_target.c), set with jit */
+  char *layout;              /* strdup'ed */
   unsigned long long counter;  /* kernel ids handed out */
   unsigned long long compiled; /* kernels linked (llvm_compile_count) */
   char session_err[256]; /* last error the ExecutionSession reported */
@@ -63,10 +67,6 @@ static char *dup_str(const char *s) {
   size_t n = strlen(s) + 1;
   char *p = malloc(n);
   return p ? memcpy(p, s, n) : NULL;
-}
-
-static void init_target(void) {
-  target_ok = !LLVMInitializeNativeTarget() && !LLVMInitializeNativeAsmPrinter();
 }
 
 /* Writes "llvm_compile: <kernel>: <what><detail>" to err. */
@@ -92,32 +92,7 @@ static void report_session_error(void *ctx, LLVMErrorRef e) {
 
 /* Kernels are compiled to position-independent objects that the JIT's
  * linker places anywhere (calls into libm go through its stubs). */
-static LLVMTargetMachineRef host_machine(void) {
-  return LLVMCreateTargetMachine(g.target, g.triple, g.cpu, g.features, LLVMCodeGenLevelAggressive,
-                                 LLVMRelocPIC, LLVMCodeModelSmall);
-}
-
-static void free_strings(void) {
-  LLVMDisposeMessage(g.triple);
-  LLVMDisposeMessage(g.cpu);
-  LLVMDisposeMessage(g.features);
-  free(g.layout);
-  g.triple = g.cpu = g.features = g.layout = NULL;
-}
-
-/* Host triple, CPU and features; the target they name. */
-static LLVMErrorRef detect_host(void) {
-  char *msg = NULL;
-  g.triple = LLVMGetDefaultTargetTriple();
-  g.cpu = LLVMGetHostCPUName();
-  g.features = LLVMGetHostCPUFeatures();
-  if (LLVMGetTargetFromTriple(g.triple, &g.target, &msg)) {
-    LLVMErrorRef e = LLVMCreateStringError(msg ? msg : "unknown target");
-    LLVMDisposeMessage(msg);
-    return e;
-  }
-  return NULL;
-}
+static LLVMTargetMachineRef kernel_machine(void) { return llvm_target_machine(g.t); }
 
 /* The one process-wide switch of LLVM's loop vectorizer Kiln sets, where
  * it aims for 512-bit vectors (llvm_wide_vectors): masked interleaved
@@ -126,7 +101,7 @@ static LLVMErrorRef detect_host(void) {
  * gradient) with a masked tail (short_row in llvm_lower.c: rows of 14) is
  * otherwise vectorized with gathers and scatters; with it, one masked
  * wide load or store and shuffles (docs/internals.md, Forcing: the
- * compile). Parsed once per process, after the host is known: LLVM's
+ * compile). Parsed once per process, after the target is known: LLVM's
  * parser exits the process on a repeated or unknown option. */
 static pthread_once_t options_once = PTHREAD_ONCE_INIT;
 
@@ -136,14 +111,14 @@ static void set_vectorizer_options(void) {
   LLVMParseCommandLineOptions(2, argv, NULL);
 }
 
-/* Creates the LLJIT (caller holds jit_lock). Host CPU and features, opt
- * level aggressive; process symbols visible from the main JITDylib. */
-static LLVMErrorRef create_jit(void) {
-  LLVMErrorRef e = detect_host();
-  if (e) return e;
+/* Creates the LLJIT (caller holds jit_lock) for the resolved target t,
+ * opt level aggressive; process symbols visible from the main JITDylib. */
+static LLVMErrorRef create_jit(const llvm_target_info *t) {
+  g.t = t;
   pthread_once(&options_once, set_vectorizer_options);
-  LLVMTargetMachineRef tm = host_machine();
-  if (!tm) return LLVMCreateStringError("cannot create a target machine for the host");
+  LLVMTargetMachineRef tm = kernel_machine();
+  if (!tm) return LLVMCreateStringError("cannot create a target machine for the target CPU");
+  LLVMErrorRef e;
   LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
   /* both calls consume their argument */
   LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(builder,
@@ -164,17 +139,19 @@ static LLVMErrorRef create_jit(void) {
 static void dispose_jit(void) {
   if (g.jit) LLVMConsumeError(LLVMOrcDisposeLLJIT(g.jit));
   g.jit = NULL;
-  free_strings();
+  free(g.layout);
+  g.layout = NULL;
 }
 
-/* Under jit_lock: makes sure the JIT exists; returns a fresh kernel id. */
+/* Under jit_lock: makes sure the JIT exists; returns a fresh kernel id.
+ * An unusable target (an unknown KILN_CPU) fails every compile. */
 static int acquire_id(unsigned long long *id, char *err, size_t errlen, const char *kname) {
-  pthread_once(&target_once, init_target);
-  if (!target_ok) return set_err(err, errlen, kname, "no native LLVM target", NULL);
+  const llvm_target_info *t = llvm_target();
+  if (!t->ok) return set_err(err, errlen, kname, t->err, NULL);
   int rc = KILN_OK;
   pthread_mutex_lock(&jit_lock);
   if (!g.jit) {
-    LLVMErrorRef e = create_jit();
+    LLVMErrorRef e = create_jit(t);
     if (e) {
       rc = set_llvm_err(err, errlen, kname, "creating the JIT: ", e);
       dispose_jit();
@@ -213,28 +190,15 @@ static int optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *knam
   return e ? set_llvm_err(err, errlen, kname, "running passes: ", e) : KILN_OK;
 }
 
-/* Machine code for the optimised mod: an object file in *obj. */
-static int emit_object(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *kname, LLVMMemoryBufferRef *obj,
-                       char *err, size_t errlen) {
+/* Machine code for the optimised mod: an object file (or assembly text:
+ * `type`) in *obj. */
+static int emit_object(LLVMModuleRef mod, LLVMTargetMachineRef tm, LLVMCodeGenFileType type, const char *kname,
+                       LLVMMemoryBufferRef *obj, char *err, size_t errlen) {
   char *msg = NULL;
-  if (!LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, obj)) return KILN_OK;
+  if (!LLVMTargetMachineEmitToMemoryBuffer(tm, mod, type, &msg, obj)) return KILN_OK;
   int rc = set_err(err, errlen, kname, "code generation: ", msg ? msg : "failed");
   LLVMDisposeMessage(msg);
   return rc;
-}
-
-/* Vector width the loop vectoriser aims for: 512 bits where the host has
- * AVX-512 (LLVM's default for such CPUs is 256, which halves the lanes of
- * every kernel whose reductions accumulate in F64), else its default. */
-bool llvm_wide_vectors(void) {
-  static atomic_int wide = -1; /* read once; threads compiling at once may race to it */
-  int w = atomic_load_explicit(&wide, memory_order_relaxed);
-  if (w < 0) {
-    const char *env = getenv("KILN_VECTOR_BITS");
-    w = env ? strcmp(env, "512") == 0 : g.features && strstr(g.features, "+avx512f") != NULL;
-    atomic_store_explicit(&wide, w, memory_order_relaxed);
-  }
-  return w;
 }
 
 static void prefer_vector_width(LLVMModuleRef mod, LLVMContextRef ctx) {
@@ -262,35 +226,42 @@ static void diagnose(LLVMDiagnosticInfoRef di, void *ctx) {
   d->error = true;
 }
 
-/* Builds, optimises and compiles k to an object file in a fresh context
- * (no lock: kernels compile in parallel). */
-static int build_object(const kir_kernel *k, const char *sym, LLVMMemoryBufferRef *obj, char **ir_text, char *err,
+/* The fill of a kernel's module: its kernel IR lowered (llvm_lower.c). */
+static bool fill_kernel(LLVMModuleRef mod, const char *sym, void *k, char *err, size_t errlen) {
+  return llvm_lower_kernel(k, mod, sym, err, errlen) != NULL;
+}
+
+/* Builds (fill), optimises and compiles a module named `name` (messages)
+ * defining `sym` to an object file (or assembly text: `type`) in a fresh
+ * context (no lock: modules compile in parallel). */
+static int build_object(const char *name, llvm_module_fill fill, void *fill_ctx, const char *sym,
+                        LLVMCodeGenFileType type, LLVMMemoryBufferRef *obj, char **ir_text, char *err,
                         size_t errlen) {
   char lerr[256] = "";
   diag_state diag = {0};
   LLVMContextRef ctx = LLVMContextCreate();
   LLVMContextSetDiagnosticHandler(ctx, diagnose, &diag);
   LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(sym, ctx);
-  LLVMTargetMachineRef tm = host_machine();
-  LLVMSetTarget(mod, g.triple);
+  LLVMTargetMachineRef tm = kernel_machine();
+  LLVMSetTarget(mod, g.t->triple);
   LLVMSetDataLayout(mod, g.layout);
-  int rc = tm ? KILN_OK : set_err(err, errlen, k->name, "cannot create a target machine", NULL);
-  if (rc == KILN_OK && !llvm_lower_kernel(k, mod, sym, lerr, sizeof lerr)) rc = set_err(err, errlen, k->name, lerr, NULL);
+  int rc = tm ? KILN_OK : set_err(err, errlen, name, "cannot create a target machine", NULL);
+  if (rc == KILN_OK && !fill(mod, sym, fill_ctx, lerr, sizeof lerr)) rc = set_err(err, errlen, name, lerr, NULL);
   if (rc == KILN_OK) prefer_vector_width(mod, ctx);
-  if (rc == KILN_OK) rc = optimise(mod, tm, k->name, err, errlen);
+  if (rc == KILN_OK) rc = optimise(mod, tm, name, err, errlen);
   if (rc == KILN_OK) llvm_stream_mark(mod);
   if (rc == KILN_OK && ir_text) {
     char *s = LLVMPrintModuleToString(mod);
     *ir_text = dup_str(s);
     LLVMDisposeMessage(s);
     if (!*ir_text) {
-      set_err(err, errlen, k->name, "out of memory", NULL);
+      set_err(err, errlen, name, "out of memory", NULL);
       rc = KILN_ERR_OOM;
     }
   }
-  if (rc == KILN_OK) rc = emit_object(mod, tm, k->name, obj, err, errlen);
+  if (rc == KILN_OK) rc = emit_object(mod, tm, type, name, obj, err, errlen);
   if (rc == KILN_OK && diag.error) {
-    rc = set_err(err, errlen, k->name, "LLVM: ", diag.msg);
+    rc = set_err(err, errlen, name, "LLVM: ", diag.msg);
     LLVMDisposeMemoryBuffer(*obj);
     *obj = NULL;
   }
@@ -367,23 +338,29 @@ static int copy_object(LLVMMemoryBufferRef obj, const char *kname, void **bytes,
   return KILN_OK;
 }
 
-int llvm_compile_object(const kir_kernel *k, const char *sym, llvm_kernel_fn *out, char **ir_text, void **obj_bytes,
-                        size_t *obj_len, char *err, size_t errlen) {
-  if (!k || !out) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
+/* kir_verify's verdict on k as a status, message in err. */
+static int verify_kernel(const kir_kernel *k, char *err, size_t errlen) {
   const char *why = kir_verify(k);
   if (why == kir_verify_oom) {
     set_err(err, errlen, k->name, "out of memory verifying the kernel", NULL);
     return KILN_ERR_OOM;
   }
-  if (why) return set_err(err, errlen, k->name, "invalid kernel: ", why);
+  return why ? set_err(err, errlen, k->name, "invalid kernel: ", why) : KILN_OK;
+}
+
+int llvm_compile_object(const kir_kernel *k, const char *sym, llvm_kernel_fn *out, char **ir_text, void **obj_bytes,
+                        size_t *obj_len, char *err, size_t errlen) {
+  if (!k || !out) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
   unsigned long long id = 0;
-  int rc = acquire_id(&id, err, errlen, k->name);
+  int rc = verify_kernel(k, err, errlen);
+  if (rc == KILN_OK) rc = acquire_id(&id, err, errlen, k->name);
   if (rc != KILN_OK) return rc;
   char own[sizeof k->name + 32];
   if (!sym) symbol_name(own, sizeof own, k->name, id);
   char *ir = NULL;
   LLVMMemoryBufferRef obj = NULL;
-  rc = build_object(k, sym ? sym : own, &obj, ir_text ? &ir : NULL, err, errlen);
+  rc = build_object(k->name, fill_kernel, (void *)k, sym ? sym : own, LLVMObjectFile, &obj, ir_text ? &ir : NULL, err,
+                    errlen);
   if (rc == KILN_OK && obj_bytes) {
     rc = copy_object(obj, k->name, obj_bytes, obj_len, err, errlen);
     if (rc != KILN_OK) LLVMDisposeMemoryBuffer(obj);
@@ -402,6 +379,45 @@ int llvm_compile(const kir_kernel *k, llvm_kernel_fn *out, char **ir_text, char 
   return llvm_compile_object(k, NULL, out, ir_text, NULL, NULL, err, errlen);
 }
 
+int llvm_compile_asm(const kir_kernel *k, char **asm_text, char *err, size_t errlen) {
+  if (!k || !asm_text) return set_err(err, errlen, "?", "NULL kernel or output", NULL);
+  unsigned long long id = 0;
+  int rc = verify_kernel(k, err, errlen);
+  if (rc == KILN_OK) rc = acquire_id(&id, err, errlen, k->name);
+  if (rc != KILN_OK) return rc;
+  char sym[sizeof k->name + 32];
+  symbol_name(sym, sizeof sym, k->name, id);
+  LLVMMemoryBufferRef buf = NULL;
+  rc = build_object(k->name, fill_kernel, (void *)k, sym, LLVMAssemblyFile, &buf, NULL, err, errlen);
+  if (rc != KILN_OK) return rc;
+  size_t n = LLVMGetBufferSize(buf);
+  *asm_text = malloc(n + 1);
+  if (*asm_text) {
+    memcpy(*asm_text, LLVMGetBufferStart(buf), n);
+    (*asm_text)[n] = 0;
+  } else {
+    rc = KILN_ERR_OOM;
+    set_err(err, errlen, k->name, "out of memory", NULL);
+  }
+  LLVMDisposeMemoryBuffer(buf);
+  return rc;
+}
+
+int llvm_compile_module(const char *name, llvm_module_fill fill, void *fill_ctx, void **out, char *err,
+                        size_t errlen) {
+  unsigned long long id = 0;
+  int rc = acquire_id(&id, err, errlen, name);
+  if (rc != KILN_OK) return rc;
+  char sym[160];
+  symbol_name(sym, sizeof sym, name, id);
+  LLVMMemoryBufferRef obj = NULL;
+  rc = build_object(name, fill, fill_ctx, sym, LLVMObjectFile, &obj, NULL, err, errlen);
+  llvm_kernel_fn fn = NULL;
+  if (rc == KILN_OK) rc = add_and_lookup(obj, sym, false, true, name, &fn, err, errlen);
+  if (rc == KILN_OK) memcpy(out, &fn, sizeof fn); /* the caller casts back to its function type */
+  return rc;
+}
+
 int llvm_load_object(const void *obj_bytes, size_t obj_len, const char *sym, llvm_kernel_fn *out, char *err,
                      size_t errlen) {
   unsigned long long id = 0;
@@ -413,26 +429,23 @@ int llvm_load_object(const void *obj_bytes, size_t obj_len, const char *sym, llv
 }
 
 /* "<triple> <cpu> <features> llvm-<M.m.p> vec<bits>": what the code of a
- * compile depends on besides the kernel IR. KILN_CACHE_TEST_CPU replaces
- * the CPU name and features (tests: a "different machine"). */
+ * compile depends on besides the kernel IR — the target's CPU and
+ * features (a pinned KILN_CPU's name with no features: the ones it
+ * implies; never the host's, so code built for another CPU is never
+ * loaded). KILN_CACHE_TEST_CPU replaces the CPU name and features
+ * (tests: a "different machine"). */
 char *llvm_target_id(void) {
-  unsigned long long id; /* the JIT first: it reads the features llvm_wide_vectors needs */
+  unsigned long long id; /* the JIT first: an unusable target fails here */
   if (acquire_id(&id, NULL, 0, "target id") != KILN_OK) return NULL;
-  char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+  const llvm_target_info *t = llvm_target();
   const char *test_cpu = getenv("KILN_CACHE_TEST_CPU");
   unsigned major = 0, minor = 0, patch = 0;
   LLVMGetVersion(&major, &minor, &patch);
-  char *out = NULL;
-  if (triple && cpu && feat) {
-    size_t n = strlen(triple) + strlen(cpu) + strlen(feat) + (test_cpu ? strlen(test_cpu) : 0) + 96;
-    out = malloc(n);
-    if (out)
-      snprintf(out, n, "%s %s %s llvm-%u.%u.%u vec%d", triple, test_cpu ? test_cpu : cpu, test_cpu ? "" : feat,
-               major, minor, patch, llvm_wide_vectors() ? 512 : 0);
-  }
-  LLVMDisposeMessage(triple);
-  LLVMDisposeMessage(cpu);
-  LLVMDisposeMessage(feat);
+  size_t n = strlen(t->triple) + strlen(t->cpu) + strlen(t->features) + (test_cpu ? strlen(test_cpu) : 0) + 96;
+  char *out = malloc(n);
+  if (out)
+    snprintf(out, n, "%s %s %s llvm-%u.%u.%u vec%d", t->triple, test_cpu ? test_cpu : t->cpu,
+             test_cpu ? "" : t->features, major, minor, patch, llvm_wide_vectors() ? 512 : 0);
   return out;
 }
 
@@ -444,6 +457,7 @@ unsigned long long llvm_compile_count(void) {
 }
 
 void llvm_shutdown(void) {
+  llvm_gemm_forget(); /* its kernels go with the JIT */
   pthread_mutex_lock(&jit_lock);
   dispose_jit();
   pthread_mutex_unlock(&jit_lock);

@@ -305,7 +305,7 @@ kiln_tensor *kiln_recv(kiln_dtype dtype, int ndim, const int64_t *sizes, int src
   if (!group_ok(g, fn) || !api_check_dtype(dtype, fn) || !api_check_sizes(ndim, sizes, fn) ||
       !peer_ok(g, src, tag, "src", fn))
     return NULL;
-  return api_track(record(GRAPH_OP_RECV, NULL, dtype, ndim, sizes, src, (uint32_t)tag, g, fn));
+  return record(GRAPH_OP_RECV, NULL, dtype, ndim, sizes, src, (uint32_t)tag, g, fn); /* tracked by record */
 }
 
 /* ----------------------------------------------------------- gradients */

@@ -13,13 +13,14 @@
  * after 3 epochs over [0, 1] pixels, in PyTorch as in Kiln).
  *
  *   fashion_cnn [--epochs N] [--seed S] [--batch B] [--lr X]
- *               [--data DIR] [--trace FILE] [--steps N]
+ *               [--data DIR] [--trace FILE] [--steps N] [--stats]
  *
  * Same options and per-epoch output as the MLP job (fashion_mnist.c):
  * loss, train and test accuracy, images/s, kernels compiled per epoch, and
  * after training the profile table of the last epoch (--trace writes it
  * as a Chrome trace). --steps stops each epoch after N steps (for a quick
  * look at the speed; bench/peers.py times PyTorch on the same network).
+ * --stats prints what the engine holds after every epoch, as the MLP's.
  *
  * Each convolution is a window view of its zero-padded input gathered
  * into columns (im2col, one kernel) and one OpenBLAS GEMM; its bias and
@@ -53,6 +54,7 @@ typedef struct options {
   double lr;
   const char *data_dir;
   const char *trace;
+  bool stats; /* --stats: kiln_engine_stats_get after every epoch */
 } options;
 
 /* ---------------------------------------------------------------- model */
@@ -208,6 +210,7 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
            e, o->epochs, loss, 100.0 * correct / (double)(seen ? seen : 1), 100.0 * acc, seen / dt,
            fashion_seconds() - t0, compiles);
     fflush(stdout);
+    if (o->stats) fashion_print_stats(e);
   }
   if (st != KILN_OK) fprintf(stderr, "fashion_cnn: training failed: %s\n", kiln_last_error());
   else printf("final test accuracy %.2f%%\n", 100.0 * acc);
@@ -221,13 +224,17 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
 
 static int usage(const char *msg) {
   fprintf(stderr, "fashion_cnn: %s\nusage: fashion_cnn [--epochs N] [--seed S] [--batch B] [--lr X] "
-                  "[--data DIR] [--trace FILE] [--steps N]\n", msg);
+                  "[--data DIR] [--trace FILE] [--steps N] [--stats]\n", msg);
   return 2;
 }
 
 static int parse(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--stats")) {
+      o->stats = true;
+      continue;
+    }
     if (!v) return usage("missing value after an option");
     if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
     else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);

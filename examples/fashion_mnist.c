@@ -5,8 +5,11 @@
  * the update from kiln_sgd (torch.optim.SGD's rule).
  *
  *   fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X]
- *                 [--data DIR] [--trace FILE] [--manual]
+ *                 [--data DIR] [--trace FILE] [--manual] [--stats]
  *
+ * --stats prints what the engine holds after every epoch
+ * (kiln_engine_stats_get: RSS, live nodes and buffers, caches), which
+ * scripts/soak.sh checks stays bounded.
  * --manual trains with the hand-written backward pass and update instead
  * (the same mathematics written out: it shows what kiln_grad records, and
  * bench/main_job.sh compares the two throughputs in one run).
@@ -58,6 +61,7 @@ typedef struct options {
   const char *data_dir;
   const char *trace; /* Chrome trace of the last epoch, or NULL */
   bool manual;       /* hand-written backward and update */
+  bool stats;        /* --stats: kiln_engine_stats_get after every epoch */
 } options;
 
 /* ---------------------------------------------------------------- model */
@@ -270,6 +274,7 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
            "(%d kernels compiled this epoch)\n",
            e, o->epochs, loss, 100.0 * correct / (double)seen, 100.0 * acc, seen / dt, fashion_seconds() - t0, compiles);
     fflush(stdout);
+    if (o->stats) fashion_print_stats(e);
   }
   if (st != KILN_OK) fprintf(stderr, "fashion_mnist: training failed on rank %d: %s\n", rank, kiln_last_error());
   if (st == KILN_OK && nranks > 1) {
@@ -290,15 +295,16 @@ static int train(const options *o, const dataset *tr, const dataset *te) {
 
 static int usage(const char *msg) {
   fprintf(stderr, "fashion_mnist: %s\nusage: fashion_mnist [--epochs N] [--seed S] [--batch B] [--lr X] "
-                  "[--data DIR] [--trace FILE] [--manual]\n", msg);
+                  "[--data DIR] [--trace FILE] [--manual] [--stats]\n", msg);
   return 2;
 }
 
 static int parse(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--manual")) {
-      o->manual = true;
+    if (!strcmp(a, "--manual") || !strcmp(a, "--stats")) {
+      if (!strcmp(a, "--manual")) o->manual = true;
+      else o->stats = true;
       continue;
     }
     if (!v) return usage("missing value after an option");

@@ -10,13 +10,17 @@
  * W1: relu(a*b + c) * sigmoid(d) over n elements — five ops, one kernel.
  * Softmax over the rows of x [R, C], max-subtracted — one kernel that
  * reads each row once.
- * Files written in DIR (default "."): profile_fusion_before.dot,
+ * Files written in DIR (default "profile_fusion_out", created when
+ * missing; printed as they are written): profile_fusion_before.dot,
  * profile_fusion_after.dot (render with `dot -Tsvg FILE -o FILE.svg`) and
  * profile_fusion_trace.json (open in Perfetto).
  */
+#define _POSIX_C_SOURCE 200809L /* mkdir */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kiln/kiln.h"
 
@@ -26,7 +30,7 @@ typedef struct options {
 } options;
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){.out = ".", .n = 1 << 22, .rows = 1024, .cols = 1024};
+  *o = (options){.out = "profile_fusion_out", .n = 1 << 22, .rows = 1024, .cols = 1024};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) goto usage;
@@ -37,7 +41,11 @@ static int parse(int argc, char **argv, options *o) {
     else goto usage;
     i++;
   }
-  if (o->n > 0 && o->rows > 0 && o->cols > 0) return 0;
+  if (o->n > 0 && o->rows > 0 && o->cols > 0) {
+    if (mkdir(o->out, 0777) == 0 || errno == EEXIST) return 0;
+    fprintf(stderr, "profile_fusion: cannot create %s: %s\n", o->out, strerror(errno));
+    return 1;
+  }
 usage:
   fprintf(stderr, "usage: profile_fusion [--out DIR] [--n ELEMENTS] [--rows R] [--cols C]\n");
   return 2;
@@ -85,7 +93,8 @@ static int round_trip(const options *o, bool write_graphs) {
 
 int main(int argc, char **argv) {
   options o;
-  if (parse(argc, argv, &o)) return 2;
+  int bad = parse(argc, argv, &o);
+  if (bad) return bad;
   kiln_manual_seed(1);
   kiln_profile_begin();
   for (int r = 0; r < 3; r++) {

@@ -140,6 +140,26 @@ bool graph_view_broadcast(const graph_view *v, int ndim, const int64_t *sizes, g
  *  when the old strides cannot express them. */
 bool graph_view_reshape(const graph_view *v, int ndim, const int64_t *sizes, graph_view *out);
 
+/** A view of a reshape copy's buffer read from the copy's input instead
+ *  (view_split.c): outer dim d (of ndim) is the sub-dims [first[d],
+ *  first[d+1]) of sizes/strides (row-major among themselves, strides in
+ *  the input's elements); offset is the element of outer index 0, the
+ *  input view's offset included. */
+typedef struct graph_split_view {
+  int ndim, nsub;
+  int first[KILN_MAX_DIMS + 1];
+  int64_t offset;
+  int64_t sizes[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+} graph_split_view;
+
+/** Splits `outer`, a view of the contiguous copy of `src` (any sizes of
+ *  the same element count, as kiln_reshape copies), over src's dims into
+ *  *out. False (out unspecified) when some outer dim does not step
+ *  through a run of whole src dims. */
+bool graph_view_split(const graph_view *outer, const graph_view *src, graph_split_view *out);
+/** Element offset (from s->offset) of index i along outer dim d of s. */
+int64_t graph_split_offset(const graph_split_view *s, int d, int64_t i);
+
 /* --------------------------------------------------------------- nodes */
 
 typedef enum graph_op {
@@ -315,6 +335,12 @@ static inline uint64_t graph_dep_bit(uint64_t id) {
 /** A pending node with no inputs yet (refcount 1). NULL on OOM, and for
  *  sizes whose buffer would not fit int64 bytes. */
 graph_node *graph_node_new(graph_op op, kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** A new pending node computing what pending node n computes (op,
+ *  dtype, sizes, attributes, its inputs' views and edge flags) from
+ *  inputs[n->n_inputs] (retained) instead of n's inputs: kiln_grad's
+ *  private copy of a recipe node that other threads' gradients may read
+ *  too (autograd/grad.c). NULL on OOM. */
+graph_node *graph_node_clone(const graph_node *n, graph_node *const *inputs);
 /** A realized node over a buffer (takes the caller's buffer reference). */
 graph_node *graph_node_from_buffer(graph_buffer *buf, kiln_dtype dtype, int64_t numel);
 /** Appends an input (retains node; adds its storage and deps to n's
@@ -397,6 +423,13 @@ void graph_node_orphan(graph_node *n);
 /** Called by graph_node_settle for a node that keeps its recipe: an
  *  orphan realized after it became one joins the queue then. */
 void graph_history_settled(graph_node *n);
+/** A walk over realized nodes' recipes (kiln_grad) holds the history
+ *  from before its first read to after its last: no recipe is dropped
+ *  meanwhile, whichever thread enqueues orphans (eviction waits, and
+ *  the unhold evicts what was skipped). Holds nest; every hold is
+ *  matched by one unhold on the same thread. */
+void graph_history_hold(void);
+void graph_history_unhold(void);
 /** Takes n out of the history queue (its recipe went, or it is freed). */
 void graph_history_forget(graph_node *n);
 /** The history budget in bytes: KILN_HISTORY_BYTES (default 64 MiB; 0
@@ -446,6 +479,7 @@ struct kiln_tensor {
   graph_node *detach_read; /* holds a reference; NULL until read */
   /* KILN_DEBUG_HANDLES: a released handle is kept with storage NULL (api/lifetime.c) */
   struct kiln_tensor *dead_next;
+  int dead_scope; /* how it died: 0 by kiln_release, else the end of the scope of that depth (1: outermost) */
 };
 
 /** New storage whose contents are `version` (takes the reference), on

@@ -17,6 +17,15 @@
  * One lock guards the queue. A node leaves it when freed, when its recipe
  * is dropped, or when evicted; eviction drops the recipe outside the lock
  * (releasing inputs may free queued nodes, which take the lock).
+ *
+ * Readers of recipes across threads: kiln_grad walks the recipes of
+ * realized values, which other threads may share (kiln.h's thread rules),
+ * while any thread's enqueue evicts. So a walk holds the history
+ * (graph_history_hold) and eviction runs only while no walk does: an
+ * enqueue during one marks the eviction pending, the last walk out runs
+ * it, and new walks wait for it meanwhile. A recipe is thus never dropped
+ * under a walk, by construction, and the queue stays bounded however the
+ * walks overlap.
  */
 #include <pthread.h>
 
@@ -82,13 +91,72 @@ static graph_node *pop_over_budget(int64_t budget) {
   return n;
 }
 
+/* The walks that hold the history (graph_history_hold) and the eviction,
+ * which runs only while none does: `readers` counts the threads inside a
+ * hold; `pending` says an eviction was skipped for them (the last one out
+ * runs it, and new holds wait until it is done, so walks that keep
+ * overlapping cannot put it off for ever); `evicting` that one runs now
+ * (holds wait for it). A thread's nested holds count once (hold_depth).
+ * Holds are taken with no other lock of the engine held (kiln_grad's
+ * entry), so waiting in one cannot close a cycle. */
+static pthread_mutex_t walk_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t walk_cond = PTHREAD_COND_INITIALIZER;
+static int readers;
+static bool pending, evicting;
+static _Thread_local int hold_depth;
+
 /* Lets the oldest recipes go while the queue weighs more than the budget. */
-static void evict(void) {
+static void drop_over_budget(void) {
   int64_t budget = graph_history_budget();
   for (graph_node *old; (old = pop_over_budget(budget));) {
     graph_node_drop_history(old);
     graph_node_release(old);
   }
+}
+
+/* Called with walk_lock held and evicting set by the caller: evicts
+ * (unlocked), again while an eviction was skipped meanwhile, then lets
+ * waiting holds in. */
+static void run_eviction_locked(void) {
+  do {
+    pending = false;
+    pthread_mutex_unlock(&walk_lock);
+    drop_over_budget();
+    pthread_mutex_lock(&walk_lock);
+  } while (pending && readers == 0);
+  evicting = false;
+  pthread_cond_broadcast(&walk_cond);
+}
+
+/* Evicts now, or leaves it to the last walk out (or to the eviction
+ * already running, which loops once more). */
+static void evict(void) {
+  pthread_mutex_lock(&walk_lock);
+  if (readers > 0 || evicting || hold_depth > 0) {
+    pending = true;
+  } else {
+    evicting = true;
+    run_eviction_locked();
+  }
+  pthread_mutex_unlock(&walk_lock);
+}
+
+void graph_history_hold(void) {
+  if (hold_depth++ > 0) return;
+  pthread_mutex_lock(&walk_lock);
+  while (pending || evicting) pthread_cond_wait(&walk_cond, &walk_lock);
+  readers++;
+  pthread_mutex_unlock(&walk_lock);
+}
+
+void graph_history_unhold(void) {
+  if (--hold_depth > 0) return;
+  pthread_mutex_lock(&walk_lock);
+  if (--readers == 0 && pending && !evicting) {
+    evicting = true;
+    run_eviction_locked();
+  }
+  pthread_mutex_unlock(&walk_lock);
 }
 
 void graph_history_set_budget(int64_t bytes) {

@@ -162,6 +162,25 @@ void graph_node_add_input(graph_node *n, graph_node *src, const graph_view *view
   if (src->device == KILN_CUDA) n->device = KILN_CUDA;
 }
 
+graph_node *graph_node_clone(const graph_node *n, graph_node *const *inputs) {
+  graph_node *c = graph_node_new(n->op, n->dtype, n->ndim, n->sizes);
+  if (!c) return NULL;
+  c->cdtype = n->cdtype;
+  c->device = n->device;
+  c->numel = n->numel;
+  c->attr_len = n->attr_len;
+  memcpy(c->attr, n->attr, sizeof c->attr);
+  c->no_grad = n->no_grad;
+  c->opaque = n->opaque;
+  c->deps = n->deps;
+  for (int i = 0; i < n->n_inputs; i++) {
+    graph_node_add_input(c, inputs[i], &n->inputs[i].view);
+    c->inputs[i].no_grad = n->inputs[i].no_grad;
+    c->inputs[i].order_only = n->inputs[i].order_only;
+  }
+  return c;
+}
+
 graph_node *graph_node_retain(graph_node *n) {
   if (n) graph_ref(&n->refcount);
   return n;

@@ -78,10 +78,11 @@ static void swap_bytes(unsigned char *p, int64_t n, int esize) {
   }
 }
 
-kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
-                            const char *what) {
-  int esize = graph_dtypes[dtype].size;
-  int64_t bytes = numel * esize;
+/* A fresh buffer of `bytes` holding the file's n = bytes/esize elements
+ * of esize bytes from offset off, each byte-reversed when swap (the buffer
+ * may be larger: `alloc` bytes). NULL with the error set. */
+static graph_buffer *read_elements(io_reader *r, int64_t off, int64_t bytes, int64_t alloc, int esize, bool swap,
+                                   const char *what) {
   /* check the range before allocating: a header cannot claim more memory
    * than the file holds */
   if (off < 0 || off > r->size || bytes > r->size - off) {
@@ -89,26 +90,89 @@ kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t
     return NULL;
   }
   rt_alloc_install();
-  graph_buffer *buf = graph_buffer_alloc(bytes);
+  graph_buffer *buf = graph_buffer_alloc(alloc);
   if (!buf) {
-    api_error(KILN_ERR_OOM, r->fn, "out of memory allocating %lld bytes for %s", (long long)bytes, what);
+    api_error(KILN_ERR_OOM, r->fn, "out of memory allocating %lld bytes for %s", (long long)alloc, what);
     return NULL;
   }
   if (io_read_at(r, off, buf->data, (size_t)bytes, what) != KILN_OK) {
     graph_buffer_release(buf);
     return NULL;
   }
-  if (swap && esize > 1) swap_bytes(buf->data, numel, esize);
-  if (dtype == KILN_BOOL) {
-    unsigned char *p = buf->data;
-    for (int64_t i = 0; i < numel; i++) p[i] = p[i] != 0;
-  }
+  if (swap && esize > 1) swap_bytes(buf->data, bytes / esize, esize);
+  return buf;
+}
+
+/* The tensor over buffer buf (numel elements of dtype) seen through v;
+ * takes buf. */
+static kiln_tensor *buffer_tensor(io_reader *r, graph_buffer *buf, kiln_dtype dtype, int64_t numel,
+                                  const graph_view *v) {
   graph_node *n = graph_node_from_buffer(buf, dtype, numel);
   kiln_storage *s = n ? graph_storage_new(dtype, numel, n) : NULL;
   kiln_tensor *t = s ? graph_tensor_new(s, v) : NULL;
   kiln_storage_release(s);
   if (!t) api_error(KILN_ERR_OOM, r->fn, "out of memory");
   return t;
+}
+
+kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
+                            const char *what) {
+  int esize = graph_dtypes[dtype].size;
+  int64_t bytes = numel * esize;
+  graph_buffer *buf = read_elements(r, off, bytes, bytes, esize, swap, what);
+  if (!buf) return NULL;
+  if (dtype == KILN_BOOL) {
+    unsigned char *p = buf->data;
+    for (int64_t i = 0; i < numel; i++) p[i] = p[i] != 0;
+  }
+  return buffer_tensor(r, buf, dtype, numel, v);
+}
+
+/* Widens the n unsigned integers of usize bytes (host order) at the start
+ * of p to dtype's (I32 or I64) in place. u16 and u32 go from the last
+ * element down (an element never lands on one not yet read); u64 values
+ * keep their bytes as I64 once none is past INT64_MAX (else false with the
+ * error set, naming the first such value). */
+static bool widen_unsigned(unsigned char *p, int64_t n, int usize, kiln_dtype dtype, const io_reader *r) {
+  if (usize == 8) {
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t u;
+      memcpy(&u, p + i * 8, 8);
+      if (u > (uint64_t)INT64_MAX) {
+        api_error(KILN_ERR_DTYPE, r->fn,
+                  "%s: uint64 element %lld is %llu, more than any Kiln dtype holds exactly (i64 stops at %lld)",
+                  r->path, (long long)i, (unsigned long long)u, (long long)INT64_MAX);
+        return false;
+      }
+    }
+    return true;
+  }
+  for (int64_t i = n - 1; i >= 0; i--) {
+    uint16_t u16;
+    uint32_t u32;
+    int64_t w;
+    if (usize == 2) memcpy(&u16, p + i * 2, 2), w = u16;
+    else memcpy(&u32, p + i * 4, 4), w = u32;
+    if (dtype == KILN_I32) {
+      int32_t w32 = (int32_t)w;
+      memcpy(p + i * 4, &w32, 4);
+    } else {
+      memcpy(p + i * 8, &w, 8);
+    }
+  }
+  return true;
+}
+
+kiln_tensor *io_read_unsigned(io_reader *r, int64_t off, int usize, kiln_dtype dtype, int64_t numel,
+                              const graph_view *v, bool swap, const char *what) {
+  int64_t alloc = numel * graph_dtypes[dtype].size;
+  graph_buffer *buf = read_elements(r, off, numel * usize, alloc, usize, swap, what);
+  if (!buf) return NULL;
+  if (!widen_unsigned(buf->data, numel, usize, dtype, r)) {
+    graph_buffer_release(buf);
+    return NULL;
+  }
+  return buffer_tensor(r, buf, dtype, numel, v);
 }
 
 int64_t io_numel_checked(int ndim, const int64_t *sizes, int64_t esize) {

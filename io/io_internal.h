@@ -47,6 +47,13 @@ int io_read_at(io_reader *r, int64_t off, void *dst, size_t n, const char *what)
 kiln_tensor *io_read_tensor(io_reader *r, int64_t off, kiln_dtype dtype, int64_t numel, const graph_view *v, bool swap,
                             const char *what);
 
+/** io_read_tensor for a file of numel unsigned integers of usize bytes
+ *  (2, 4 or 8): each becomes an element of dtype (I32 for usize 2, I64
+ *  otherwise), so every value stays exact; a u64 value past INT64_MAX is
+ *  KILN_ERR_DTYPE naming the value and its element. */
+kiln_tensor *io_read_unsigned(io_reader *r, int64_t off, int usize, kiln_dtype dtype, int64_t numel,
+                              const graph_view *v, bool swap, const char *what);
+
 /** kiln_load_npy and kiln_load_safetensors over bytes in memory (see
  *  io_open_mem; `name` stands for the path in messages). Same results,
  *  errors and ownership as the public functions. */

@@ -11,8 +11,11 @@
  * The header is parsed by a small bounds-checked tokenizer (strings,
  * True/False, integers, tuples), never evaluated: it accepts exactly the
  * three keys, each once, and reports anything else as KILN_ERR_IO. dtypes
- * NumPy has but Kiln lacks (uint16, complex, structured, ...) are
- * KILN_ERR_DTYPE; big-endian ('>') files are byte-swapped on load.
+ * NumPy has but Kiln lacks (complex, structured, ...) are KILN_ERR_DTYPE;
+ * big-endian ('>') files are byte-swapped on load. Unsigned integers wider
+ * than a byte load into the nearest signed dtype that holds every value
+ * (uint16 -> i32, uint32 and uint64 -> i64); a uint64 value past INT64_MAX
+ * is KILN_ERR_DTYPE naming it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -137,7 +140,7 @@ static bool parse_descr(npy_lex *x, npy_header *h) {
   const char *s;
   size_t n;
   if (!lex_string(x, &s, &n)) return false;
-  if (n < sizeof h->descr) {
+  if (n < sizeof h->descr && !memchr(s, 0, n)) { /* a NUL inside is no descr NumPy writes */
     memcpy(h->descr, s, n);
     h->descr[n] = 0;
     h->descr_ok = true;
@@ -214,13 +217,20 @@ static bool parse_dict(npy_lex *x, npy_header *h) {
 
 /* The Kiln dtype of a descr such as '<f4' or '|b1'; *swap for big-endian.
  * KILN_ERR_DTYPE (set) when Kiln has no such dtype. */
-static int descr_dtype(const npy_header *h, kiln_dtype *out, bool *swap, const char *path) {
+static int descr_dtype(const npy_header *h, kiln_dtype *out, bool *swap, int *usize, const char *path) {
   static const char fn[] = "kiln_load_npy";
   if (h->descr_struct) return api_error(KILN_ERR_DTYPE, fn, "%s: structured dtypes are not supported", path);
-  if (!h->descr_ok) return api_error(KILN_ERR_DTYPE, fn, "%s: unsupported descr (too long)", path);
+  if (!h->descr_ok) return api_error(KILN_ERR_DTYPE, fn, "%s: unsupported descr (too long, or a NUL byte in it)", path);
   const char *d = h->descr;
   char order = '=';
   if (*d == '<' || *d == '>' || *d == '|' || *d == '=') order = *d++;
+  *usize = 0;
+  if (d[0] == 'u' && (d[1] == '2' || d[1] == '4' || d[1] == '8') && !d[2]) { /* widened on load */
+    *usize = d[1] - '0';
+    *out = *usize == 2 ? KILN_I32 : KILN_I64;
+    *swap = order == '>';
+    return KILN_OK;
+  }
   for (int k = 0; k < KILN_DTYPE_COUNT; k++) {
     if (!npy_descr[k] || strcmp(d, npy_descr[k] + 1) != 0) continue;
     *out = (kiln_dtype)k;
@@ -228,8 +238,9 @@ static int descr_dtype(const npy_header *h, kiln_dtype *out, bool *swap, const c
     return KILN_OK;
   }
   return api_error(KILN_ERR_DTYPE, fn,
-                   "%s: descr '%s' has no Kiln dtype (supported: b1 u1 i1 i2 i4 i8 f2 f4 f8, either byte order)", path,
-                   h->descr);
+                   "%s: descr '%s' has no Kiln dtype (supported: b1 u1 u2 u4 u8 i1 i2 i4 i8 f2 f4 f8, either byte "
+                   "order)",
+                   path, h->descr);
 }
 
 /* -------------------------------------------------------------- load */
@@ -301,7 +312,8 @@ static kiln_tensor *npy_load(io_reader *r) {
   int64_t off = 0;
   kiln_dtype dtype = KILN_F32;
   bool swap = false;
-  if (read_header(r, &h, &off) != KILN_OK || descr_dtype(&h, &dtype, &swap, r->path) != KILN_OK) return NULL;
+  int usize = 0; /* an unsigned file's element size (widened to dtype), else 0 */
+  if (read_header(r, &h, &off) != KILN_OK || descr_dtype(&h, &dtype, &swap, &usize, r->path) != KILN_OK) return NULL;
   if (h.ndim > KILN_MAX_DIMS) {
     api_error(KILN_ERR_UNSUPPORTED, r->fn, "%s: %d dims (Kiln tensors have at most %d)", r->path, h.ndim,
               KILN_MAX_DIMS);
@@ -314,6 +326,7 @@ static kiln_tensor *npy_load(io_reader *r) {
     return NULL;
   }
   graph_view v = npy_view(&h);
+  if (usize) return io_read_unsigned(r, off, usize, dtype, numel, &v, swap, "the array data");
   return io_read_tensor(r, off, dtype, numel, &v, swap, "the array data");
 }
 

@@ -10,9 +10,15 @@
  *   interior is written by one kernel; none when there is no padding).
  *   Its windows are a view (as_strided, no copy):
  *       [G, C/G, *K, N, *Out]   strides (C/G·c, c, d·s_sp ..., n, stride·s_sp ...)
- *   reshaped to the column matrix [G, C/G·ΠK, N·ΠOut] — the one copy,
+ *   reshaped to the column matrix [G, C/G·ΠK, N·ΠOut] — a lazy copy
+ *   (kiln_reshape) that is never written when the generated GEMM runs
+ *   the product: implicit GEMM. The fuser leaves that copy pending and
+ *   the GEMM's packing reads its panels straight from the padded input
+ *   through the window view, split as [G] · [C/G, *K] · [N, *Out]
+ *   (graph/view_split.c, runtime/gemm_pack.c). Under OpenBLAS
+ *   (KILN_GEMM=blas, the cuda backends) the copy is realized as before:
  *   im2col, a generated gather kernel. The weight [O, C/G, *K] is read
- *   as [G, O/G, C/G·ΠK]; one GEMM per group (OpenBLAS) gives
+ *   as [G, O/G, C/G·ΠK]; one GEMM per group gives
  *   [G, O/G, N·ΠOut], which is [N, O, *Out] through a permuted view. The
  *   bias (and whatever elementwise op reads the result: an activation)
  *   is the epilogue kernel that reads the GEMM's output through that view
@@ -24,9 +30,12 @@
  *   for stride 1 one kernel summing the columns' shifted slices, else
  *   one strided add per kernel offset), and the padding is cropped (a view).
  *
- * The weight's gradient comes from the GEMM (columns^T), the input's from
+ * The weight's gradient comes from the GEMM (columns^T: the same pending
+ * copy, read through transposed; the output gradient as [G, O/G,
+ * N·ΠOut] is another reshape copy, read through as A), the input's from
  * the transposed GEMM and the adjoint of the window view — a
- * conv_transpose, as it should be.
+ * conv_transpose, as it should be (it keeps that adjoint: the col2im
+ * add is no copy of the columns but their sum).
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /*
  * nn_functional.c — torch.nn.functional (1.13) layers and activations
  * composed from lazy graph ops: leaky_relu, elu, selu, softplus,
- * softsign, prelu, glu, pixel_shuffle, embedding, linear and dropout. The
- * losses are in loss.c.
+ * gelu's tanh form, softsign, prelu, glu, pixel_shuffle, embedding,
+ * linear and dropout. The losses are in loss.c.
  *
  * Every op is written as a user would write it from Kiln's public ops, so
  * it fuses (an activation is one elementwise kernel, or folds into its
@@ -79,6 +79,15 @@ static kiln_tensor *softplus_body(kiln_tensor *x, const double *p) {
   return kiln_where(lin, x, soft);
 }
 
+/* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), Torch's
+ * approximate='tanh' (aten GeluKernel: kBeta = sqrt(2) * 2 / sqrt(pi) / 2) */
+static kiln_tensor *gelu_tanh_body(kiln_tensor *x, const double *p) {
+  (void)p;
+  const double beta = 0.79788456080286535587989211986876, kappa = 0.044715;
+  kiln_tensor *inner = kiln_mul_scalar(kiln_add(x, kiln_mul_scalar(kiln_mul(kiln_mul(x, x), x), kappa)), beta);
+  return kiln_mul(kiln_mul_scalar(x, 0.5), kiln_add_scalar(kiln_tanh(inner), 1));
+}
+
 /* x / (1 + |x|) */
 static kiln_tensor *softsign_body(kiln_tensor *x, const double *p) {
   (void)p;
@@ -104,6 +113,8 @@ KILN_API kiln_tensor *kiln_selu(kiln_tensor *t) {
 KILN_API kiln_tensor *kiln_softplus(kiln_tensor *t, double beta, double threshold) {
   return activation(t, softplus_body, (double[]){beta, threshold}, "kiln_softplus");
 }
+
+KILN_API kiln_tensor *kiln_gelu_tanh(kiln_tensor *t) { return activation(t, gelu_tanh_body, NULL, "kiln_gelu_tanh"); }
 
 KILN_API kiln_tensor *kiln_softsign(kiln_tensor *t) { return activation(t, softsign_body, NULL, "kiln_softsign"); }
 

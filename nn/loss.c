@@ -24,14 +24,13 @@
 
 #include "nn_internal.h"
 
-static bool check_reduction(kiln_reduction r, const char *fn) {
+bool nn_check_reduction(kiln_reduction r, const char *fn) {
   if (r == KILN_REDUCTION_NONE || r == KILN_REDUCTION_MEAN || r == KILN_REDUCTION_SUM) return true;
   api_error(KILN_ERR_ARG, fn, "reduction %d is not KILN_REDUCTION_NONE, _MEAN or _SUM", (int)r);
   return false;
 }
 
-/* loss reduced as asked (all dims), rounded to dtype. */
-static kiln_tensor *reduce(kiln_tensor *loss, kiln_reduction r, kiln_dtype dtype) {
+kiln_tensor *nn_reduce(kiln_tensor *loss, kiln_reduction r, kiln_dtype dtype) {
   if (r == KILN_REDUCTION_MEAN) loss = kiln_mean(loss, 0, NULL, false);
   if (r == KILN_REDUCTION_SUM) loss = kiln_sum(loss, 0, NULL, false);
   return kiln_to_dtype(loss, dtype);
@@ -113,11 +112,11 @@ static kiln_tensor *cross_entropy_terms(kiln_tensor *x, kiln_tensor *target, int
 KILN_API kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *target, kiln_reduction reduction) {
   const char *fn = "kiln_nll_loss";
   if (!api_check(log_probs, fn, "log_probs") || !api_check(target, fn, "target")) return NULL;
-  if (!check_reduction(reduction, fn)) return NULL;
+  if (!nn_check_reduction(reduction, fn)) return NULL;
   int cd = check_target(log_probs, target, "log_probs", fn);
   if (cd < 0) return NULL;
   kiln_scope_begin();
-  kiln_tensor *y = reduce(nn_widen(kiln_neg(kiln_select(at_target(log_probs, target, cd, fn), cd, 0))), reduction, log_probs->storage->dtype);
+  kiln_tensor *y = nn_reduce(nn_widen(kiln_neg(kiln_select(at_target(log_probs, target, cd, fn), cd, 0))), reduction, log_probs->storage->dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;
@@ -127,7 +126,7 @@ KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targe
                                          double label_smoothing) {
   const char *fn = "kiln_cross_entropy";
   if (!api_check(logits, fn, "logits") || !api_check(target, fn, "target")) return NULL;
-  if (!check_reduction(reduction, fn)) return NULL;
+  if (!nn_check_reduction(reduction, fn)) return NULL;
   double e = label_smoothing;
   if (!(e >= 0 && e <= 1)) {
     api_error(KILN_ERR_ARG, fn, "label_smoothing %g must be in [0, 1]", e);
@@ -138,35 +137,40 @@ KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targe
   int64_t c = logits->view.sizes[cd];
   kiln_scope_begin();
   kiln_tensor *loss = cross_entropy_terms(nn_widen(logits), target, cd, c, e, fn);
-  kiln_tensor *y = reduce(loss, reduction, logits->storage->dtype);
+  kiln_tensor *y = nn_reduce(loss, reduction, logits->storage->dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;
 }
 
-KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *input, kiln_tensor *target, kiln_reduction reduction) {
-  const char *fn = "kiln_mse_loss";
-  if (!api_check(input, fn, "input") || !api_check(target, fn, "target")) return NULL;
-  if (!check_reduction(reduction, fn)) return NULL;
-  if (!nn_check_float(input, fn, "input") || !nn_check_float(target, fn, "target")) return NULL;
+bool nn_check_pair(const kiln_tensor *input, const kiln_tensor *target, const char *a_name, const char *b_name,
+                   const char *fn) {
+  if (!nn_check_float(input, fn, a_name) || !nn_check_float(target, fn, b_name)) return false;
   kiln_dtype dtype = input->storage->dtype;
   if (target->storage->dtype != dtype) {
-    api_error(KILN_ERR_DTYPE, fn, "input dtype %s and target dtype %s differ (convert one with kiln_to_dtype)",
-              graph_dtypes[dtype].name, graph_dtypes[target->storage->dtype].name);
-    return NULL;
+    api_error(KILN_ERR_DTYPE, fn, "%s dtype %s and %s dtype %s differ (convert one with kiln_to_dtype)", a_name,
+              graph_dtypes[dtype].name, b_name, graph_dtypes[target->storage->dtype].name);
+    return false;
   }
   const graph_view *iv = &input->view, *tv = &target->view;
   bool same = iv->ndim == tv->ndim;
   for (int d = 0; same && d < iv->ndim; d++) same = iv->sizes[d] == tv->sizes[d];
-  if (!same) {
-    char a[256], b[256];
-    api_error(KILN_ERR_SHAPE, fn, "input sizes %s and target sizes %s differ",
-              api_fmt_sizes(a, sizeof a, iv->ndim, iv->sizes), api_fmt_sizes(b, sizeof b, tv->ndim, tv->sizes));
-    return NULL;
-  }
+  if (same) return true;
+  char a[256], b[256];
+  api_error(KILN_ERR_SHAPE, fn, "%s sizes %s and %s sizes %s differ", a_name,
+            api_fmt_sizes(a, sizeof a, iv->ndim, iv->sizes), b_name, api_fmt_sizes(b, sizeof b, tv->ndim, tv->sizes));
+  return false;
+}
+
+KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *input, kiln_tensor *target, kiln_reduction reduction) {
+  const char *fn = "kiln_mse_loss";
+  if (!api_check(input, fn, "input") || !api_check(target, fn, "target")) return NULL;
+  if (!nn_check_reduction(reduction, fn)) return NULL;
+  if (!nn_check_pair(input, target, "input", "target", fn)) return NULL;
+  kiln_dtype dtype = input->storage->dtype;
   kiln_scope_begin();
   kiln_tensor *d = kiln_sub(nn_widen(input), nn_widen(target));
-  kiln_tensor *y = reduce(kiln_mul(d, d), reduction, dtype);
+  kiln_tensor *y = nn_reduce(kiln_mul(d, d), reduction, dtype);
   kiln_keep(y);
   kiln_scope_end();
   return y;

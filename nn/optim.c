@@ -1,7 +1,9 @@
 /*
- * optim.c — optimizers: kiln_sgd (torch.optim.SGD, dampening 0) and
+ * optim.c — optimizers: kiln_sgd (torch.optim.SGD, dampening 0),
  * kiln_adam (torch.optim.Adam, or AdamW with decoupled weight decay;
- * amsgrad and maximize off), their step, learning rate, save and load.
+ * amsgrad and maximize off), kiln_rmsprop (torch.optim.RMSprop) and
+ * kiln_adagrad (torch.optim.Adagrad), their step, learning rate, save and
+ * load.
  *
  * A step records, per parameter, the update as ordinary lazy ops over the
  * parameter, its gradient and its state buffers, then writes the results
@@ -26,13 +28,21 @@
  *   Adam: g += wd p (Adam) | p *= 1 - lr wd (AdamW);
  *         m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g;
  *         p += ((-lr / (1 - b1^t)) m) / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *   RMSprop: g += wd p;  s = a s + (1 - a) g g;
+ *         centered: ga = a ga + (1 - a) g, d = sqrt(s - ga ga) + eps,
+ *         else d = sqrt(s) + eps;
+ *         momentum mu > 0: b = mu b + g / d, p += -lr b;  else p += -lr g / d
+ *   Adagrad: g += wd p;  clr = lr / (1 + (t - 1) lr_decay) (host);
+ *         s = s + g g;  p += -clr g / (sqrt(s) + eps)
  * State buffers are contiguous, of the parameter's sizes, dtype and
- * device, made at the first step (zeros; SGD's is written with g then).
+ * device, made at the first step (zeros — Adagrad's sum
+ * initial_accumulator_value —; SGD's is written with g then).
  *
  * Saved state (kiln_optimizer_save) is a safetensors file of 0-d F64
  * entries "kind", "n_params", "step", "lr" and one per hyper-parameter
  * (named as below), plus "state.<j>.<buffer>" for parameter j's buffers
- * (torch's names: momentum_buffer; exp_avg, exp_avg_sq) once a step ran.
+ * (torch's names: momentum_buffer; exp_avg, exp_avg_sq; square_avg,
+ * momentum_buffer, grad_avg; sum) once a step ran.
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,25 +52,30 @@
 #include "nn_internal.h"
 
 #define OPT_MAX_HYPER 5
-#define OPT_MAX_STATE 2
+#define OPT_MAX_STATE 3
 
-typedef enum opt_kind { OPT_SGD = 1, OPT_ADAM = 2 } opt_kind;
+typedef enum opt_kind { OPT_SGD = 1, OPT_ADAM = 2, OPT_RMSPROP = 3, OPT_ADAGRAD = 4 } opt_kind;
 
 /* hyper[] indices */
 enum { SGD_MOMENTUM, SGD_WEIGHT_DECAY, SGD_NESTEROV };
 enum { ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAM_WEIGHT_DECAY, ADAM_DECOUPLED };
+enum { RMS_ALPHA, RMS_EPS, RMS_WEIGHT_DECAY, RMS_MOMENTUM, RMS_CENTERED };
+enum { ADAGRAD_LR_DECAY, ADAGRAD_WEIGHT_DECAY, ADAGRAD_INITIAL, ADAGRAD_EPS };
 
 typedef struct opt_kind_info {
   const char *name;
   int n_hyper;
   const char *hyper[OPT_MAX_HYPER]; /* names, as saved */
-  const char *state[OPT_MAX_STATE]; /* buffer names, as saved */
+  const char *state[OPT_MAX_STATE]; /* buffer names, as saved (RMSprop: those it has, in this order) */
 } opt_kind_info;
 
 static const opt_kind_info kinds[] = {
     [OPT_SGD] = {"SGD", 3, {"momentum", "weight_decay", "nesterov"}, {"momentum_buffer"}},
     [OPT_ADAM] = {"Adam", 5, {"beta1", "beta2", "eps", "weight_decay", "decoupled_weight_decay"},
                   {"exp_avg", "exp_avg_sq"}},
+    [OPT_RMSPROP] = {"RMSprop", 5, {"alpha", "eps", "weight_decay", "momentum", "centered"},
+                     {"square_avg", "momentum_buffer", "grad_avg"}},
+    [OPT_ADAGRAD] = {"Adagrad", 4, {"lr_decay", "weight_decay", "initial_accumulator_value", "eps"}, {"sum"}},
 };
 
 struct kiln_optimizer {
@@ -70,6 +85,7 @@ struct kiln_optimizer {
   kiln_tensor **params; /* [n], each holding a reference */
   kiln_tensor **state;  /* [n * n_state]: parameter j's k-th at j * n_state + k;
                            all NULL before the first step */
+  const char *state_names[OPT_MAX_STATE]; /* buffer k's name */
   int64_t step;         /* steps recorded (Adam's t of the last one) */
   double lr;
   double hyper[OPT_MAX_HYPER]; /* in kinds[kind].hyper's order */
@@ -143,6 +159,7 @@ static kiln_optimizer *opt_new(opt_kind kind, kiln_tensor *const *params, int n,
   o->n_state = n_state;
   o->lr = lr;
   memcpy(o->hyper, hyper, sizeof *hyper * (size_t)kinds[kind].n_hyper);
+  for (int k = 0; k < n_state; k++) o->state_names[k] = kinds[kind].state[k];
   for (int j = 0; j < n; j++) o->params[j] = kiln_retain(params[j]);
   return o;
 }
@@ -174,6 +191,42 @@ KILN_API kiln_optimizer *kiln_adam(kiln_tensor *const *params, int n, double lr,
                     [ADAM_WEIGHT_DECAY] = weight_decay,
                     [ADAM_DECOUPLED] = decoupled_weight_decay};
   return opt_new(OPT_ADAM, params, n, lr, hyper, 2, fn);
+}
+
+KILN_API kiln_optimizer *kiln_rmsprop(kiln_tensor *const *params, int n, double lr, double alpha, double eps,
+                                      double weight_decay, double momentum, bool centered) {
+  const char *fn = "kiln_rmsprop";
+  if (!check_params(params, n, fn) || !check_nonneg(lr, "lr", fn) || !check_nonneg(alpha, "alpha", fn) ||
+      !check_nonneg(eps, "eps", fn) || !check_nonneg(weight_decay, "weight_decay", fn) ||
+      !check_nonneg(momentum, "momentum", fn))
+    return NULL;
+  double hyper[] = {[RMS_ALPHA] = alpha,
+                    [RMS_EPS] = eps,
+                    [RMS_WEIGHT_DECAY] = weight_decay,
+                    [RMS_MOMENTUM] = momentum,
+                    [RMS_CENTERED] = centered};
+  int n_state = 1 + (momentum > 0) + centered;
+  kiln_optimizer *o = opt_new(OPT_RMSPROP, params, n, lr, hyper, n_state, fn);
+  if (o && centered) o->state_names[n_state - 1] = "grad_avg"; /* after momentum_buffer, if any */
+  return o;
+}
+
+KILN_API kiln_optimizer *kiln_adagrad(kiln_tensor *const *params, int n, double lr, double lr_decay,
+                                      double weight_decay, double initial_accumulator_value, double eps) {
+  const char *fn = "kiln_adagrad";
+  if (!check_params(params, n, fn) || !check_nonneg(lr, "lr", fn) || !check_nonneg(lr_decay, "lr_decay", fn) ||
+      !check_nonneg(weight_decay, "weight_decay", fn) ||
+      !check_nonneg(initial_accumulator_value, "initial_accumulator_value", fn) || !check_nonneg(eps, "eps", fn))
+    return NULL;
+  if (isinf(initial_accumulator_value)) {
+    api_error(KILN_ERR_ARG, fn, "initial_accumulator_value = %g must be finite", initial_accumulator_value);
+    return NULL;
+  }
+  double hyper[] = {[ADAGRAD_LR_DECAY] = lr_decay,
+                    [ADAGRAD_WEIGHT_DECAY] = weight_decay,
+                    [ADAGRAD_INITIAL] = initial_accumulator_value,
+                    [ADAGRAD_EPS] = eps};
+  return opt_new(OPT_ADAGRAD, params, n, lr, hyper, 1, fn);
 }
 
 static void release_state(kiln_optimizer *o) {
@@ -222,7 +275,7 @@ static bool same_sizes(const graph_view *a, const graph_view *b) {
 static bool check_state(const kiln_optimizer *o, int j, int k, const char *fn) {
   const kiln_tensor *p = o->params[j], *s = o->state[j * o->n_state + k];
   if (!s) return true;
-  const char *name = kinds[o->kind].state[k];
+  const char *name = o->state_names[k];
   char a[256], b[256];
   if (!same_sizes(&s->view, &p->view)) {
     api_error(KILN_ERR_SHAPE, fn, "parameter %d has sizes %s but its %s has sizes %s", j,
@@ -267,13 +320,15 @@ static bool check_grad(const kiln_optimizer *o, int j, const kiln_tensor *g, con
   return true;
 }
 
-/* Zero state buffers for every parameter (first step). */
+/* State buffers for every parameter (first step): zeros, Adagrad's sum
+ * initial_accumulator_value. */
 static int alloc_state(kiln_optimizer *o, const char *fn) {
+  double v = o->kind == OPT_ADAGRAD ? o->hyper[ADAGRAD_INITIAL] : 0;
   api_untracked_begin(); /* the optimizer owns them */
   for (int j = 0; j < o->n; j++) {
     const kiln_tensor *p = o->params[j];
     for (int k = 0; k < o->n_state; k++) {
-      kiln_tensor *z = kiln_zeros(p->storage->dtype, p->view.ndim, p->view.sizes);
+      kiln_tensor *z = kiln_full(p->storage->dtype, p->view.ndim, p->view.sizes, v);
       z = ops_move_like(z, p, fn);
       if (!z) {
         api_untracked_end();
@@ -326,6 +381,59 @@ static int adam_update(kiln_optimizer *o, int j, kiln_tensor *grad) {
   return ops_write_detached(p, kiln_add(pd, kiln_div(kiln_mul_scalar(nm, -step_size), denom)));
 }
 
+/* torch.optim.RMSprop's _single_tensor_rmsprop for parameter j
+ * (maximize off). */
+static int rmsprop_update(kiln_optimizer *o, int j, kiln_tensor *grad) {
+  const double *h = o->hyper;
+  double a = h[RMS_ALPHA], mu = h[RMS_MOMENTUM], wd = h[RMS_WEIGHT_DECAY];
+  kiln_tensor *p = o->params[j], *pd = kiln_detach(p), *g = grad_in(grad, p);
+  kiln_tensor **st = o->state + j * o->n_state; /* square_avg[, momentum_buffer][, grad_avg] */
+  if (wd != 0) g = kiln_add(g, kiln_mul_scalar(pd, wd));
+  kiln_tensor *ns = kiln_add(kiln_mul_scalar(kiln_detach(st[0]), a), kiln_mul_scalar(kiln_mul(g, g), 1 - a));
+  int rc = ops_write_detached(st[0], ns);
+  if (rc != KILN_OK) return rc;
+  kiln_tensor *avg;
+  if (h[RMS_CENTERED] != 0) {
+    kiln_tensor *ga = st[o->n_state - 1];
+    kiln_tensor *nga = kiln_add(kiln_mul_scalar(kiln_detach(ga), a), kiln_mul_scalar(g, 1 - a));
+    if ((rc = ops_write_detached(ga, nga)) != KILN_OK) return rc;
+    avg = kiln_sqrt(kiln_sub(ns, kiln_mul(nga, nga)));
+  } else {
+    avg = kiln_sqrt(ns);
+  }
+  avg = kiln_add_scalar(avg, h[RMS_EPS]);
+  if (mu > 0) {
+    kiln_tensor *nb = kiln_add(kiln_mul_scalar(kiln_detach(st[1]), mu), kiln_div(g, avg));
+    if ((rc = ops_write_detached(st[1], nb)) != KILN_OK) return rc;
+    return ops_write_detached(p, kiln_add(pd, kiln_mul_scalar(nb, -o->lr)));
+  }
+  return ops_write_detached(p, kiln_add(pd, kiln_mul_scalar(kiln_div(g, avg), -o->lr)));
+}
+
+/* torch.optim.Adagrad's _single_tensor_adagrad for parameter j (dense,
+ * maximize off), at step o->step. */
+static int adagrad_update(kiln_optimizer *o, int j, kiln_tensor *grad) {
+  const double *h = o->hyper;
+  double wd = h[ADAGRAD_WEIGHT_DECAY], clr = o->lr / (1 + (double)(o->step - 1) * h[ADAGRAD_LR_DECAY]);
+  kiln_tensor *p = o->params[j], *pd = kiln_detach(p), *g = grad_in(grad, p), *s = o->state[j];
+  if (wd != 0) g = kiln_add(g, kiln_mul_scalar(pd, wd));
+  kiln_tensor *ns = kiln_add(kiln_detach(s), kiln_mul(g, g));
+  int rc = ops_write_detached(s, ns);
+  if (rc != KILN_OK) return rc;
+  kiln_tensor *std = kiln_add_scalar(kiln_sqrt(ns), h[ADAGRAD_EPS]);
+  return ops_write_detached(p, kiln_add(pd, kiln_mul_scalar(kiln_div(g, std), -clr)));
+}
+
+static int update(kiln_optimizer *o, int j, kiln_tensor *grad) {
+  switch (o->kind) {
+  case OPT_SGD: return sgd_update(o, j, grad);
+  case OPT_ADAM: return adam_update(o, j, grad);
+  case OPT_RMSPROP: return rmsprop_update(o, j, grad);
+  case OPT_ADAGRAD: return adagrad_update(o, j, grad);
+  }
+  return api_error(KILN_ERR_ARG, "kiln_optimizer_step", "unknown optimizer kind %d", (int)o->kind);
+}
+
 KILN_API int kiln_optimizer_step(kiln_optimizer *opt, kiln_tensor *const *grads) {
   const char *fn = "kiln_optimizer_step";
   if (!opt) return api_error(KILN_ERR_ARG, fn, "argument opt is NULL");
@@ -337,7 +445,7 @@ KILN_API int kiln_optimizer_step(kiln_optimizer *opt, kiln_tensor *const *grads)
   opt->step++;
   kiln_scope_begin(); /* owns the intermediates */
   for (int j = 0; j < opt->n && st == KILN_OK; j++)
-    st = opt->kind == OPT_SGD ? sgd_update(opt, j, grads[j]) : adam_update(opt, j, grads[j]);
+    st = update(opt, j, grads[j]);
   kiln_scope_end();
   return st;
 }
@@ -377,7 +485,7 @@ static int n_entries(const kiln_optimizer *o, int64_t step) {
 
 /* "state.<j>.<buffer>" for state index k, in buf. */
 static const char *state_name(const kiln_optimizer *o, int k, char *buf, size_t len) {
-  snprintf(buf, len, "state.%d.%s", k / o->n_state, kinds[o->kind].state[k % o->n_state]);
+  snprintf(buf, len, "state.%d.%s", k / o->n_state, o->state_names[k % o->n_state]);
   return buf;
 }
 
@@ -445,8 +553,8 @@ static bool file_scalar(const opt_file *f, const char *name, int hint, double *o
 }
 
 static const char *kind_name(double kind, double decoupled) {
-  if (kind == OPT_SGD) return "SGD";
   if (kind == OPT_ADAM) return decoupled != 0 ? "AdamW" : "Adam";
+  if (kind == OPT_SGD || kind == OPT_RMSPROP || kind == OPT_ADAGRAD) return kinds[(int)kind].name;
   return "an unknown optimizer";
 }
 

@@ -1,6 +1,6 @@
 /*
  * nn.c — neural-network helpers (kiln_softmax, kiln_log_softmax,
- * kiln_layer_norm), composed from graph ops.
+ * kiln_layer_norm, kiln_rms_norm), composed from graph ops.
  *
  * Each is written as a user would write it — row reductions with keepdim
  * and elementwise ops over the row — because the fusion pass makes that
@@ -114,6 +114,37 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *t, int normalized_ndim, kiln_
   kiln_tensor *y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, eps)));
   if (weight) y = kiln_mul(y, weight);
   if (bias) y = kiln_add(y, bias);
+  y = kiln_to_dtype(y, dtype);
+  kiln_keep(y);
+  kiln_scope_end();
+  return y;
+}
+
+/* y = x * rsqrt(mean(x * x) + eps) * weight over the last n dims, as Torch
+ * 2.4's rms_norm (one row kernel, like layer norm's). */
+KILN_API kiln_tensor *kiln_rms_norm(kiln_tensor *t, int normalized_ndim, kiln_tensor *weight, double eps) {
+  const char *fn = "kiln_rms_norm";
+  if (!api_check(t, fn, "t")) return NULL;
+  if (!weight && kiln_last_status() != KILN_OK) return NULL; /* a NULL weight, but not after an error */
+  int nd = t->view.ndim, n = normalized_ndim;
+  if (n < 1 || n > nd) {
+    api_error(KILN_ERR_ARG, fn, "normalized_ndim %d out of range for a %d-d tensor (expected [1, %d])", n, nd, nd);
+    return NULL;
+  }
+  if (!nn_check_float(t, fn, "t")) return NULL;
+  if (weight && (!nn_check_float(weight, fn, "weight") || !check_affine(weight, t, n, "weight", fn))) return NULL;
+  if (!isfinite(eps) || eps < 0) {
+    api_error(KILN_ERR_ARG, fn, "eps %g must be finite and >= 0", eps);
+    return NULL;
+  }
+  kiln_dtype dtype = weight ? graph_promote(t->storage->dtype, weight->storage->dtype) : t->storage->dtype;
+  int dims[KILN_MAX_DIMS];
+  for (int i = 0; i < n; i++) dims[i] = nd - n + i;
+  kiln_scope_begin();
+  kiln_tensor *x = nn_widen(t);
+  kiln_tensor *ms = kiln_mean(kiln_mul(x, x), n, dims, true);
+  kiln_tensor *y = kiln_mul(x, kiln_rsqrt(kiln_add_scalar(ms, eps)));
+  if (weight) y = kiln_mul(y, nn_widen(weight));
   y = kiln_to_dtype(y, dtype);
   kiln_keep(y);
   kiln_scope_end();

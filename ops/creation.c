@@ -1,7 +1,8 @@
 /*
  * creation.c — new tensors and storages: constants (empty, zeros, ones,
  * full, scalar, and the *_like forms), ranges (arange, linspace), random
- * tensors (rand, randn, randint, randperm),
+ * tensors (rand, randn, randint, randperm, rand_like, randn_like, and the
+ * in-place uniform_, normal_),
  * tensors over caller memory (from_data, from_blob) or over an existing
  * storage, set_/resize_, and the dtype helpers of the public API.
  *
@@ -354,6 +355,55 @@ KILN_API kiln_tensor *kiln_rand(kiln_dtype dtype, int ndim, const int64_t *sizes
 
 KILN_API kiln_tensor *kiln_randn(kiln_dtype dtype, int ndim, const int64_t *sizes) {
   return random_tensor(dtype, ndim, sizes, true, "kiln_randn");
+}
+
+/* Torch's rand_like/randn_like with default arguments: t's sizes and
+ * dtype, contiguous, on t's device; t is never forced. */
+static kiln_tensor *random_like(kiln_tensor *t, bool normal, const char *fn) {
+  if (!api_check(t, fn, "t")) return NULL;
+  api_untracked_begin();
+  kiln_tensor *r = random_tensor(t->storage->dtype, t->view.ndim, t->view.sizes, normal, fn);
+  r = ops_move_like(r, t, fn);
+  api_untracked_end();
+  return api_track(r);
+}
+
+KILN_API kiln_tensor *kiln_rand_like(kiln_tensor *t) { return random_like(t, false, "kiln_rand_like"); }
+
+KILN_API kiln_tensor *kiln_randn_like(kiln_tensor *t) { return random_like(t, true, "kiln_randn_like"); }
+
+/* t = a + b * (uniform [0, 1) or standard normal samples), written through
+ * t's view (copy_'s assign: lazy, every tensor over t's storage sees it);
+ * the samples are drawn now, in row-major order of t's view, at t's
+ * dtype's precision. */
+static int random_fill_(kiln_tensor *t, bool normal, double a, double b, const char *fn) {
+  if (!api_check(t, fn, "t")) return KILN_ERR_ARG;
+  if (!ops_check_writable(t, fn)) return api_status();
+  api_untracked_begin();
+  kiln_tensor *r = random_tensor(t->storage->dtype, t->view.ndim, t->view.sizes, normal, fn);
+  kiln_tensor *times = r ? kiln_mul_scalar(r, b) : NULL;
+  kiln_tensor *plus = times ? kiln_add_scalar(times, a) : NULL;
+  int st = plus ? kiln_copy_(t, plus) : api_status();
+  kiln_release(r), kiln_release(times), kiln_release(plus);
+  api_untracked_end();
+  return st;
+}
+
+KILN_API int kiln_uniform_(kiln_tensor *t, double from, double to) {
+  const char *fn = "kiln_uniform_";
+  if (!api_check(t, fn, "t")) return KILN_ERR_ARG;
+  if (!(from <= to) || !isfinite(to - from))
+    return api_error(KILN_ERR_ARG, fn, "needs finite from <= to, got from %g, to %g", from, to);
+  return random_fill_(t, false, from, to - from, fn);
+}
+
+KILN_API int kiln_normal_(kiln_tensor *t, double mean, double std) {
+  const char *fn = "kiln_normal_";
+  if (!api_check(t, fn, "t")) return KILN_ERR_ARG;
+  if (!(std >= 0) || !isfinite(std) || !isfinite(mean))
+    return api_error(KILN_ERR_ARG, fn, "needs a finite mean and a finite std >= 0, got mean %g, std %g", mean,
+                     std);
+  return random_fill_(t, true, mean, std, fn);
 }
 
 /* The values randint may draw for dtype: an integer dtype's range

@@ -198,6 +198,8 @@ UNARY(reciprocal, RECIPROCAL) UNARY(sin, SIN) UNARY(cos, COS) UNARY(tan, TAN) UN
 UNARY(sigmoid, SIGMOID) UNARY(relu, RELU) UNARY(gelu, GELU) UNARY(silu, SILU) UNARY(erf, ERF)
 UNARY(floor, FLOOR) UNARY(ceil, CEIL) UNARY(round, ROUND) UNARY(trunc, TRUNC)
 UNARY(logical_not, LOGICAL_NOT)
+UNARY(asin, ASIN) UNARY(acos, ACOS) UNARY(atan, ATAN) UNARY(sinh, SINH) UNARY(cosh, COSH)
+UNARY(asinh, ASINH) UNARY(acosh, ACOSH) UNARY(atanh, ATANH)
 
 BINARY(add, ADD) BINARY(sub, SUB) BINARY(mul, MUL) BINARY(div, DIV) BINARY(pow, POW)
 BINARY(maximum, MAXIMUM) BINARY(minimum, MINIMUM) BINARY(fmod, FMOD) BINARY(remainder, REMAINDER)

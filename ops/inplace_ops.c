@@ -87,6 +87,8 @@ UNARY_(log2, LOG2) UNARY_(log1p, LOG1P) UNARY_(expm1, EXPM1) UNARY_(sqrt, SQRT) 
 UNARY_(reciprocal, RECIPROCAL) UNARY_(sin, SIN) UNARY_(cos, COS) UNARY_(tan, TAN) UNARY_(tanh, TANH)
 UNARY_(sigmoid, SIGMOID) UNARY_(relu, RELU) UNARY_(erf, ERF) UNARY_(floor, FLOOR) UNARY_(ceil, CEIL)
 UNARY_(round, ROUND) UNARY_(trunc, TRUNC)
+UNARY_(asin, ASIN) UNARY_(acos, ACOS) UNARY_(atan, ATAN) UNARY_(sinh, SINH) UNARY_(cosh, COSH)
+UNARY_(asinh, ASINH) UNARY_(acosh, ACOSH) UNARY_(atanh, ATANH)
 
 BINARY_(add, ADD) BINARY_(sub, SUB) BINARY_(mul, MUL) BINARY_(div, DIV) BINARY_(pow, POW) BINARY_(fmod, FMOD)
 BINARY_(remainder, REMAINDER) BINARY_(atan2, ATAN2)

@@ -3,13 +3,16 @@
  * gain a dim for the product and lose it after, leading (batch) dims
  * broadcast.
  *
- * F32 and F64 products are one MATMUL node run by OpenBLAS (runtime/
- * blas.c): operands are passed as views, so a transposed view is a
- * transpose flag, not a copy. Integer, F16 and BF16 products are a
+ * F32 and F64 products are one MATMUL node, run on the CPU by Kiln's
+ * generated GEMM (runtime/gemm.c) or OpenBLAS (runtime/blas.c), as
+ * KILN_GEMM or the auto rule picks (runtime/matmul_host.c): operands are
+ * passed as views, so a transposed view is a transpose flag or a
+ * strided pack, not a copy. Integer, F16 and BF16 products are a
  * generated kernel: a broadcast multiply fused into a sum over K (F16/BF16
  * in F32, integers in I64, then converted back as Torch's result dtype).
  * Elementwise readers of the product (bias, activation, scale) fuse into
- * one epilogue kernel. F32/F64 products of KILN_CUDA tensors are the same
+ * one epilogue kernel, or into the generated GEMM's stores when it runs
+ * the product (runtime/gemm_fused.c). F32/F64 products of KILN_CUDA tensors are the same
  * MATMUL node run by cuBLAS when it loads on the real device
  * (runtime/blas.c; an operand BLAS cannot take as it is is copied
  * contiguous first); otherwise (no cuBLAS, cuda-emu, other dtypes) they

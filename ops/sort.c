@@ -126,7 +126,7 @@ static kiln_tensor *finish(kiln_tensor *r, bool scalar, int d, bool keep, const 
 }
 
 /* Hands the pair to the caller (tracked), or on failure releases both and
- * writes NULL. Returns the status. */
+ * leaves the outputs untouched (kiln.h's rule). Returns the status. */
 static int deliver(kiln_tensor *v, kiln_tensor *i, kiln_tensor **values, kiln_tensor **indices) {
   if (!v || !i) {
     kiln_release(v), kiln_release(i);
@@ -142,8 +142,6 @@ KILN_API int kiln_sort(kiln_tensor *t, int dim, bool descending, bool stable, ki
                        kiln_tensor **indices) {
   const char *fn = "kiln_sort";
   (void)stable; /* the sort is always stable: a valid unstable result too */
-  if (values) *values = NULL;
-  if (indices) *indices = NULL;
   if (!check_outputs(values, indices, fn)) return KILN_ERR_ARG;
   int d;
   api_untracked_begin();
@@ -174,8 +172,6 @@ KILN_API int kiln_topk(kiln_tensor *t, int64_t k, int dim, bool largest, bool so
                        kiln_tensor **indices) {
   const char *fn = "kiln_topk";
   (void)sorted; /* always sorted: a valid order for sorted = false too */
-  if (values) *values = NULL;
-  if (indices) *indices = NULL;
   if (!check_outputs(values, indices, fn)) return KILN_ERR_ARG;
   int d;
   api_untracked_begin();
@@ -211,12 +207,10 @@ static void pick(kiln_tensor *t, kiln_tensor *x, int d, kiln_tensor *pos, bool k
   *i = finish(pos, scalar, d, keepdim, fn);
 }
 
-/* Shared entry of the reductions: outputs cleared and checked, x the rows
+/* Shared entry of the reductions: outputs checked, x the rows
  * (untracked, NULL on error), d the dim. */
 static kiln_tensor *reduction_rows(kiln_tensor *t, int dim, int *d, kiln_tensor **values, kiln_tensor **indices,
                                    const char *fn) {
-  if (values) *values = NULL;
-  if (indices) *indices = NULL;
   if (!check_outputs(values, indices, fn)) return NULL;
   kiln_tensor *x = rows_of(t, dim, d, fn);
   if (x && !check_row(x, *d, fn)) {
@@ -365,9 +359,6 @@ KILN_API int kiln_unique(kiln_tensor *t, bool sorted, bool return_inverse, bool 
                          kiln_tensor **inverse, kiln_tensor **counts) {
   const char *fn = "kiln_unique";
   (void)sorted; /* always sorted: a valid order for sorted = false too */
-  if (values) *values = NULL;
-  if (inverse) *inverse = NULL;
-  if (counts) *counts = NULL;
   if (!values || (return_inverse && !inverse) || (return_counts && !counts))
     return api_error(KILN_ERR_ARG, fn, "output pointer %s is NULL",
                      !values ? "values" : (return_inverse && !inverse) ? "inverse" : "counts");
@@ -391,10 +382,11 @@ KILN_API int kiln_unique(kiln_tensor *t, bool sorted, bool return_inverse, bool 
     kiln_release(v), kiln_release(inv), kiln_release(cnt);
     return st;
   }
+  /* an output not requested is released, and set to NULL when given */
   *values = api_track(v);
-  if (return_inverse) *inverse = api_track(inv);
-  else kiln_release(inv);
-  if (return_counts) *counts = api_track(cnt);
-  else kiln_release(cnt);
+  if (inverse) *inverse = return_inverse ? api_track(inv) : NULL;
+  if (!return_inverse) kiln_release(inv);
+  if (counts) *counts = return_counts ? api_track(cnt) : NULL;
+  if (!return_counts) kiln_release(cnt);
   return KILN_OK;
 }

@@ -26,7 +26,11 @@
  *     fused only when cheap or row-dependent (per-row values are loop
  *     invariant in the inner loop and hoisted by the compiler).
  *  5. The inputs of an extern op (BLAS matmul, scatter) are materialized:
- *     the library reads buffers. So is a gather's source (it is read at
+ *     the library reads buffers. Except a CPU matmul's operand that is a
+ *     reshape copy the generated GEMM can pack from the copy's input
+ *     (implicit GEMM, runtime/gemm_pack.c: a convolution's im2col
+ *     columns): its input is materialized and the copy is not written
+ *     (the runtime realizes it after all if OpenBLAS runs the product). So is a gather's source (it is read at
  *     data-dependent positions, maybe several times); a gather itself is
  *     elementwise over its result: its index fuses into it, and it fuses
  *     into its readers. Its elementwise readers fuse as usual, so
@@ -498,6 +502,22 @@ static void refresh_row_deps(pass_plan *p) {
   }
 }
 
+/* A CPU MATMUL's operand that the generated GEMM can pack from the
+ * input of a pending reshape copy (implicit GEMM: a convolution's im2col
+ * columns; runtime/gemm_pack.c): a CAST of the same dtype on the CPU whose
+ * reader's view splits over its input view (graph_view_split), whose
+ * input is a buffer (not an inlined source) and is materialized anyway
+ * or no bigger than the copy. */
+static bool packs_through(const pass_plan *p, const graph_node *x, int j) {
+  const graph_node *c = x->inputs[j].node, *src = c->inputs[0].node;
+  if (x->op != GRAPH_OP_MATMUL || x->device != KILN_CPU || (x->dtype != KILN_F32 && x->dtype != KILN_F64)) return false;
+  if (c->buffer || c->op != GRAPH_OP_CAST || c->device != KILN_CPU) return false;
+  if (src->dtype != c->dtype || src->device != KILN_CPU || pass_is_inlined(src)) return false;
+  if (pass_fused(p, src) && src->numel > c->numel) return false;
+  graph_split_view s;
+  return graph_view_split(&x->inputs[j].view, &c->inputs[0].view, &s);
+}
+
 /* Rule 5: extern ops read buffers; so does a gather's source; scans and
  * scatter-adds read no row values; a producer on another device than its reader is
  * materialized there, and so is the copy that reads it (kiln_to_device:
@@ -514,7 +534,8 @@ static void materialize_for_readers(pass_plan *p) {
     }
     if (k == GRAPH_GATHER) unfuse(p, x->inputs[0].node);
     if (k == GRAPH_EXTERN)
-      for (int j = 0; j < x->n_inputs; j++) unfuse(p, x->inputs[j].node);
+      for (int j = 0; j < x->n_inputs; j++) /* the GEMM reads the copy's input: that is the buffer */
+        unfuse(p, packs_through(p, x, j) ? x->inputs[j].node->inputs[0].node : x->inputs[j].node);
     if (k == GRAPH_SCAN || k == GRAPH_SCATTER)
       for (int j = 0; j < x->n_inputs; j++) {
         int at = pass_pos(p, x->inputs[j].node);

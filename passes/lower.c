@@ -260,8 +260,8 @@ static int64_t touched(const graph_view *v) {
 }
 
 /* An int64 kernel argument (loaded at entry, as KIR_INDEX), or -1 when
- * the argument array is full. */
-static int int_arg(lower_ctx *c, int64_t value) {
+ * the argument array is full (lower_ctx.h). */
+int lower_int_arg(lower_ctx *c, int64_t value) {
   if (c->b->n_args == PASS_MAX_ARGS) {
     over_limit(c, PASS_MAX_ARGS, "int64 arguments", "PASS_MAX_ARGS");
     return -1;
@@ -350,7 +350,7 @@ static void add_edge(lower_ctx *c, const graph_node *n, int i) {
     e->param = input_param(c, n, i);
     c->b->bytes_read += touched(&n->inputs[i].view) * graph_dtypes[src->dtype].size;
   }
-  e->offset = int_arg(c, n->inputs[i].view.offset);
+  e->offset = lower_int_arg(c, n->inputs[i].view.offset);
 }
 
 static void name_op(lower_ctx *c, const graph_node *n) {
@@ -458,6 +458,11 @@ int lower_input_at(lower_ctx *c, const graph_node *n, int i, const int *idx) {
   }
   const edge *e = find_edge(c, n, i);
   if (e->scalar >= 0) return e->scalar;
+  if (src == c->gemm_x && c->gemm_i >= 0) { /* a GEMM's block (lower_gemm.c): read at the root's own element */
+    int at = pass_alu2(c->k, KIR_ADD, pass_alu2(c->k, KIR_MUL, c->gemm_i, kir_const_i(c->k, KIR_INDEX, c->gemm_ld)),
+                       c->gemm_j);
+    return pass_to_register(c->k, kir_load(c->k, e->param, at));
+  }
   int flat = view_index(c->k, v, idx, e->offset);
   if (e->param < 0) return source_value(c->k, src, flat);
   return pass_to_register(c->k, kir_load(c->k, e->param, flat));
@@ -482,6 +487,8 @@ static int memo_add(lower_ctx *c, const graph_node *n, const int *idx, int ndim,
 }
 
 static int compute_at(lower_ctx *c, const graph_node *n, const int *idx);
+
+int lower_value_at(lower_ctx *c, const graph_node *n, const int *idx) { return value_at(c, n, idx); }
 
 /* An elementwise node's value at its index idx, rounded to its dtype. */
 static int value_at(lower_ctx *c, const graph_node *n, const int *idx) {
@@ -1214,7 +1221,7 @@ static int root_scan(lower_ctx *c, bool in_place) { return lower_scan(c); }
 static int root_scatter(lower_ctx *c, bool in_place) { return lower_scatter(c); }
 
 static int root_assign(lower_ctx *c, bool in_place) {
-  int off = int_arg(c, graph_attr_region(c->root).offset);
+  int off = lower_int_arg(c, graph_attr_region(c->root).offset);
   return off < 0 ? KILN_ERR_UNSUPPORTED : lower_assign(c, in_place, off);
 }
 
@@ -1285,6 +1292,8 @@ static int lower_root(lower_ctx *c, bool in_place) {
   if (c->b->n_outputs > 0 && !rules->outputs) return KILN_ERR_UNSUPPORTED;
   walk(c, n, rules->skips_old && (in_place || pass_whole_write(n)));
   if (stopped(c)) return KILN_ERR_UNSUPPORTED;
+  if (c->gemm_x) return c->n_rows == 0 && !c->b->n_outputs && rules->lower == root_elementwise ? lower_gemm_tile(c)
+                                                                                                : KILN_ERR_UNSUPPORTED;
   if (c->n_rows > 0) return rules->rows && !c->b->n_outputs ? lower_rows(c) : KILN_ERR_UNSUPPORTED;
   return rules->lower(c, in_place);
 }
@@ -1302,6 +1311,24 @@ static void finish_name(lower_ctx *c, const graph_node *n) {
     len += snprintf(c->k->name + len, sizeof c->k->name - (size_t)len, d ? "x%lld" : "_%lld", (long long)n->sizes[d]);
 }
 
+/* The end of a lowering with status st: k freed and the message in err
+ * on failure, else k named. */
+static int finish(lower_ctx *c, const graph_node *n, int st, char *err, size_t errlen) {
+  kir_kernel *k = c->k;
+  free_state(c);
+  if (k->oom || c->oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
+  if (st == KILN_ERR_OOM) snprintf(err, errlen, "out of memory lowering op %s", graph_ops[n->op].name);
+  else if (st != KILN_OK)
+    snprintf(err, errlen, "cannot lower op %s (%s%s%s)", graph_ops[n->op].name, graph_status_name(st),
+             c->unfit ? ": " : "", c->unfit ? c->unfit : "");
+  if (st != KILN_OK) {
+    kir_free(k);
+    return st;
+  }
+  finish_name(c, n); /* named after the graph's shape, merged or not */
+  return KILN_OK;
+}
+
 int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
                     size_t errlen) {
   kir_init(k, "");
@@ -1317,17 +1344,20 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   int st = not_kernel ? KILN_ERR_ARG : merge_oom ? KILN_ERR_OOM : pass_choose_opts(p, c.root, n, in_place, &opts);
   if (st == KILN_OK) st = lower_root(&c, in_place);
   if (merge) pass_merged_free(&merged);
-  free_state(&c);
-  if (k->oom || c.oom) st = KILN_ERR_OOM; /* whatever failed after an append could not allocate */
-  if (st == KILN_ERR_OOM) snprintf(err, errlen, "out of memory lowering op %s", graph_ops[n->op].name);
-  else if (st != KILN_OK)
-    snprintf(err, errlen, "cannot lower op %s (%s%s%s)", graph_ops[n->op].name, graph_status_name(st),
-             c.unfit ? ": " : "", c.unfit ? c.unfit : "");
-  if (st != KILN_OK) {
-    kir_free(k);
-    return st;
-  }
-  finish_name(&c, n); /* named after the graph's shape, merged or not */
-  pass_opts_debug(&opts, k->name);
-  return KILN_OK;
+  st = finish(&c, n, st, err, errlen);
+  if (st == KILN_OK) pass_opts_debug(&opts, k->name);
+  return st;
+}
+
+int pass_lower_gemm_tile(const pass_plan *p, const graph_node *root, const graph_node *x, int64_t mr, int64_t nr,
+                         int64_t ld, kir_kernel *k, pass_binding *b, int *coord_arg, char *err, size_t errlen) {
+  kir_init(k, "");
+  memset(b, 0, sizeof *b);
+  pass_opts opts = {.path = PASS_PATH_ELEMENTWISE}; /* the plain loop nest: lower_gemm_tile chooses nothing */
+  lower_ctx c = {.k = k, .plan = p, .root = root, .host = root, .b = b, .opts = &opts, .gemm_x = x, .gemm_mr = mr,
+                 .gemm_nr = nr, .gemm_ld = ld, .gemm_arg = -1, .gemm_i = -1, .gemm_j = -1};
+  bool ok = root->op != GRAPH_OP_BUFFER && kinds[graph_ops[root->op].kind].lower == root_elementwise && x->ndim == 2;
+  int st = finish(&c, root, ok ? lower_root(&c, false) : KILN_ERR_ARG, err, errlen);
+  *coord_arg = c.gemm_arg;
+  return st;
 }

@@ -61,11 +61,25 @@ typedef struct lower_ctx {
   bool plain_stores;       /* the edge loops of skewed tiles (lower_skewed): no streaming stores */
   char name[96];
   int name_len;
+  /* a GEMM tile epilogue (pass_lower_gemm_tile; lower_gemm.c): the
+   * product it reads, the block's rows × cols and row stride ld in the
+   * buffer bound for the product, its (r0, c0) arguments, the loops'
+   * index uops (i, j; -1 outside them) */
+  const graph_node *gemm_x;
+  int64_t gemm_mr, gemm_nr, gemm_ld;
+  int gemm_arg, gemm_i, gemm_j;
 } lower_ctx;
 
 /* n's input i at the root's multi-index idx (a fused producer computed
  * there, or an external read). */
 int lower_input_at(lower_ctx *c, const graph_node *n, int i, const int *idx);
+/* Node n's value at its multi-index idx (value_at): a fused node
+ * computed there, rounded to its dtype. */
+int lower_value_at(lower_ctx *c, const graph_node *n, const int *idx);
+/* An int64 kernel argument of the given value, loaded at entry as
+ * KIR_INDEX (its slot: the binding's n_args before the call); -1 when
+ * the argument array is full. */
+int lower_int_arg(lower_ctx *c, int64_t value);
 /* Stores value into the root's output at the contiguous index of ranges. */
 void lower_store_contiguous(lower_ctx *c, const int *ranges, int value);
 /* Closes the open loops (>= 0) of ranges [ndim], innermost first. */
@@ -77,5 +91,9 @@ kir_op lower_reduce_alu(graph_op op, kir_type t);
 
 /* Column reductions (lower_columns.c): blocks of `width` columns. */
 int lower_columns(lower_ctx *c, int64_t width);
+
+/* A GEMM's tile epilogue (lower_gemm.c): the root over one tile of the
+ * product c->gemm_x. */
+int lower_gemm_tile(lower_ctx *c);
 
 #endif

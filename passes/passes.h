@@ -177,6 +177,23 @@ bool pass_opts_override(const char *spec);
 int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, char *err,
                     size_t errlen);
 
+/** The epilogue kernel rooted at `root` (a node of plan p, its group as
+ *  p fused it; elementwise) as a GEMM's tile epilogue: the root over the
+ *  tile of mr rows × nr columns of the 2-D product x [M, N] at (r0, c0),
+ *  which the group must read at the root's own flat index (root's sizes
+ *  [..., N], M·N elements, stored contiguous; pass_gemm_group_of checks
+ *  it). x is an input of *b, whose buffer holds the block: element
+ *  (r0 + i, c0 + j) of x at i·ld + j (the GEMM's block of final sums,
+ *  not x's own layout); r0 and c0 are the int64 arguments *coord_arg and
+ *  *coord_arg + 1 of b->args (0 as lowered: the runtime sets them per
+ *  call). The kernel's parallel range is the tile's rows (a call with
+ *  [0, rows) computes an edge tile's rows), its columns run c0 .. c0 + nr
+ *  - 1 (an edge tile's columns: a kernel lowered with nr = N mod NR).
+ *  Errors as pass_lower_node's; KILN_ERR_ARG when root is not
+ *  elementwise or x not 2-D. */
+int pass_lower_gemm_tile(const pass_plan *p, const graph_node *root, const graph_node *x, int64_t mr, int64_t nr,
+                         int64_t ld, kir_kernel *k, pass_binding *b, int *coord_arg, char *err, size_t errlen);
+
 /** What a kernel rooted at n costs, from its kind's row of the lowering
  *  table: `numel` elements computed (an ASSIGN's region), `written`
  *  elements stored (the region only in place), `work` elements one split
@@ -212,5 +229,60 @@ void pass_unfuse_inputs(pass_plan *p, const graph_node *n);
 /** Undoes n's multi-output plan: the nodes it would store get kernels of
  *  their own. */
 void pass_unstore(pass_plan *p, const graph_node *n);
+
+/* ------------------------------------- GEMM epilogues (gemm_epilogue.c) */
+
+/** Most elementwise steps a GEMM epilogue takes. */
+#define PASS_GEMM_EPI_MAX 4
+
+/** One step of a GEMM epilogue: the product so far (C) goes through op
+ *  with one more operand. */
+typedef struct pass_gemm_step {
+  graph_op op;           /* ADD, SUB, MUL, DIV (C op x; x op C when swapped), MAXIMUM, MINIMUM,
+                            RELU, CLAMP (its bounds in the node's attributes) */
+  bool swapped;          /* C is the op's second input (x - C, x / C) */
+  const graph_node *arg; /* x: a realized node, or an inlined FULL source; NULL for RELU, CLAMP */
+  double lo, hi;         /* CLAMP's bounds (NaN: none) */
+  graph_view view;       /* how the op reads x, as a view of C's sizes [batch..., M, N] (stride
+                            0 where it broadcasts; for a 2-D C, the op's leading dims merged
+                            when it reads C reshaped) */
+} pass_gemm_step;
+
+/** The elementwise consumers of a MATMUL node that its GEMM can apply to
+ *  each output tile before storing it: a chain from the product to the
+ *  kernel root `root`, which stores the result. */
+typedef struct pass_gemm_epilogue {
+  graph_node *root;
+  int n_steps;
+  pass_gemm_step step[PASS_GEMM_EPI_MAX];
+} pass_gemm_epilogue;
+
+/** The epilogue of the MATMUL node at plan position `at`, when its
+ *  value is needed only inside one elementwise kernel that computes it
+ *  through a chain of at most PASS_GEMM_EPI_MAX ADD/SUB/MUL/DIV/
+ *  MAXIMUM/MINIMUM/RELU/CLAMP nodes of its dtype and element count, each reading the previous one
+ *  through its plain row-major view (for a 2-D product any sizes
+ *  [..., N]: kiln_linear's 3-D result is C reshaped; a batched one's
+ *  sizes) and, for the binary ones, one operand that is realized
+ *  or an inlined FULL: C + bias (a bias along N or M is a broadcast
+ *  view), relu, C * scale, C + residual. The product itself must not be
+ *  requested (one of roots [n_roots]), nor read elsewhere, nor the chain's
+ *  nodes (each fused, one reader); the root stores nothing else. False
+ *  (and *out untouched) otherwise. Reads the plan's decisions only. */
+bool pass_gemm_epilogue_of(const pass_plan *p, int at, graph_node *const *roots, int n_roots,
+                           pass_gemm_epilogue *out);
+
+/** The general form: true, with the kernel root in *root, when the
+ *  2-D MATMUL x at plan position `at` (F32/F64, not requested, not
+ *  realized) is read only inside one elementwise kernel (no multi-output
+ *  store) whose group — any elementwise and cast nodes, GELU, SiLU,
+ *  sigmoid, a cast to F64 — reads x and every node depending on it at
+ *  the reader's own flat index (plain row-major views: for the root,
+ *  sizes [..., N] of M·N elements), and whose other inputs are realized
+ *  buffers (any view: broadcast along rows or columns, strided) or
+ *  inlined fills. That kernel can then run as the GEMM's tile epilogue
+ *  (pass_lower_gemm_tile). False, *root untouched, otherwise. Reads the
+ *  plan's decisions only. */
+bool pass_gemm_group_of(const pass_plan *p, int at, graph_node *const *roots, int n_roots, graph_node **root);
 
 #endif /* KILN_PASSES_H */

@@ -154,7 +154,7 @@ int pass_op_unary(kir_kernel *k, graph_op op, int x, const graph_node *n) {
     if (!isnan(hi)) x = pass_alu2(k, KIR_MIN, x, pass_cst(k, t, hi));
     return x;
   }
-  default: return -1;
+  default: return pass_op_trig(k, op, x);
   }
 }
 

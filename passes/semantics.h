@@ -25,6 +25,9 @@ int pass_to_register(kir_kernel *k, int v);
 /** Unary elementwise op (incl. CLAMP, which reads n's attributes) on x in
  *  the compute dtype; -1 for an op that is not unary. */
 int pass_op_unary(kir_kernel *k, graph_op op, int x, const graph_node *n);
+/** asin, acos, atan, sinh, cosh, asinh, acosh, atanh on float x
+ *  (semantics_trig.c); -1 for another op. */
+int pass_op_trig(kir_kernel *k, graph_op op, int x);
 /** Binary elementwise op on a, b in the compute dtype; -1 if not binary. */
 int pass_op_binary(kir_kernel *k, graph_op op, int a, int b);
 

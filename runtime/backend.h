@@ -5,7 +5,7 @@
  * One file fills each:
  *   backend_llvm.c  "llvm": the CPU, kernels JIT-compiled by LLVM
  *                   (codegen_llvm/), run on the thread pool; host memory;
- *                   MATMUL through OpenBLAS;
+ *                   MATMUL through the generated GEMM or OpenBLAS;
  *   backend_emu.c   "cuda-emu": the CUDA code path on the CPU — kernels
  *                   printed as CUDA C, checked by NVRTC/ptxas and built
  *                   for the host (codegen_cuda/cuda_emu.c), run on the
@@ -77,6 +77,8 @@ typedef struct rt_extern_run {
   bool on_device; /* on device memory (cuBLAS), not on host copies */
 } rt_extern_run;
 
+struct rt_gemm_epi; /* gemm_epilogue.h */
+
 typedef struct rt_backend {
   const char *name;  /* kiln_set_backend's name, and the profiler records' backend */
   unsigned char key; /* its byte in kernel- and schedule-cache keys: one backend's builds never serve another */
@@ -128,13 +130,24 @@ typedef struct rt_backend {
    *  contiguous by ops/linalg.c: rt_blas_view_needs_copy). It allocates
    *  *out, a new contiguous buffer [batch..., M, N] of n's dtype on n's
    *  device, computes C = A·B into it (alpha 1, beta 0: no epilogue; the
-   *  elementwise consumers fuse into the next kernel), and sets run's
-   *  times and where it ran. llvm and cuda-emu: OpenBLAS on the host,
-   *  split over Kiln's pool (rt_blas_matmul; a KILN_CUDA n's result is
-   *  uploaded); cuda: cuBLAS on device memory when it can run the
-   *  product (rt_cublas_can_run), else that host path. The generated
-   *  GEMM of the next issue plugs in here. */
+   *  elementwise consumers fuse into the next kernel, or into
+   *  contract_epilogue's GEMM), and sets run's
+   *  times and where it ran. llvm and cuda-emu: on the host, split over
+   *  Kiln's pool, through the generated GEMM (gemm.c) or OpenBLAS
+   *  (blas.c) as KILN_GEMM or the auto rule picks (rt_matmul_host; a
+   *  KILN_CUDA n's result is uploaded); cuda: cuBLAS on device memory
+   *  when it can run the product (rt_cublas_can_run), else that host
+   *  path. */
   int (*contract)(graph_node *n, graph_buffer **out, rt_extern_run *run, char *err, size_t errlen);
+  /** The same product with a fused epilogue (gemm_epilogue.h) into out
+   *  (a buffer of the epilogue's result, [M, N] of n's dtype, on n's
+   *  device), its inputs realized on this backend; NULL where the
+   *  backend has none (cuda, cuda-emu: the epilogue stays a kernel).
+   *  KILN_ERR_UNSUPPORTED, nothing written, when it would not run this
+   *  product on a GEMM that fuses (llvm: KILN_GEMM=blas, or the auto
+   *  rule picks OpenBLAS); else contract's errors. */
+  int (*contract_epilogue)(graph_node *n, const struct rt_gemm_epi *epi, graph_buffer *out, rt_extern_run *run,
+                           char *err, size_t errlen);
 } rt_backend;
 
 extern const rt_backend rt_backend_llvm, rt_backend_emu, rt_backend_cuda;

@@ -143,7 +143,7 @@ static int launch(const rt_launch *l, rt_launch_result *r, char *err, size_t err
  * layout it takes, 32-bit sizes, the library loaded); else OpenBLAS on
  * host copies, the result uploaded. */
 static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char *err, size_t errlen) {
-  if (!rt_cublas_can_run(n)) return rt_extern_on_host(n, rt_blas_matmul, false, out, run, err, errlen);
+  if (!rt_cublas_can_run(n)) return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
   int st = alloc(n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
   run->on_device = true;
   run->t0 = rt_now_ns();

@@ -13,7 +13,7 @@
  *
  * Memory: KILN_CUDA buffers are emulated device memory — host blocks
  * (64-byte aligned) behind device.c's caching allocator, allocated apart
- * from host buffers; copies are memcpy. MATMUL runs on the host through OpenBLAS like llvm's (api/
+ * from host buffers; copies are memcpy. MATMUL runs on the host like llvm's (rt_matmul_host; api/
  * linalg.c records the generated kernel instead for KILN_CUDA tensors,
  * since rt_cublas_ready is false here).
  */
@@ -86,7 +86,7 @@ static int copy(graph_buffer *dst, const graph_buffer *src, char *err, size_t er
 /* ------------------------------------------------------- contraction */
 
 static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char *err, size_t errlen) {
-  return rt_extern_on_host(n, rt_blas_matmul, false, out, run, err, errlen);
+  return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
 }
 
 const rt_backend rt_backend_emu = {

@@ -4,7 +4,8 @@
  * is on (disk_cache.c, docs/cache.md) — and run on Kiln's thread pool,
  * their parallel range split into chunks when kir_splittable allows;
  * buffers are host memory from the caching allocator (alloc.c); MATMUL
- * goes to OpenBLAS on the host, split over the pool (blas.c).
+ * goes to the generated GEMM (gemm.c) or OpenBLAS (blas.c) on the host,
+ * as rt_matmul_host picks, split over the pool.
  *
  * The pool launch (rt_host_launch) and the LLVM build (rt_llvm_build) are
  * shared with cuda-emu, whose host builds have the same calling
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gemm_epilogue.h"
 #include "rt_internal.h"
 
 static int probe(char *err, size_t errlen) {
@@ -52,6 +54,18 @@ static int compile(const kir_kernel *k, const unsigned char *key, size_t len, rt
 }
 
 static void unload(rt_code *code) { (void)code; /* JIT code lives until llvm_shutdown */ }
+
+int rt_cpu_target(char *cpu, size_t cpu_len, int *vector_bits, int *vector_regs, char *err, size_t errlen) {
+  const char *why = llvm_target_error();
+  if (why) {
+    snprintf(err, errlen, "%s", why);
+    return KILN_ERR_COMPILE;
+  }
+  if (cpu && cpu_len) snprintf(cpu, cpu_len, "%s", llvm_target_cpu());
+  if (vector_bits) *vector_bits = llvm_target_vector_bits();
+  if (vector_regs) *vector_regs = llvm_target_vector_regs();
+  return KILN_OK;
+}
 
 int rt_host_launch(const rt_launch *l, rt_launch_result *r, char *err, size_t errlen) {
   void *bufs[3 + PASS_MAX_INPUTS];
@@ -103,7 +117,20 @@ static int copy(graph_buffer *dst, const graph_buffer *src, char *err, size_t er
 /* ------------------------------------------------------- contraction */
 
 static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char *err, size_t errlen) {
-  return rt_extern_on_host(n, rt_blas_matmul, false, out, run, err, errlen);
+  return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
+}
+
+/* The product on the generated GEMM with its epilogue fused, when that
+ * GEMM is the one selected for it (rt_gemm_selected). */
+static int contract_epilogue(graph_node *n, const rt_gemm_epi *epi, graph_buffer *out, rt_extern_run *run, char *err,
+                             size_t errlen) {
+  if (!rt_gemm_selected(n)) return KILN_ERR_UNSUPPORTED;
+  const void *in[2] = {n->inputs[0].node->buffer->data, n->inputs[1].node->buffer->data};
+  run->on_device = false;
+  run->t0 = rt_now_ns();
+  int st = rt_gemm_matmul_epi(n, in, epi, out, err, errlen);
+  run->t1 = rt_now_ns();
+  return st;
 }
 
 const rt_backend rt_backend_llvm = {
@@ -119,4 +146,5 @@ const rt_backend rt_backend_llvm = {
     .download = download,
     .copy = copy,
     .contract = contract,
+    .contract_epilogue = contract_epilogue,
 };

@@ -34,6 +34,7 @@
 
 #include "cuda_blas.h"
 #include "device.h"
+#include "matmul_dims.h"
 #include "pool.h"
 #include "rt_internal.h"
 
@@ -46,21 +47,19 @@ typedef struct blas_mat {
   bool pack; /* neither layout: copy each batch's matrix first */
 } blas_mat;
 
-static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
-
 /* Chooses the layout of a rows×cols matrix with strides (s_row, s_col).
  * A size-1 dim's stride is free, so it never blocks a layout. */
 static void choose_layout(blas_mat *m) {
-  if ((m->cols == 1 || m->s_col == 1) && (m->rows == 1 || m->s_row >= max1(m->cols))) {
+  if ((m->cols == 1 || m->s_col == 1) && (m->rows == 1 || m->s_row >= mm_max1(m->cols))) {
     m->trans = CblasNoTrans;
-    m->ld = m->rows == 1 ? max1(m->cols) : m->s_row;
-  } else if ((m->rows == 1 || m->s_row == 1) && (m->cols == 1 || m->s_col >= max1(m->rows))) {
+    m->ld = m->rows == 1 ? mm_max1(m->cols) : m->s_row;
+  } else if ((m->rows == 1 || m->s_row == 1) && (m->cols == 1 || m->s_col >= mm_max1(m->rows))) {
     m->trans = CblasTrans;
-    m->ld = m->cols == 1 ? max1(m->rows) : m->s_col;
+    m->ld = m->cols == 1 ? mm_max1(m->rows) : m->s_col;
   } else {
     m->pack = true;
     m->trans = CblasNoTrans;
-    m->ld = max1(m->cols);
+    m->ld = mm_max1(m->cols);
   }
 }
 
@@ -133,31 +132,6 @@ static void product(bool f64, const blas_mat *a, const void *pa, const blas_mat 
   }
 }
 
-/* Element offset of batch number `i` (row-major over the batch dims) in a
- * view whose first nb dims are the batch dims. */
-static int64_t batch_offset(const graph_view *v, int nb, int64_t i) {
-  int64_t off = 0;
-  for (int d = nb - 1; d >= 0; d--) {
-    off += (i % v->sizes[d]) * v->strides[d];
-    i /= v->sizes[d];
-  }
-  return off;
-}
-
-/* The product's dims: C [batch..., m, nn] = A [..., m, k] · B [..., k, nn]. */
-typedef struct mm_dims {
-  int esz, nb;
-  int64_t m, nn, k, batches;
-} mm_dims;
-
-static mm_dims dims_of(const graph_node *n) {
-  int nd = n->ndim;
-  mm_dims d = {.esz = graph_dtypes[n->dtype].size, .nb = nd - 2, .m = n->sizes[nd - 2], .nn = n->sizes[nd - 1],
-               .k = n->inputs[0].view.sizes[nd - 1], .batches = 1};
-  for (int i = 0; i < d.nb; i++) d.batches *= n->sizes[i];
-  return d;
-}
-
 static bool fits_int(const mm_dims *d) { return d->m <= INT32_MAX && d->nn <= INT32_MAX && d->k <= INT32_MAX; }
 
 /* A host product split over Kiln's pool (file comment): each item is
@@ -178,8 +152,8 @@ static _Thread_local int last_threads = 1;
 /* Batch i's operands: the matrices themselves, or packed into scratch. */
 static void batch_operands(const split_job *j, int64_t i, char *scratch, const char **pa, const char **pb) {
   const mm_dims *d = &j->d;
-  *pa = j->a.base + batch_offset(&j->n->inputs[0].view, d->nb, i) * d->esz;
-  *pb = j->b.base + batch_offset(&j->n->inputs[1].view, d->nb, i) * d->esz;
+  *pa = j->a.base + mm_batch_offset(&j->n->inputs[0].view, d->nb, i) * d->esz;
+  *pb = j->b.base + mm_batch_offset(&j->n->inputs[1].view, d->nb, i) * d->esz;
   char *sb = scratch + (j->a.pack ? d->m * d->k * d->esz : 0);
   if (j->a.pack) pack(&j->a, *pa, scratch, d->esz), *pa = scratch;
   if (j->b.pack) pack(&j->b, *pb, sb, d->esz), *pb = sb;
@@ -188,7 +162,7 @@ static void batch_operands(const split_job *j, int64_t i, char *scratch, const c
 /* Rows [r0, r1) or columns [c0, c1) of batch i's C. */
 static void block_product(const split_job *j, const char *pa, const char *pb, char *c, int64_t lo, int64_t hi) {
   const mm_dims *d = &j->d;
-  int64_t ldc = max1(d->nn), esz = d->esz;
+  int64_t ldc = mm_max1(d->nn), esz = d->esz;
   if (j->by == BY_ROWS) {
     const char *sa = pa + lo * (j->a.trans == CblasNoTrans ? j->a.ld : 1) * esz;
     product(j->f64, &j->a, sa, &j->b, pb, c + lo * ldc * esz, ldc, hi - lo, d->nn, d->k);
@@ -248,7 +222,7 @@ static void set_single_thread(void) { openblas_set_num_threads(1); }
 int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
   static pthread_once_t single = PTHREAD_ONCE_INIT;
   pthread_once(&single, set_single_thread); /* Kiln's pool runs the parts */
-  mm_dims d = dims_of(n);
+  mm_dims d = mm_dims_of(n);
   if (!fits_int(&d)) {
     snprintf(err, errlen, "matmul of %lldx%lld by %lldx%lld exceeds BLAS's 32-bit sizes", (long long)d.m,
              (long long)d.k, (long long)d.k, (long long)d.nn);
@@ -288,7 +262,7 @@ bool rt_blas_view_needs_copy(const graph_view *v) {
 
 bool rt_cublas_can_run(const graph_node *n) {
   if (n->op != GRAPH_OP_MATMUL || n->device != KILN_CUDA || (n->dtype != KILN_F32 && n->dtype != KILN_F64)) return false;
-  mm_dims d = dims_of(n);
+  mm_dims d = mm_dims_of(n);
   if (!fits_int(&d)) return false;
   for (int i = 0; i < 2; i++) {
     const graph_input *in = &n->inputs[i];
@@ -305,7 +279,7 @@ static cu_deviceptr dev_ptr(const char *p) { return (cu_deviceptr)(uintptr_t)p; 
 static rt_cuda_gemm swapped(bool f64, const blas_mat *a, const blas_mat *b, const mm_dims *d) {
   return (rt_cuda_gemm){.f64 = f64, .trans_a = b->trans == CblasTrans, .trans_b = a->trans == CblasTrans,
                         .m = (int)d->nn, .n = (int)d->m, .k = (int)d->k, .lda = (int)b->ld, .ldb = (int)a->ld,
-                        .ldc = (int)max1(d->nn), .batch = 1};
+                        .ldc = (int)mm_max1(d->nn), .batch = 1};
 }
 
 /* K = 0: the product is zeros (uploaded; the device has no memset here). */
@@ -321,7 +295,7 @@ static int upload_zeros(graph_buffer *out, char *err, size_t errlen) {
 }
 
 int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen) {
-  mm_dims d = dims_of(n);
+  mm_dims d = mm_dims_of(n);
   if (d.k == 0) return upload_zeros(out, err, errlen);
   if (d.m == 0 || d.nn == 0 || d.batches == 0) return KILN_OK;
   const graph_view *va = &n->inputs[0].view, *vb = &n->inputs[1].view;
@@ -337,8 +311,8 @@ int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen)
   }
   int st = KILN_OK;
   for (int64_t i = 0; i < d.batches && st == KILN_OK; i++) {
-    g.a = dev_ptr(b.base + batch_offset(vb, d.nb, i) * d.esz);
-    g.b = dev_ptr(a.base + batch_offset(va, d.nb, i) * d.esz);
+    g.a = dev_ptr(b.base + mm_batch_offset(vb, d.nb, i) * d.esz);
+    g.b = dev_ptr(a.base + mm_batch_offset(va, d.nb, i) * d.esz);
     g.c = dev_ptr(c + i * d.m * d.nn * d.esz);
     st = rt_cuda_blas_gemm(&g, err, errlen);
   }

@@ -3,8 +3,10 @@
  * (OpenBLAS for MATMUL) or a plain C loop (ARGSORT, MODE:
  * runtime/sort_loops.c) instead of a generated kernel. The fusion pass
  * materializes their inputs; an input that is still pending here (an
- * inlined FULL or ARANGE source) is realized first. The output is a new
- * contiguous buffer of the node's sizes.
+ * inlined FULL or ARANGE source, a reshape copy the fuser left for the
+ * GEMM to read through) is realized first, unless the generated GEMM
+ * reads through it (gemm_pack.c). The output is a new contiguous buffer
+ * of the node's sizes.
  *
  * Each extern op is one row: its host function and its profiler record.
  * MATMUL, ARGSORT and MODE are built in (`builtin` below); any other
@@ -51,23 +53,32 @@ static void describe_sort(const graph_node *n, bool on_device, kiln_kernel_recor
                             .threads = rt_sort_last_threads()};
 }
 
-/* Name, flops and bytes of a GEMM (BLAS or cuBLAS). */
+/* Name, flops and bytes of a GEMM: cuBLAS, or on the host what
+ * rt_matmul_host ran — the generated GEMM (gemm_MxNxK, gemm_f64_MxNxK;
+ * backend "llvm") or OpenBLAS (blas_sgemm_MxNxK, blas_dgemm_...). */
 static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *r, char *name, size_t len) {
   int nd = n->ndim, esz = graph_dtypes[n->dtype].size;
   int64_t m = n->sizes[nd - 2], nn = n->sizes[nd - 1], k = n->inputs[0].view.sizes[nd - 1];
   int64_t batches = nd > 2 ? n->numel / (m * nn > 0 ? m * nn : 1) : 1;
   if (m * nn == 0) batches = 0;
-  snprintf(name, len, "%s_%cgemm_%lldx%lldx%lld", cublas ? "cublas" : "blas", n->dtype == KILN_F64 ? 'd' : 's',
-           (long long)m, (long long)nn, (long long)k);
+  bool jit = false;
+  int threads = cublas ? 1 : rt_matmul_host_last(&jit);
+  bool f64 = n->dtype == KILN_F64;
+  if (jit)
+    snprintf(name, len, "gemm_%s%lldx%lldx%lld", f64 ? "f64_" : "", (long long)m, (long long)nn, (long long)k);
+  else
+    snprintf(name, len, "%s_%cgemm_%lldx%lldx%lld", cublas ? "cublas" : "blas", f64 ? 'd' : 's', (long long)m,
+             (long long)nn, (long long)k);
   r->name = name;
-  r->backend = cublas ? "cublas" : "blas";
+  r->backend = cublas ? "cublas" : jit ? "llvm" : "blas";
   r->n_ops = 1;
   r->numel = n->numel;
   r->flops = 2 * batches * m * nn * k;
   r->bytes_read = (graph_view_numel(&n->inputs[0].view) + graph_view_numel(&n->inputs[1].view)) * esz;
   r->bytes_written = n->numel * esz;
-  r->cache_hit = true; /* nothing to compile */
-  r->threads = cublas ? 1 : rt_blas_last_threads();
+  r->compile_ns = jit ? rt_gemm_last_compile_ns() : 0; /* the micro-kernel, at its first use */
+  r->cache_hit = r->compile_ns == 0;
+  r->threads = threads;
 }
 
 /* One extern op's row: `host` runs it on host memory (MATMUL's is NULL:
@@ -133,12 +144,15 @@ int rt_extern_register(graph_op op, rt_extern_fn host, rt_extern_describe_fn des
 }
 
 /* Host data of each input: its buffer, or a host copy of it (staged[i],
- * released by the caller) for a buffer on the device. No node is
- * written: inputs may be realized data other threads read too. */
+ * released by the caller) for a buffer on the device; for a MATMUL
+ * operand the generated GEMM reads through a pending reshape copy
+ * (gemm_pack.c), the buffer of the copy's input. No node is written:
+ * inputs may be realized data other threads read too. */
 static int host_inputs(const graph_node *n, const void **in, graph_buffer **staged, char *err, size_t errlen) {
   int st = KILN_OK;
   for (int i = 0; i < n->n_inputs && st == KILN_OK; i++) {
-    const graph_buffer *b = n->inputs[i].node->buffer;
+    const graph_node *x = n->inputs[i].node;
+    const graph_buffer *b = x->buffer ? x->buffer : x->inputs[0].node->buffer;
     staged[i] = NULL;
     if (b->device != KILN_CPU) st = rt_buffer_copy_to(b, KILN_CPU, &staged[i], err, errlen);
     in[i] = staged[i] ? staged[i]->data : b->data;
@@ -181,7 +195,8 @@ int rt_extern_on_host(graph_node *n, rt_extern_fn fn, bool hold, graph_buffer **
 int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   for (int i = 0; i < n->n_inputs; i++) {
     graph_node *in = n->inputs[i].node;
-    int st = in->buffer ? KILN_OK : rt_realize(&in, 1, err, errlen);
+    bool through = n->op == GRAPH_OP_MATMUL && rt_gemm_reads_through(n, i); /* implicit GEMM: gemm_pack.c */
+    int st = in->buffer || through ? KILN_OK : rt_realize(&in, 1, err, errlen);
     if (st != KILN_OK) return st;
   }
   const extern_impl *x = impl_of(n->op);

@@ -37,6 +37,13 @@ static int64_t compiles;
 
 int64_t rt_compile_count(void) { return compiles; }
 
+int64_t rt_kernel_cache_entries(void) {
+  pthread_mutex_lock(&cache_lock);
+  int64_t n = (int64_t)n_used;
+  pthread_mutex_unlock(&cache_lock);
+  return n;
+}
+
 /* The key bytes of k for backend b (malloc'ed), or NULL on OOM. */
 static unsigned char *kernel_key(const kir_kernel *k, const rt_backend *b, size_t *len) {
   size_t uops = (size_t)k->n_uops * sizeof *k->uops, flags = (size_t)k->n_params;

@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "device.h"
+#include "gemm_epilogue.h"
 #include "passes.h"
 #include "pool.h"
 #include "rt_internal.h"
@@ -184,6 +185,8 @@ typedef struct sched_run {
   int *job_at;       /* [order size]: index into jobs, or -1 */
   bool fell_back;    /* a lowering fallback realized nodes of the plan */
   int status;        /* a KILN_DEBUG_CACHE mismatch (KILN_ERR_COMPILE), else KILN_OK */
+  graph_node *const *roots; /* the requested nodes [n_roots] */
+  int n_roots;
 } sched_run;
 
 static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, sched_run *run, char *err,
@@ -510,8 +513,20 @@ static int run_transfer(graph_node *n, char *err, size_t errlen) {
   return KILN_OK;
 }
 
+/* A MATMUL whose elementwise epilogue its GEMM applies (gemm_fused.c:
+ * the epilogue kernel's result is computed here, its kernel skipped;
+ * not in the unfused mode), else the extern op. */
+static int run_extern(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
+  bool done = false;
+  if (n->op == GRAPH_OP_MATMUL && fusion_enabled()) {
+    int st = rt_gemm_fused_run(run->plan, pos, run->roots, run->n_roots, &done, err, errlen);
+    if (st != KILN_OK || done) return st;
+  }
+  return rt_run_extern(n, err, errlen);
+}
+
 static int run_node(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
-  if (graph_ops[n->op].kind == GRAPH_EXTERN) return rt_run_extern(n, err, errlen);
+  if (graph_ops[n->op].kind == GRAPH_EXTERN) return run_extern(n, pos, run, err, errlen);
   if (is_transfer(n) && n->inputs[0].node->buffer) return run_transfer(n, err, errlen);
   ready_kernel rk;
   if (!from_cache(n, pos, run, &rk, err, errlen) && !from_prefetch(n, pos, run, &rk)) {
@@ -602,7 +617,7 @@ int rt_realize(graph_node *const *nodes, int n, char *err, size_t errlen) {
   rt_alloc_install();
   pass_plan p;
   pass_plan_init(&p);
-  sched_run run = {.plan = &p, .cacheable = use_schedule_cache()};
+  sched_run run = {.plan = &p, .cacheable = use_schedule_cache(), .roots = nodes, .n_roots = n};
   size_t key_len = 0;
   const unsigned char *key = NULL;
   if (!plan(nodes, n, &run, &key, &key_len)) {

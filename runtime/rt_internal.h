@@ -52,6 +52,8 @@ int rt_disk_kernel(const kir_kernel *k, const unsigned char *key, size_t len, ll
 uint64_t rt_hash_bytes(const unsigned char *p, size_t len);
 /** Number of kernels compiled so far (cache misses), for tests. */
 int64_t rt_compile_count(void);
+/** Compiled kernels held by the in-memory kernel cache. */
+int64_t rt_kernel_cache_entries(void);
 /** For tests (the allocation-failure walk): forgets every compiled
  *  kernel, so the next forces compile again (their code stays in the JIT
  *  until exit). Only while no force runs and no schedule is cached
@@ -129,6 +131,8 @@ void rt_schedule_insert(const unsigned char *key, size_t len, const rt_decision 
                         const rt_sched_kernel *ks, int nk);
 /** Schedule-cache hits so far (for tests and benchmarks). */
 int64_t rt_schedule_hits(void);
+/** Schedules held by the schedule cache, and their bytes. */
+void rt_schedule_cache_size(int64_t *entries, int64_t *bytes);
 /** For tests: empties the schedule cache. Only while no force runs. */
 void rt_schedule_cache_clear(void);
 
@@ -175,6 +179,65 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen);
 int rt_blas_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 /** Pool threads the calling thread's last rt_blas_matmul ran on. */
 int rt_blas_last_threads(void);
+/** MATMUL on the host through the GEMM KILN_GEMM or the auto rule picks
+ *  (matmul_host.c): rt_gemm_matmul or rt_blas_matmul, same arguments and
+ *  errors. The llvm and cuda-emu backends' contraction. */
+int rt_matmul_host(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** What the calling thread's last rt_matmul_host ran: *jit when the
+ *  generated GEMM; returns the pool threads it used. */
+int rt_matmul_host_last(bool *jit);
+/** True when rt_matmul_host runs n (an F32/F64 MATMUL) with the
+ *  generated GEMM: KILN_GEMM=jit, or auto and the rule says so. */
+bool rt_gemm_selected(const graph_node *n);
+/** For tests and benchmarks: 0 auto, 1 jit, 2 blas instead of KILN_GEMM;
+ *  -1 goes back to the environment's. */
+void rt_gemm_set_mode(int mode);
+/** MATMUL through the generated GEMM (gemm.c: the LLVM micro-kernel in
+ *  BLIS's loops, split over the pool) into out (contiguous [batch..., M,
+ *  N]); in[i]: host data of input i's buffer (its view's offset not
+ *  applied). F32/F64, any sizes (K = 0 zeroes out) and strides.
+ *  KILN_ERR_OOM when packing scratch cannot be allocated (out is then
+ *  partly written; the caller releases it), KILN_ERR_COMPILE when the
+ *  micro-kernel does not compile. The first call per variant compiles
+ *  it (llvm_gemm_kernel). */
+int rt_gemm_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** Pool threads the calling thread's last rt_gemm_matmul ran on. */
+int rt_gemm_last_threads(void);
+/** Nanoseconds the calling thread's last rt_gemm_matmul spent compiling
+ *  its micro-kernel (0: it was compiled already); while profiling, that
+ *  compile is also an event (`gemm_ukr_f32_14x32`). */
+int64_t rt_gemm_last_compile_ns(void);
+/** The generated GEMM's cache blocking (elements): MC rows of A and NC
+ *  columns of B per packed block, KC of K per block. */
+typedef struct rt_gemm_blocking {
+  int64_t mc, kc, nc;
+} rt_gemm_blocking;
+/** The blocking for a micro-kernel of mr × nr and esz-byte elements,
+ *  from the host's cache sizes (read once) or rt_gemm_set_blocking. */
+rt_gemm_blocking rt_gemm_blocking_for(int mr, int nr, int esz);
+/** For tuning and tests: MC, KC, NC instead of the cache rule's (0: the
+ *  rule's). Set it between products, not during one. */
+void rt_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc);
+/** When input i of n (an F32/F64 MATMUL on the CPU) is a reshape copy
+ *  (a CAST of the same dtype) of a realized host buffer, and n's view of
+ *  it splits over the copy's input (graph_view_split, into *s when s is
+ *  not NULL): that buffer's data, from which the generated GEMM can pack
+ *  the operand (gemm_pack.c), the copy unwritten. Else NULL. The copy's
+ *  own state is not looked at: an operand reads through exactly when its
+ *  host data (rt_extern's in[i]) is this pointer. */
+const void *rt_gemm_copy_source(const graph_node *n, int i, graph_split_view *s);
+/** Some input of n is such a copy, still pending. */
+bool rt_gemm_pending_copy(const graph_node *n);
+/** Input i is such a copy, still pending, and the generated GEMM runs n:
+ *  rt_run_extern leaves it pending and the GEMM reads through it. */
+bool rt_gemm_reads_through(const graph_node *n, int i);
+/** Packs `lines` lines (along outer dim ldim of s, from l0) × kc (along
+ *  outer dim kdim, from k0) of the split operand at base (the copy's
+ *  input's data, s->offset and the batch's offset applied) into panels
+ *  of ld lines: panel p at dst + p·ld·kc elements, dst[k·ld + l], lines
+ *  past the end zero. esz 4 or 8; ld ≤ LLVM_GEMM_MAX_NR. */
+void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, int ldim, int64_t l0,
+                        int64_t lines, int64_t ld, int kdim, int64_t k0, int64_t kc, int esz);
 /** True when n (a MATMUL on KILN_CUDA) can run through cuBLAS now: F32 or
  *  F64, inputs realized on the real device (the cuda backend's memory),
  *  no operand to pack, 32-bit sizes, cuBLAS available. */

@@ -473,3 +473,10 @@ void rt_schedule_insert(const unsigned char *key_bytes, size_t len, const rt_dec
 }
 
 int64_t rt_schedule_hits(void) { return atomic_load_explicit(&hits, memory_order_relaxed); }
+
+void rt_schedule_cache_size(int64_t *entries, int64_t *bytes) {
+  pthread_mutex_lock(&sched_lock);
+  *entries = (int64_t)n_used;
+  *bytes = cached_bytes;
+  pthread_mutex_unlock(&sched_lock);
+}

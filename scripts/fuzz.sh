@@ -6,13 +6,14 @@
 # files are regression inputs) and fails on any crash, leak, timeout or
 # mismatch. Prints the executions of each harness (libFuzzer's stats).
 #
-#   scripts/fuzz.sh                  every harness (npy, safetensors, program)
+#   scripts/fuzz.sh                  every harness (npy, safetensors, program, and
+#                                    onnx where protoc-c is installed)
 #   scripts/fuzz.sh program npy      only these
 #
 # Environment: FUZZ_SECONDS per harness (default 60); FUZZ_CI=1 makes the
 # run repeatable, as CI runs it: seed 1 and a fixed number of executions
 # per harness (npy 2,000,000, safetensors 1,500,000, program 6,000; about
-# a minute each here), FUZZ_SECONDS x 3 only a cap; FUZZ_ARGS extra
+# a minute each here; onnx 300,000), FUZZ_SECONDS x 3 only a cap; FUZZ_ARGS extra
 # libFuzzer arguments (e.g. "-seed=1"); KILN_BUILD_DIR (default
 # build-fuzz); KILN_JOBS build parallelism (default 2); KILN_SKIP_SETUP=1
 # skips scripts/setup.sh. A finding is left in <build>/fuzz-work/<name>/
@@ -25,12 +26,16 @@ BUILD=${KILN_BUILD_DIR:-$ROOT/build-fuzz}
 JOBS=${KILN_JOBS:-2}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 HARNESSES=("$@")
-((${#HARNESSES[@]})) || HARNESSES=(npy safetensors program)
+if ((${#HARNESSES[@]} == 0)); then
+  HARNESSES=(npy safetensors program)
+  # the ONNX loader's harness exists where the ONNX layer builds (protobuf-c)
+  if command -v protoc-c >/dev/null 2>&1; then HARNESSES+=(onnx); fi
+fi
 for h in "${HARNESSES[@]}"; do
   case "$h" in
-    npy|safetensors|program) ;;
+    npy|safetensors|program|onnx) ;;
     -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "fuzz.sh: unknown harness $h (npy, safetensors, program)" >&2; exit 2 ;;
+    *) echo "fuzz.sh: unknown harness $h (npy, safetensors, program, onnx)" >&2; exit 2 ;;
   esac
 done
 
@@ -65,6 +70,7 @@ harness_args() {
     npy) echo "-dict=$ROOT/tests/fuzz/npy.dict" ;;
     safetensors) echo "-dict=$ROOT/tests/fuzz/safetensors.dict" ;;
     program) echo "-max_len=512 -timeout=120 -rss_limit_mb=4096" ;;
+    onnx) echo "-max_len=4096" ;;
   esac
 }
 
@@ -80,6 +86,7 @@ limits() {
     npy) runs=2000000 ;;
     safetensors) runs=1500000 ;;
     program) runs=6000 ;;
+    onnx) runs=300000 ;;
   esac
   echo "-seed=1 -runs=$runs -max_total_time=$((SECONDS_EACH * 3))"
 }

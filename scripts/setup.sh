@@ -8,9 +8,11 @@ PACKAGES=(
   cmake gcc make pkg-config
   llvm-19-dev libopenblas-dev libcmocka-dev zlib1g-dev libjansson-dev
   python3-numpy python3-pytest python3-hypothesis python3-torch
-  dataset-fashion-mnist graphviz
+  python3-setuptools python3-pip
+  dataset-fashion-mnist fortunes graphviz
   clang-19 libclang-rt-19-dev
   openmpi-bin libopenmpi-dev
+  protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata python3-torchvision
 )
 
 missing=()

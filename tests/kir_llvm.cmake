@@ -11,9 +11,11 @@ add_executable(test_kir_llvm
   ${PROJECT_SOURCE_DIR}/graph/fault.c
   ${PROJECT_SOURCE_DIR}/graph/env.c
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_jit.c
+  ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_gemm.c
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_lower.c
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_math.c
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_stream.c
+  ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_target.c
   ${PROJECT_SOURCE_DIR}/codegen_llvm/llvm_tile.c)
 target_include_directories(test_kir_llvm PRIVATE
   ${PROJECT_SOURCE_DIR}/graph/include ${PROJECT_SOURCE_DIR}/graph ${PROJECT_SOURCE_DIR}/passes

@@ -29,12 +29,24 @@ start=$(date +%s)
 # each of ~1,700 runs, and the limits test sums 2^32 elements — they test
 # the allocator and the runtime's limits, not the backend, and under
 # cuda-emu (a NVRTC + host compile per kernel, emulated threads) they
-# would take hours.
+# would take hours. cpu_target and the *_avx2 and *_gemm_jit runs pin the
+# llvm backend's CPU or its host GEMM, which cuda-emu does not use (the
+# same tests already run once here with the defaults); gemm_epilogue tests
+# the epilogues the llvm backend fuses into its GEMM's micro-kernel
+# (cuda-emu runs them as kernels of their own, as test_nn and test_linalg
+# check here). Also left out, as their subject is not the CUDA backend or
+# they check it already: cuda_codegen (every kernel it makes goes through
+# NVRTC and ptxas in the plain run; under cuda-emu each would be checked
+# and host-compiled again), kir_llvm, disk_cache and stream (the LLVM
+# backend's code, on-disk cache and streaming stores), the layering and
+# README checks, gemm_tune_smoke (the host GEMM's tuner), the ONNX and
+# Python package tests and char_transformer (programs over the same ops
+# the C tests cover here, each hundreds of kernels).
 # The tests are independent processes (NVRTC and host-compiler bound): one
 # per core.
 jobs=${KILN_EMU_JOBS:-$(nproc)}
 KILN_BACKEND=cuda-emu ctest --test-dir "$build" --output-on-failure -V -j"$jobs" \
-  -E 'numpy|cuda_emu_suite|main_job|bench|install|profiling|_unfused$|^alloc_faults$|^limits$' "$@" >"$log" 2>&1
+  -E 'numpy|cuda_emu_suite|main_job|bench|install|profiling|onnx|python_package|char_transformer|^cuda_codegen$|^kir_llvm$|^disk_cache$|^stream$|^layering|^readme_packages$|^gemm_tune_smoke$|_unfused$|_avx2$|_gemm_jit$|^cpu_target$|^gemm_epilogue$|^alloc_faults$|^limits$' "$@" >"$log" 2>&1
 status=$?
 grep -E '^[0-9]+% tests passed|^Total Test time|^The following tests FAILED|^[[:space:]]+[0-9]+ - .*\(' "$log"
 # Then the NumPy suite under cuda-emu at a small scale (KILN_EMU_NUMPY_SCALE,

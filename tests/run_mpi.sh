@@ -9,6 +9,11 @@
 #                                KILN_DIST_TIMEOUT (3 s here) + a margin
 #   run_mpi.sh exit NP PROGRAM   rank 1 exits early (KILN_TEST_DIST_MODE=exit):
 #                                the job must end, well before the timeout
+#   run_mpi.sh kill NP PROGRAM   rank 1 is killed (SIGKILL) amid a run of
+#                                all-reduces (KILN_TEST_DIST_MODE=kill): the
+#                                job must end within KILN_DIST_TIMEOUT (10 s)
+#                                + a margin, with a clear error naming the
+#                                killed rank or the timeout
 #
 # Exits 77 (ctest SKIP_RETURN_CODE) when mpirun is absent. Local only:
 # shared memory (btl self,vader), no ssh (plm_rsh_agent false), more
@@ -26,10 +31,10 @@ case "$mode" in
   ok)
     exec "${MPIRUN[@]}" "$prog" "$@"
     ;;
-  hang|exit)
+  hang|exit|kill)
     out=$(mktemp)
     trap 'rm -f "$out"' EXIT
-    limit=$([[ $mode == hang ]] && echo 3 || echo 60)
+    case $mode in hang) limit=3 ;; kill) limit=10 ;; *) limit=60 ;; esac
     start=$(date +%s)
     KILN_DIST_TIMEOUT=$limit KILN_TEST_DIST_MODE=$mode timeout 120 "${MPIRUN[@]}" "$prog" >"$out" 2>&1
     rc=$?
@@ -41,6 +46,10 @@ case "$mode" in
     fi
     if [[ $mode == hang ]] && ! grep -q "did not complete within KILN_DIST_TIMEOUT=3 s on rank 0" "$out"; then
       echo "run_mpi.sh: hang: no timeout message from rank 0"
+      exit 1
+    fi
+    if [[ $mode == kill ]] && ! grep -Eq "exited on signal 9|KILN_DIST_TIMEOUT" "$out"; then
+      echo "run_mpi.sh: kill: no error that says rank 1 died or the collective timed out"
       exit 1
     fi
     if ((took > 40)); then

@@ -105,6 +105,75 @@ static void values_against_host_loop(void **state) {
   }
 }
 
+/* The implicit GEMM's edges (runtime/gemm_pack.c: the generated GEMM
+ * packs the columns from the padded input): K = C/G·ΠK and N·ΠOut that
+ * are multiples of no block size and span several KC and NC blocks
+ * (333 and 6,345), padding wider than the kernel, batch 1, 1-D with
+ * stride and dilation, 3-D with groups. */
+static void implicit_gemm_edges(void **state) {
+  (void)state;
+  conv_case cases[] = {
+      {2, 3, 37, 5, {47, 45}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {2, 1, 3, 7, {5, 6}, {2, 2}, {1, 1}, {3, 4}, {1, 1}, 1},
+      {1, 1, 5, 3, {200}, {5}, {3}, {2}, {2}, 1},
+      {3, 2, 4, 6, {6, 5, 7}, {3, 2, 3}, {1, 1, 2}, {2, 1, 3}, {1, 2, 1}, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    check_case(&cases[i], true);
+    check_case(&cases[i], false);
+  }
+}
+
+/* Which kernels a conv's forward and weight gradient ran: with fusion
+ * on and the generated GEMM (KILN_GEMM unset, auto or jit) neither the
+ * im2col copy nor the output gradient's copy as [G, O/G, N·ΠOut]
+ * (`C_cast_...` kernels) is written and the products are `gemm_` (llvm);
+ * with KILN_GEMM=blas or KILN_FUSE=0 the copies run as kernels, and the
+ * values are checked against the host loop in every configuration. */
+static void implicit_gemm_writes_no_columns(void **state) {
+  (void)state;
+  const char *mode = getenv("KILN_GEMM"), *fuse = getenv("KILN_FUSE");
+  bool blas = mode && strcmp(mode, "blas") == 0, unfused = fuse && strcmp(fuse, "0") == 0;
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_randn(KILN_F32, 4, (const int64_t[]){2, 3, 12, 10});
+  kiln_tensor *w = kiln_randn(KILN_F32, 4, (const int64_t[]){8, 3, 3, 3});
+  kiln_realize(x), kiln_realize(w);
+  kiln_profile_begin();
+  kiln_tensor *y = kiln_conv(x, w, NULL, 2, NULL, (const int64_t[]){1, 1}, NULL, 1);
+  kiln_tensor *gw = NULL;
+  assert_int_equal(kiln_grad(&y, &y, 1, &w, 1, &gw), KILN_OK); /* d/dw of |y|²/2 */
+  kiln_tensor *both[2] = {y, gw};
+  assert_int_equal(kiln_realize_many(both, 2), KILN_OK);
+  kiln_profile_end();
+  int casts = 0, gemms = 0;
+  for (int i = 0; i < kiln_profile_count(); i++) {
+    kiln_kernel_record r;
+    assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+    /* the columns [27, 240], or y's gradient as [8, 240] (the weight's
+     * gradient itself is a copy to w's sizes, 216 elements) */
+    casts += strncmp(r.name, "C_cast", 6) == 0 && (r.numel == 27 * 240 || r.numel == 8 * 240);
+    gemms += strncmp(r.name, "gemm_", 5) == 0 && strcmp(r.backend, "llvm") == 0;
+  }
+  if (blas || unfused) {
+    assert_true(casts >= 1);
+  } else {
+    assert_int_equal(casts, 0);
+    assert_int_equal(gemms, 2);
+  }
+  /* y against the host loop, in double */
+  conv_case p = {2, 2, 3, 8, {12, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  float xf[2 * 3 * 120], wf[8 * 27], yf[2 * 8 * 120];
+  double xd[2 * 3 * 120], wd[8 * 27], yd[2 * 8 * 120];
+  assert_int_equal(kiln_read(x, xf, sizeof xf), KILN_OK);
+  assert_int_equal(kiln_read(w, wf, sizeof wf), KILN_OK);
+  assert_int_equal(kiln_read(y, yf, sizeof yf), KILN_OK);
+  for (size_t i = 0; i < sizeof xf / sizeof *xf; i++) xd[i] = xf[i];
+  for (size_t i = 0; i < sizeof wf / sizeof *wf; i++) wd[i] = wf[i];
+  host_conv(&p, xd, wd, NULL, yd);
+  for (size_t i = 0; i < sizeof yf / sizeof *yf; i++) assert_float_equal(yf[i], yd[i], 1e-4);
+  kiln_scope_end();
+}
+
 /* A transposed (non-contiguous) input and weight, and an unbatched input
  * [C, *S] giving [O, *Out]. */
 static void strided_and_unbatched(void **state) {
@@ -191,6 +260,7 @@ static void gradients(void **state) {
       {1, 2, 2, 4, {7}, {3}, {2}, {1}, {1}, 2},
       {2, 2, 2, 3, {5, 4}, {3, 2}, {1, 1}, {1, 1}, {1, 1}, 1},
       {2, 1, 2, 2, {6, 5}, {2, 2}, {2, 1}, {0, 1}, {2, 1}, 2},
+      {2, 1, 3, 2, {4, 3}, {2, 2}, {1, 2}, {3, 2}, {1, 1}, 1}, /* padding wider than the kernel, batch 1 */
   };
   for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     const conv_case *p = &cases[t];
@@ -320,6 +390,7 @@ int main(void) {
       cmocka_unit_test(values_against_host_loop), cmocka_unit_test(strided_and_unbatched),
       cmocka_unit_test(transpose_is_adjoint),     cmocka_unit_test(gradients),
       cmocka_unit_test(col2im_sums_in_order),     cmocka_unit_test(errors),
+      cmocka_unit_test(implicit_gemm_edges),      cmocka_unit_test(implicit_gemm_writes_no_columns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -433,7 +433,8 @@ typedef kiln_tensor *(*scalar_fn)(kiln_tensor *, double);
 static const unary_fn unaries[] = {
     kiln_neg,  kiln_abs,   kiln_sign,       kiln_exp,   kiln_exp2, kiln_log,   kiln_log2,  kiln_log1p,      kiln_expm1,
     kiln_sqrt, kiln_rsqrt, kiln_reciprocal, kiln_sin,   kiln_cos,  kiln_tan,   kiln_tanh,  kiln_sigmoid,    kiln_relu,
-    kiln_gelu, kiln_silu,  kiln_erf,        kiln_floor, kiln_ceil, kiln_round, kiln_trunc, kiln_logical_not};
+    kiln_gelu, kiln_silu,  kiln_erf,        kiln_floor, kiln_ceil, kiln_round, kiln_trunc, kiln_logical_not,
+    kiln_asin, kiln_acos,  kiln_atan,       kiln_sinh,  kiln_cosh, kiln_asinh, kiln_acosh, kiln_atanh};
 static const binary_fn binaries[] = {kiln_add,     kiln_sub,         kiln_mul,        kiln_div,        kiln_pow,
                                      kiln_maximum, kiln_minimum,     kiln_fmod,       kiln_remainder,  kiln_atan2,
                                      kiln_eq,      kiln_ne,          kiln_lt,         kiln_le,         kiln_gt,

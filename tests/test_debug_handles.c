@@ -45,11 +45,32 @@ static void scope_owned_release(void **state) {
   expect_error(KILN_ERR_ARG, "kiln_realize", "was released", NULL);
 }
 
+/* A handle freed by the end of the scope that owned it: the message names
+ * that scope (by depth), not kiln_release; one freed by kiln_release inside
+ * a scope names kiln_release. */
+static void scope_end_names_the_scope(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_tensor *a = kiln_ones(KILN_F32, 1, (int64_t[]){2});
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_mul_scalar(a, 2), *y = kiln_add_scalar(a, 1);
+  kiln_release(y);
+  kiln_scope_end();
+  assert_null(kiln_add(x, a));
+  expect_error(KILN_ERR_ARG, "kiln_add", "argument a was released", "kiln_scope_end", "depth 2", NULL);
+  assert_null(kiln_add(a, y));
+  expect_error(KILN_ERR_ARG, "kiln_add", "argument b was released", "its last kiln_release", NULL);
+  kiln_scope_end();
+  assert_int_equal(kiln_dim(a), -1);
+  expect_error(KILN_ERR_ARG, "kiln_dim", "kiln_scope_end", "depth 1", NULL);
+}
+
 int main(void) {
   setenv("KILN_DEBUG_HANDLES", "1", 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(use_after_release_is_an_error),
       cmocka_unit_test(scope_owned_release),
+      cmocka_unit_test(scope_end_names_the_scope),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -352,8 +352,8 @@ static void default_and_empty_dir(void **state) {
   remove_dir(home);
 }
 
-/* Code built for another CPU (features) or by another Kiln version is not
- * loaded; the entries of each live side by side. */
+/* Code built for another CPU (features; a CPU KILN_CPU pins) or by another
+ * Kiln version is not loaded; the entries of each live side by side. */
 static void other_cpu_or_version_misses(void **state) {
   (void)state;
   char dir[64];
@@ -362,8 +362,11 @@ static void other_cpu_or_version_misses(void **state) {
   assert_cold(cold);
   assert_cold(run_in(dir, "KILN_CACHE_TEST_CPU='other-cpu +avx512f'"));
   assert_cold(run_in(dir, "KILN_CACHE_TEST_VERSION=9.9.9"));
+  child_out avx2 = run_in(dir, "KILN_CPU=x86-64-v3"); /* a pinned CPU is another CPU */
+  assert_cold(avx2);
   assert_warm(run_in(dir, NULL), cold.compiles);
   assert_warm(run_in(dir, "KILN_CACHE_TEST_VERSION=9.9.9"), cold.compiles);
+  assert_warm(run_in(dir, "KILN_CPU=x86-64-v3"), avx2.compiles);
   remove_dir(dir);
 }
 

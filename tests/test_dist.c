@@ -10,10 +10,12 @@
  * forced in, bit-identical float sums on every rank, and ranks that
  * disagree on sizes all failing with KILN_ERR_SHAPE. KILN_TEST_DIST_MODE
  * = "hang" (rank 1 never joins) or "exit" (rank 1 exits early) runs one
- * collective that must end the job (tests/run_mpi.sh checks how).
+ * collective, "kill" (rank 1 killed by SIGKILL amid a run of all-reduces)
+ * many, that must end the job (tests/run_mpi.sh checks how).
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -324,6 +326,47 @@ static void test_gradients(void **state) {
   kiln_scope_end();
 }
 
+/* Every collective and kiln_recv inside nested scopes: the inner scope's
+ * end frees each result exactly once (kiln_recv's was listed twice and
+ * freed twice), a kiln_keep'd one outlives it in the outer scope. */
+static void test_in_scopes(void **state) {
+  (void)state;
+  int next = (R + 1) % P, prev = (R + P - 1) % P;
+  int64_t n = 6;
+  kiln_scope_begin();
+  kiln_tensor *x = strided_input(R, 2, 3, KILN_REDUCE_SUM, KILN_F32);
+  kiln_tensor *kept[2];
+  kiln_scope_begin();
+  kiln_tensor *sum = kiln_all_reduce(x, KILN_REDUCE_SUM, world);
+  kiln_tensor *gathered = kiln_all_gather(x, 0, world);
+  kiln_tensor *scattered = kiln_reduce_scatter(gathered, KILN_REDUCE_SUM, 0, world);
+  kiln_tensor *bcast = kiln_broadcast(x, 0, world);
+  kiln_tensor *got_r = NULL;
+  if (P > 1) {
+    kiln_scope_begin(); /* a receive in a third scope, kept into the second */
+    got_r = kiln_keep(kiln_recv(KILN_F32, 2, (int64_t[]){2, 3}, prev, 11, world));
+    assert_non_null(got_r);
+    assert_int_equal(kiln_send(x, next, 11, world), KILN_OK);
+    kiln_scope_end();
+    double v[6];
+    values(got_r, v, n);
+    for (int64_t i = 0; i < n; i++) assert_float_equal(v[i], input_of(prev, i, KILN_REDUCE_SUM, KILN_F32), 0);
+  }
+  double w[6]; /* block R of the sum over ranks of [x_0, ..., x_P-1]: P * x_R */
+  values(scattered, w, n);
+  for (int64_t i = 0; i < n; i++) assert_float_equal(w[i], P * input_of(R, i, KILN_REDUCE_SUM, KILN_F32), 0);
+  assert_non_null(bcast);
+  kept[0] = kiln_keep(sum);
+  kept[1] = kiln_keep(P > 1 ? got_r : bcast);
+  kiln_scope_end(); /* frees gathered, scattered, bcast (or got_r) once each */
+  double v[6];
+  values(kept[0], v, n);
+  for (int64_t i = 0; i < n; i++) assert_float_equal(v[i], ref_reduce(i, KILN_REDUCE_SUM, KILN_F32), 0);
+  values(kept[1], v, n);
+  for (int64_t i = 0; i < n; i++) assert_float_equal(v[i], input_of(P > 1 ? prev : 0, i, KILN_REDUCE_SUM, KILN_F32), 0);
+  kiln_scope_end();
+}
+
 static void test_bad_arguments(void **state) {
   (void)state;
   kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){2});
@@ -397,10 +440,35 @@ static int setup_world(void **state) {
   return 0;
 }
 
+/* KILN_TEST_DIST_MODE=kill: every rank runs all-reduces of 4 MiB in a
+ * loop; rank 1 is killed (SIGKILL: no clean-up, no MPI_Finalize) between
+ * two of them while the others are already inside the next one. */
+static int killed_mid_all_reduce(void) {
+  kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){1 << 20});
+  for (int it = 0; it < 1000; it++) {
+    if (R == 1 && it == 20) {
+      fprintf(stderr, "rank 1 is killed after %d all-reduces\n", it);
+      fflush(stderr);
+      raise(SIGKILL);
+    }
+    kiln_tensor *y = kiln_all_reduce(x, KILN_REDUCE_SUM, world);
+    int st = kiln_realize(y);
+    kiln_release(y);
+    if (st != KILN_OK) {
+      fprintf(stderr, "rank %d: all-reduce %d failed: %s\n", R, it, kiln_last_error());
+      return 1;
+    }
+  }
+  fprintf(stderr, "rank %d: every all-reduce completed\n", R);
+  return 1; /* reaching here is a failure: the job should have ended */
+}
+
 /* KILN_TEST_DIST_MODE=hang|exit: rank 1 never joins the all-reduce (it
- * sleeps, or exits); the job must end (run_mpi.sh checks how fast). */
+ * sleeps, or exits); =kill: it dies in the middle of a run of them
+ * (killed_mid_all_reduce). The job must end (run_mpi.sh checks how fast). */
 static int failure_mode(const char *mode) {
   if (setup_world(NULL) != 0) return 2;
+  if (strcmp(mode, "kill") == 0) return killed_mid_all_reduce();
   if (R == 1) {
     if (strcmp(mode, "exit") == 0) {
       fprintf(stderr, "rank 1 exits early\n");
@@ -429,7 +497,7 @@ int main(void) {
       cmocka_unit_test(test_send_recv),      cmocka_unit_test(test_all_reduce_inplace),
       cmocka_unit_test(test_force_order),    cmocka_unit_test(test_bit_identical),
       cmocka_unit_test(test_gradients),      cmocka_unit_test(test_bad_arguments),
-      cmocka_unit_test(test_mismatch),
+      cmocka_unit_test(test_mismatch),       cmocka_unit_test(test_in_scopes),
   };
   int fails = cmocka_run_group_tests_name("dist", tests, setup_world, NULL);
   int st = kiln_dist_finalize();

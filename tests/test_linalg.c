@@ -175,9 +175,12 @@ static void expect_ramp_product(kiln_tensor *c, int64_t m, int64_t k, int64_t n,
  * rows, transposed operands (a block starts one column or one row in),
  * a packed operand, matrix-vector and vector-matrix products (gemv on
  * a block of rows or columns), and batches. Values against the double
- * reference; the record counts the threads the product ran on. */
+ * reference; the record counts the threads the product ran on.
+ * OpenBLAS forced (KILN_GEMM=blas): this is blas.c's split (the
+ * generated GEMM's is test_gemm.c's). */
 static void split_over_pool(void **state) {
   int threads[] = {3, 2}, before = rt_pool_threads();
+  rt_gemm_set_mode(2);
   for (int t = 0; t < 2; t++) {
     kiln_set_num_threads(threads[t]);
     for (int c = 0; c < 8; c++) {
@@ -238,6 +241,7 @@ static void split_over_pool(void **state) {
     kiln_scope_end();
   }
   kiln_set_num_threads(before);
+  rt_gemm_set_mode(-1);
   expect_no_error();
 }
 

@@ -79,8 +79,51 @@ static void errors(void **state) {
   kiln_clear_error();
 }
 
+/* kiln_engine_stats_get counts what exists: nodes and buffers come and go
+ * with the tensors that hold them, a new kernel is one compile and one
+ * cached kernel, the same graph again neither; NULL is an error. */
+static void engine_stats(void **state) {
+  (void)state;
+  kiln_engine_stats a, b, c, d, e;
+  assert_int_equal(kiln_engine_stats_get(&a), KILN_OK);
+  assert_true(a.rss_bytes > 0);
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_rand(KILN_F32, 1, (int64_t[]){1000});
+  kiln_tensor *y = kiln_mul_scalar(kiln_add_scalar(x, 3.25), -7.5); /* a kernel no other test here makes */
+  assert_int_equal(kiln_engine_stats_get(&b), KILN_OK);
+  assert_true(b.live_nodes > a.live_nodes);
+  assert_true(b.pending_nodes > a.pending_nodes);
+  assert_int_equal(kiln_realize(y), KILN_OK);
+  assert_int_equal(kiln_engine_stats_get(&c), KILN_OK);
+  assert_true(c.kernels_compiled > b.kernels_compiled);
+  assert_true(c.kernels_cached > b.kernels_cached);
+  assert_true(c.live_buffers > a.live_buffers);
+  assert_int_equal(c.pending_nodes, a.pending_nodes);
+  kiln_scope_end();
+  /* the same graph on new data, twice: cache hits, and the second time
+   * leaves exactly what the first left (nothing accumulates) */
+  for (int round = 0; round < 2; round++) {
+    kiln_scope_begin(); /* owns the intermediate too */
+    y = kiln_mul_scalar(kiln_add_scalar(kiln_rand(KILN_F32, 1, (int64_t[]){1000}), 3.25), -7.5);
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    kiln_scope_end();
+    assert_int_equal(kiln_engine_stats_get(round ? &e : &d), KILN_OK);
+  }
+  assert_int_equal(d.kernels_compiled, c.kernels_compiled);
+  assert_int_equal(d.kernels_cached, c.kernels_cached);
+  assert_int_equal(e.live_nodes, d.live_nodes);
+  assert_int_equal(e.live_buffers, d.live_buffers);
+  assert_int_equal(e.live_nodes, a.live_nodes); /* every tensor released: no node or buffer left */
+  assert_int_equal(e.live_buffers, a.live_buffers);
+  assert_int_equal(e.pending_nodes, a.pending_nodes);
+  kiln_clear_error();
+  assert_int_equal(kiln_engine_stats_get(NULL), KILN_ERR_ARG);
+  assert_non_null(strstr(kiln_last_error(), "kiln_engine_stats_get"));
+  kiln_clear_error();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(records_each_kernel), cmocka_unit_test(unfused_records),
-                                     cmocka_unit_test(errors)};
+                                     cmocka_unit_test(errors), cmocka_unit_test(engine_stats)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

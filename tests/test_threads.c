@@ -5,7 +5,9 @@
  * kernel-cache entries and also miss them at the same time), graphs that
  * read one realized tensor shared by every thread (views of it too), and
  * both again while busy processes compete for the cores, so forces are
- * preempted half-way. Every value is checked against a host reference.
+ * preempted half-way; and kiln_grad walking recipes while other threads
+ * evict recipes from the history queue. Every value is checked against a
+ * host reference.
  *
  * CI also runs this test built with ThreadSanitizer (.ci/run, build-tsan):
  * there it must report no data race.
@@ -16,6 +18,7 @@
 #define _GNU_SOURCE /* fork, kill, alarm */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -179,6 +182,117 @@ static void private_different_shapes(void **state) { run_threads(false, false); 
 static void shared_input_same_shapes(void **state) { run_threads(true, true); }
 static void shared_input_different_shapes(void **state) { run_threads(false, true); }
 
+/* kiln_grad while other threads evict recipes (graph/history.c), the
+ * case of kiln.h's thread rules: a realized s = sum(2 t), t = exp(x), is
+ * shared by every thread, and t's tensor is freed, so t's value is an
+ * orphan whose recipe waits in the history queue. Two threads take
+ * ds/dx over and over (each walk reads t's recipe) while two others force
+ * and free tensors of their own, whose orphans push the queue over its
+ * small budget (KILN_HISTORY_BYTES, set in main): whichever thread
+ * enqueues evicts the oldest recipes, t's among them, at some point of
+ * the walks. Each gradient is exact (2 exp(x)) or, once t's recipe went,
+ * the documented error; never a race (TSan), a crash or a wrong value.
+ * Several rounds, each with a new shared chain. */
+#define HIST_N 256
+#define HIST_BUDGET "16384" /* bytes: t's entry and a few more */
+#define HIST_ROUNDS 6
+
+typedef struct hist_round {
+  kiln_tensor *x, *s; /* shared, realized */
+  double v[HIST_N];
+  atomic_bool stop;
+  atomic_int exact, released;
+} hist_round;
+
+static hist_round hr;
+
+static void grad_once(worker *w) {
+  kiln_tensor *g = NULL;
+  int st = kiln_grad(&hr.s, NULL, 1, &hr.x, 1, &g);
+  if (st == KILN_OK) {
+    double got[HIST_N];
+    if (kiln_read(g, got, sizeof got) != KILN_OK) note_error(w, "reading the gradient");
+    for (int64_t i = 0; i < HIST_N; i++)
+      if (!close_to(got[i], 2 * exp(hr.v[i]))) atomic_fetch_add(w->wrong, 1);
+    atomic_fetch_add(&hr.exact, 1);
+  } else if (st == KILN_ERR_ARG && strstr(kiln_last_error(), "recipe was released")) {
+    atomic_fetch_add(&hr.released, 1);
+    kiln_clear_error();
+  } else {
+    note_error(w, "kiln_grad over the shared chain");
+  }
+  kiln_release(g);
+}
+
+static void *walker(void *arg) {
+  while (!atomic_load(&hr.stop)) grad_once(arg);
+  return NULL;
+}
+
+/* Makes orphans for the queue as the shared chain does: y = exp(z / 2)
+ * forced, kept only by the recipe of u = sum(y) (also forced, held until
+ * the round ends). */
+#define HIST_MADE 40
+static void *orphan_maker(void *arg) {
+  worker *w = arg;
+  kiln_tensor *held[HIST_MADE] = {0};
+  for (int it = 0; it < HIST_MADE; it++) {
+    double v[HIST_N];
+    for (int64_t i = 0; i < HIST_N; i++) v[i] = input_value(w->id, it, i);
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_exp(kiln_mul_scalar(kiln_from_data(KILN_F64, 1, (int64_t[]){HIST_N}, v), 0.5));
+    kiln_tensor *u = kiln_sum(y, 0, NULL, false);
+    if (kiln_realize(y) != KILN_OK || kiln_realize(u) != KILN_OK) note_error(w, "forcing an orphan-to-be");
+    held[it] = kiln_escape(u);
+    kiln_scope_end(); /* y's tensor goes: its value is an orphan, its recipe queued */
+  }
+  while (!atomic_load(&hr.stop)) sched_yield(); /* hold them until the walkers stop */
+  for (int it = 0; it < HIST_MADE; it++) kiln_release(held[it]);
+  return NULL;
+}
+
+static void history_round(atomic_int *wrong, atomic_int *errors, int *exact, int *released) {
+  for (int64_t i = 0; i < HIST_N; i++) hr.v[i] = input_value(9, 0, i);
+  hr.x = kiln_from_data(KILN_F64, 1, (int64_t[]){HIST_N}, hr.v);
+  kiln_tensor *t = kiln_exp(hr.x), *two_t = kiln_mul_scalar(t, 2);
+  hr.s = kiln_sum(two_t, 0, NULL, false);
+  assert_int_equal(kiln_realize(t), KILN_OK);
+  assert_int_equal(kiln_realize(hr.s), KILN_OK);
+  kiln_release(two_t);
+  kiln_release(t); /* t's value: an orphan, its recipe queued */
+  atomic_store(&hr.stop, false);
+  atomic_store(&hr.exact, 0);
+  atomic_store(&hr.released, 0);
+  worker w[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (worker){.id = i, .wrong = wrong, .errors = errors};
+    assert_int_equal(pthread_create(&th[i], NULL, i < 2 ? walker : orphan_maker, &w[i]), 0);
+  }
+  /* the walkers run until t's recipe is gone (or a few seconds pass) */
+  for (int ms = 0; ms < 5000 && atomic_load(&hr.released) < 10; ms++) usleep(1000);
+  atomic_store(&hr.stop, true);
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 4; i++)
+    if (w[i].first_error[0]) print_error("%s\n", w[i].first_error);
+  *exact += atomic_load(&hr.exact);
+  *released += atomic_load(&hr.released);
+  kiln_release(hr.s), kiln_release(hr.x);
+}
+
+static void grad_while_history_evicts(void **state) {
+  atomic_int wrong = 0, errors = 0;
+  int exact = 0, released = 0;
+  for (int r = 0; r < HIST_ROUNDS; r++) history_round(&wrong, &errors, &exact, &released);
+  print_message("kiln_grad over an orphan's recipe while others evict: %d exact, %d after it was released\n",
+                exact, released);
+  assert_int_equal(atomic_load(&errors), 0);
+  assert_int_equal(atomic_load(&wrong), 0);
+  /* 80 orphans per round outweigh the budget many times: t's recipe
+   * always goes before the round ends, and the walkers then see it */
+  assert_true(released > 0);
+}
+
 /* Busy processes (one per core) compete with the forcing threads, so the
  * scheduler preempts them mid-force. The children spin until killed. */
 static void under_load(void **state) {
@@ -203,12 +317,14 @@ static void under_load(void **state) {
 }
 
 int main(void) {
+  setenv("KILN_HISTORY_BYTES", HIST_BUDGET, 1); /* read once, at the first orphan */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(private_same_shapes),
       cmocka_unit_test(private_different_shapes),
       cmocka_unit_test(shared_input_same_shapes),
       cmocka_unit_test(shared_input_different_shapes),
       cmocka_unit_test(under_load),
+      cmocka_unit_test(grad_while_history_evicts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -627,6 +627,72 @@ static void test_null_chain(void **state) {
   kiln_scope_end();
 }
 
+/* graph_view from sizes and strides [nd] at offset. */
+static graph_view gv(int nd, const int64_t *sizes, const int64_t *strides, int64_t offset) {
+  graph_view v = {.ndim = nd, .offset = offset};
+  for (int d = 0; d < nd; d++) v.sizes[d] = sizes[d], v.strides[d] = strides[d];
+  return v;
+}
+
+/* Checks a split of `outer` (a view of the contiguous copy of src)
+ * against its definition at every outer index: the copy's flat element
+ * outer.offset + Σ i_d·stride_d, unravelled row-major over src's sizes,
+ * is src element src.offset + Σ j_t·stride_t. */
+static void check_split(const graph_view *outer, const graph_view *src) {
+  graph_split_view s;
+  assert_true(graph_view_split(outer, src, &s));
+  assert_int_equal(s.ndim, outer->ndim);
+  int64_t n = graph_view_numel(outer);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t rest = e, flat = outer->offset, got = s.offset;
+    for (int d = outer->ndim - 1; d >= 0; d--) {
+      int64_t i = rest % outer->sizes[d];
+      rest /= outer->sizes[d];
+      flat += i * outer->strides[d];
+      got += graph_split_offset(&s, d, i);
+    }
+    int64_t want = src->offset;
+    for (int t = src->ndim - 1; t >= 0; t--) {
+      want += flat % src->sizes[t] * src->strides[t];
+      flat /= src->sizes[t];
+    }
+    assert_int_equal(got, want);
+  }
+}
+
+/* graph_view_split: a 2-D convolution's window view (groups 2, 3×2
+ * kernel, dilation 2, stride 2 over a padded [2, 4, 9, 8] input) read as
+ * its column matrix [G, C/G·ΠK, N·ΠOut], transposed (the weight
+ * gradient's columnsᵀ), with a broadcast batch dim, and a merged
+ * permuted tensor read at an offset in an unsplit dim; the views that
+ * step inside a dim, overlap or start inside a run are not split. */
+static void test_split_views(void **state) {
+  (void)state;
+  /* window [G, C/G, KH, KW, N, OH, OW] of [N=2, C=4, 9, 8] (strides 288, 72, 8, 1) */
+  graph_view win = gv(7, V(2, 2, 3, 2, 2, 3, 3), V(144, 72, 16, 2, 288, 16, 2), 5);
+  int64_t kk = 2 * 3 * 2, nn = 2 * 3 * 3;
+  graph_view cols = gv(3, V(2, kk, nn), V(kk * nn, nn, 1), 0);
+  check_split(&cols, &win);
+  graph_view cols_t = gv(3, V(2, nn, kk), V(kk * nn, 1, nn), 0);
+  check_split(&cols_t, &win);
+  graph_view bcast = gv(4, V(3, 2, kk, nn), V(0, kk * nn, nn, 1), 0);
+  check_split(&bcast, &win);
+  /* [N=3, O=4, 5] permuted to [O, N, 5] and merged to [O, N·5]; its row
+   * o = 1 as [N, 5] (offset 15 in the copy: o fixed, not split) */
+  graph_view perm = gv(3, V(4, 3, 5), V(5, 20, 1), 0);
+  graph_view merged = gv(2, V(4, 15), V(15, 1), 0);
+  check_split(&merged, &perm);
+  graph_view row = gv(2, V(3, 5), V(5, 1), 15);
+  check_split(&row, &perm);
+  graph_split_view s;
+  graph_view inside = gv(2, V(2, 7), V(21, 3), 0); /* stride 3 steps inside N·5 */
+  assert_false(graph_view_split(&inside, &perm, &s));
+  graph_view overlap = gv(2, V(4, 4), V(15, 15), 0); /* two dims over one run */
+  assert_false(graph_view_split(&overlap, &perm, &s));
+  graph_view offset_in_run = gv(2, V(4, 14), V(15, 1), 1); /* starts inside the N·5 run */
+  assert_false(graph_view_split(&offset_in_run, &perm, &s));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_narrow),          cmocka_unit_test(test_narrow_values),
@@ -639,7 +705,7 @@ int main(void) {
       cmocka_unit_test(test_flatten),         cmocka_unit_test(test_as_strided),
       cmocka_unit_test(test_split),           cmocka_unit_test(test_chunk),
       cmocka_unit_test(test_views_share_writes), cmocka_unit_test(test_views_and_scopes),
-      cmocka_unit_test(test_null_chain),
+      cmocka_unit_test(test_null_chain),      cmocka_unit_test(test_split_views),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

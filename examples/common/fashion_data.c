@@ -162,6 +162,17 @@ int fashion_count_compiles(void) {
   return n;
 }
 
+void fashion_print_stats(int epoch) {
+  kiln_engine_stats s;
+  if (kiln_engine_stats_get(&s) != KILN_OK) return;
+  printf("stats: epoch %d rss_mib %.1f live_nodes %lld live_buffers %lld pending_nodes %lld history_weight %lld "
+         "allocator_cached_mib %.1f kernels_cached %lld schedules_cached %lld kernels_compiled %lld\n",
+         epoch, (double)s.rss_bytes / (1 << 20), (long long)s.live_nodes, (long long)s.live_buffers,
+         (long long)s.pending_nodes, (long long)s.history_weight, (double)s.allocator_cached_bytes / (1 << 20),
+         (long long)s.kernels_cached, (long long)s.schedules_cached, (long long)s.kernels_compiled);
+  fflush(stdout);
+}
+
 int fashion_report_profile(const char *prog, const char *trace) {
   printf("\nprofile of the last epoch (training steps; evaluation not included):\n");
   kiln_profile_print(stdout);

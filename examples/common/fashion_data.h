@@ -44,6 +44,10 @@ double fashion_seconds(void);
 /* Compiles (cache misses) among the profiler's records. */
 int fashion_count_compiles(void);
 
+/* --stats: one line of kiln_engine_stats_get after epoch e, in a form
+ * scripts/soak.sh reads ("stats: epoch E rss_mib R live_nodes N ..."). */
+void fashion_print_stats(int epoch);
+
 /* Prints the profile table of the records (the last epoch); writes them
  * as a Chrome trace to `trace` too when not NULL. Returns a kiln_status. */
 int fashion_report_profile(const char *prog, const char *trace);

@@ -32,6 +32,12 @@ int rt_write_dot(graph_node *const *roots, int n, bool after_passes, FILE *f, ch
  *  NVRTC or a host C++ compiler), or "cuda" (KILN_ERR_DEVICE "no CUDA device:
  *  <why>" without a device); else KILN_ERR_ARG. Message in err. */
 int rt_backend_select(const char *name, char *err, size_t errlen);
+/** kiln_cpu_target: the CPU the llvm backend compiles for (KILN_CPU, else
+ *  the host) into cpu[cpu_len] (truncated; skipped when cpu is NULL or
+ *  cpu_len 0), its vector register width in bits and count (each out
+ *  pointer may be NULL). KILN_ERR_COMPILE with the reason in err when
+ *  that target is unusable (an unknown KILN_CPU); outputs untouched. */
+int rt_cpu_target(char *cpu, size_t cpu_len, int *vector_bits, int *vector_regs, char *err, size_t errlen);
 /** Sets the kernel thread count (n >= 1, clamped to RT_POOL_MAX_THREADS
  *  of pool.h; n < 1 is ignored). Waits for a running parallel kernel,
  *  stops the old workers; new ones start lazily at the next parallel run. */
@@ -86,6 +92,14 @@ typedef void (*rt_extern_describe_fn)(const graph_node *n, bool on_device, kiln_
  *  function, or an op that already has another runner. */
 int rt_extern_register(graph_op op, rt_extern_fn host, rt_extern_describe_fn describe, bool hold, char *err,
                        size_t errlen);
+
+/* ---------------------------------------------------- statistics (stats.c) */
+
+/** What the runtime's caches hold now (kiln_engine_stats_get). */
+typedef struct rt_stats {
+  int64_t kernels_cached, schedules_cached, schedule_bytes, kernels_compiled, allocator_cached_bytes;
+} rt_stats;
+void rt_stats_get(rt_stats *out);
 
 /* ------------------------------------------------- profiler (profiler.c) */
 

@@ -6,7 +6,8 @@
 corpus/npy: NumPy's own .npy files (numpy.save and
 numpy.lib.format.write_array) of every dtype Kiln reads, C and Fortran
 order, both byte orders, format versions 1.0/2.0/3.0, 0-d and empty
-shapes, plus a few dtypes Kiln rejects (uint16, complex, structured).
+shapes, unsigned u2/u4/u8 files (widened on load; one uint64 past
+INT64_MAX), plus a few dtypes Kiln rejects (complex, structured).
 
 corpus/safetensors: files laid out by hand with struct + json as the
 format specification says (8-byte little-endian header size, JSON
@@ -51,7 +52,11 @@ def write_npy_seeds():
     for version in [(2, 0), (3, 0)]:
         with open(out("npy", f"f8_v{version[0]}.npy"), "wb") as fh:
             np.lib.format.write_array(fh, np.linspace(0, 1, 6).reshape(3, 2), version=version)
-    np.save(out("npy", "u2_rejected.npy"), np.arange(4, dtype="<u2"))
+    np.save(out("npy", "u2_1d.npy"), np.array([0, 1, 65535, 300], dtype="<u2"))
+    np.save(out("npy", "beu4_2x2.npy"), np.array([[0, 4294967295], [7, 65536]], dtype=">u4"))
+    np.save(out("npy", "u8_fortran_2x3.npy"), np.asfortranarray(
+        np.array([[0, 1, 2**63 - 1], [5, 2**40, 9]], dtype="<u8")))
+    np.save(out("npy", "u8_rejected.npy"), np.array([1, 2**64 - 1], dtype="<u8"))
     np.save(out("npy", "c8_rejected.npy"), np.arange(3, dtype="<c8"))
     np.save(out("npy", "struct_rejected.npy"), np.zeros(2, dtype=[("a", "<i4"), ("b", "<f4")]))
 

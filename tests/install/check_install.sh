@@ -12,6 +12,12 @@ cmake --build "$tmp/consumer" >/dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib64:${LD_LIBRARY_PATH:-}" "$tmp/consumer/consumer"
 libdir=$(ls -d "$tmp/prefix"/lib*/pkgconfig | head -1)
 flags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs kiln)
+# the include path is the prefix's, as written (not via the .pc's folder)
+cflags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags kiln)
+if [[ ${cflags%% } != "-I$tmp/prefix/include" ]]; then
+  echo "pkg-config --cflags kiln printed '$cflags', expected '-I$tmp/prefix/include'" >&2
+  exit 1
+fi
 cc -std=c11 "$src/consumer.c" $flags -o "$tmp/consumer_pc"
 LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib64:${LD_LIBRARY_PATH:-}" "$tmp/consumer_pc"
 echo "install check passed: find_package(Kiln) and pkg-config kiln"

@@ -54,10 +54,16 @@ CPU, CUDA = 0, 1
 
 # kiln_reduction (the losses)
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
+REDUCTION_BATCHMEAN = 3  # kl_div only
 
 # kiln_status
 OK = 0
 PAD_CONSTANT, PAD_REFLECT, PAD_REPLICATE, PAD_CIRCULAR = 0, 1, 2, 3  # kiln_pad_mode
+INTERP_NEAREST, INTERP_LINEAR = 0, 1  # kiln_interp_mode
+# kiln_nonlinearity and kiln_fan_mode (torch.nn.init)
+NONLINEARITY = {"linear": 0, "sigmoid": 1, "tanh": 2, "relu": 3,
+                "leaky_relu": 4, "selu": 5}
+FAN_IN, FAN_OUT = 0, 1
 ERR_ARG, ERR_SHAPE, ERR_DTYPE, ERR_OOM, ERR_DEVICE = -1, -2, -3, -4, -5
 ERR_COMPILE, ERR_IO, ERR_UNSUPPORTED, ERR_INDEX = -6, -7, -8, -9
 STATUS_NAMES = {0: "KILN_OK", -1: "KILN_ERR_ARG", -2: "KILN_ERR_SHAPE",
@@ -121,6 +127,8 @@ SIGNATURES = {
     "dtype_size": ("n", "i"),
     "set_default_dtype": ("i", "i"),
     "default_dtype": ("i", ""),
+    "cpu_target": ("i", "mnpp"),
+    "engine_stats_get": ("i", "p"),
     "empty": ("T", "iiL"),
     "zeros": ("T", "iiL"),
     "ones": ("T", "iiL"),
@@ -132,6 +140,10 @@ SIGNATURES = {
     "rand": ("T", "iiL"),
     "randn": ("T", "iiL"),
     "randint": ("T", "illiL"),
+    "rand_like": ("T", "T"),
+    "randn_like": ("T", "T"),
+    "uniform_": ("i", "Tdd"),
+    "normal_": ("i", "Tdd"),
     "randperm": ("T", "l"),
     "full_like": ("T", "Td"),
     "zeros_like": ("T", "T"),
@@ -212,6 +224,27 @@ SIGNATURES = {
     "round": ("T", "T"),
     "trunc": ("T", "T"),
     "logical_not": ("T", "T"),
+    "asin": ("T", "T"),
+    "acos": ("T", "T"),
+    "atan": ("T", "T"),
+    "sinh": ("T", "T"),
+    "cosh": ("T", "T"),
+    "asinh": ("T", "T"),
+    "acosh": ("T", "T"),
+    "atanh": ("T", "T"),
+    "lerp": ("T", "TTT"),
+    "lerp_scalar": ("T", "TTd"),
+    "isnan": ("T", "T"),
+    "isinf": ("T", "T"),
+    "isfinite": ("T", "T"),
+    "isclose": ("T", "TTddb"),
+    "allclose": ("i", "TTddbp"),
+    "equal": ("i", "TTp"),
+    "outer": ("T", "TT"),
+    "einsum": ("T", "zAi"),
+    "flip": ("T", "TiI"),
+    "roll": ("T", "TiLiI"),
+    "one_hot": ("T", "Tl"),
     "add": ("T", "TT"),
     "sub": ("T", "TT"),
     "mul": ("T", "TT"),
@@ -287,6 +320,14 @@ SIGNATURES = {
     "ceil_": ("i", "T"),
     "round_": ("i", "T"),
     "trunc_": ("i", "T"),
+    "asin_": ("i", "T"),
+    "acos_": ("i", "T"),
+    "atan_": ("i", "T"),
+    "sinh_": ("i", "T"),
+    "cosh_": ("i", "T"),
+    "asinh_": ("i", "T"),
+    "acosh_": ("i", "T"),
+    "atanh_": ("i", "T"),
     "sum": ("T", "TiIb"),
     "mean": ("T", "TiIb"),
     "prod": ("T", "TiIb"),
@@ -326,11 +367,32 @@ SIGNATURES = {
     "cross_entropy": ("T", "TTid"),
     "nll_loss": ("T", "TTi"),
     "mse_loss": ("T", "TTi"),
+    "binary_cross_entropy": ("T", "TTTi"),
+    "binary_cross_entropy_with_logits": ("T", "TTTTi"),
+    "l1_loss": ("T", "TTi"),
+    "smooth_l1_loss": ("T", "TTid"),
+    "huber_loss": ("T", "TTid"),
+    "kl_div": ("T", "TTib"),
     "dropout": ("T", "Tdb"),
+    "gelu_tanh": ("T", "T"),
+    "rms_norm": ("T", "TiTd"),
+    "scaled_dot_product_attention": ("T", "TTTTdbd"),
     "pad": ("T", "TiLid"),
     "max_pool": ("T", "TiLLLLb"),
     "avg_pool": ("T", "TiLLLbb"),
     "batch_norm": ("T", "TTTTTbdd"),
+    "group_norm": ("T", "TlTTd"),
+    "adaptive_avg_pool": ("T", "TiL"),
+    "adaptive_max_pool": ("T", "TiL"),
+    "interpolate": ("T", "TiLpib"),
+    "calculate_gain": ("d", "id"),
+    "linalg_solve": ("T", "TT"),
+    "linalg_inv": ("T", "T"),
+    "kaiming_uniform_": ("i", "Tdii"),
+    "kaiming_normal_": ("i", "Tdii"),
+    "xavier_uniform_": ("i", "Td"),
+    "xavier_normal_": ("i", "Td"),
+    "instance_norm": ("T", "TTTd"),
     "realize": ("i", "T"),
     "realize_many": ("i", "Ai"),
     "read": ("i", "Tpn"),
@@ -381,6 +443,11 @@ SIGNATURES = {
     "clip_grad_norm_": ("i", "AiddA"),
     "sgd": ("p", "Aidddb"),
     "adam": ("p", "Aidddddb"),
+    "rmsprop": ("p", "Aidddddb"),
+    "adagrad": ("p", "Aiddddd"),
+    "lr_step": ("d", "dlld"),
+    "lr_cosine": ("d", "dlld"),
+    "lr_linear": ("d", "dlddl"),
     "optimizer_step": ("i", "pA"),
     "optimizer_set_lr": ("i", "pd"),
     "optimizer_lr": ("d", "p"),
@@ -888,8 +955,9 @@ def _sorting_with_none(name, n_out):
         cargs = [_convert(c, v, keep) for c, v in zip(args, pyargs)]
         outs = [(c_void_p * 1)(1) if p else None for p in present]
         st = cfunc(*cargs, *outs)
-        return st, [Tensor(o[0]) if o is not None and o[0] else
-                    (None if o is None else o[0]) for o in outs]
+        if st != 0:  # outputs untouched on error (kiln.h): the sentinel 1 stays
+            return st, [None if o is None else o[0] for o in outs]
+        return st, [Tensor(o[0]) if o is not None and o[0] else None for o in outs]
 
     return call
 
@@ -941,6 +1009,8 @@ def map2_(t, a, b, f, ctx=None):
 
 _raw_sgd = globals()["sgd"]
 _raw_adam = globals()["adam"]
+_raw_rmsprop = globals()["rmsprop"]
+_raw_adagrad = globals()["adagrad"]
 
 
 def clip_grad_norm_(grads, max_norm, norm_type=2.0):
@@ -1002,3 +1072,35 @@ def adam(params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
     decoupled_weight_decay=True is AdamW)."""
     return Optimizer(_raw_adam(list(params), lr, betas[0], betas[1], eps,
                                weight_decay, decoupled_weight_decay))
+
+
+def rmsprop(params, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+            centered=False):
+    """kiln_rmsprop as an Optimizer (torch.optim.RMSprop's argument names)."""
+    return Optimizer(_raw_rmsprop(list(params), lr, alpha, eps, weight_decay,
+                                  momentum, centered))
+
+
+def adagrad(params, lr, lr_decay=0.0, weight_decay=0.0,
+            initial_accumulator_value=0.0, eps=1e-10):
+    """kiln_adagrad as an Optimizer (torch.optim.Adagrad's argument names)."""
+    return Optimizer(_raw_adagrad(list(params), lr, lr_decay, weight_decay,
+                                  initial_accumulator_value, eps))
+
+
+# ------------------------------------------------------------ resampling
+
+def interpolate(x, size=None, scale_factor=None, mode=INTERP_NEAREST,
+                align_corners=False):
+    """kiln_interpolate with Torch's keywords: size or scale_factor (one
+    value per spatial dim; nd is their count, or x's dims - 2 when both
+    are None)."""
+    given = size if size is not None else scale_factor
+    nd = len(given) if given is not None else x.ndim - 2 if isinstance(x, Tensor) else 0
+    sz = None if size is None else (c_int64 * builtins.max(nd, 1))(*size)
+    sf = None if scale_factor is None else (c_double * builtins.max(nd, 1))(*scale_factor)
+    r = lib.kiln_interpolate(None if x is None else x._h, nd, sz, sf, mode,
+                             align_corners)
+    obj = Tensor(r) if r else None
+    _raise_if_error("interpolate", "T", r)
+    return obj

@@ -17,17 +17,17 @@ from conftest import examples
 _INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "api", "include", "kiln")
 # The headers the binding covers: kiln.h and the layers it includes
 # (kiln/dist.h, the collectives, is not bound: they run under mpirun).
-HEADERS = [os.path.join(_INCLUDE, h) for h in ("kiln.h", "nn.h")]
+HEADERS = [os.path.join(_INCLUDE, h) for h in ("kiln.h", "nn.h", "profile.h")]
 
 _CODE = {"kiln_tensor *": "T", "const kiln_tensor *": "T",
          "kiln_storage *": "S", "const kiln_storage *": "S", "int": "i",
          "int64_t": "l", "uint64_t": "u", "double": "d", "bool": "b",
          "const int64_t *": "L", "const int *": "I", "kiln_dtype": "i",
-         "kiln_device": "i", "kiln_reduction": "i", "kiln_pad_mode": "i", "kiln_status": "i", "void": "v",
+         "kiln_device": "i", "kiln_reduction": "i", "kiln_pad_mode": "i", "kiln_interp_mode": "i", "kiln_nonlinearity": "i", "kiln_fan_mode": "i", "const double *": "p", "kiln_engine_stats *": "p", "kiln_status": "i", "void": "v",
          "const char *": "z", "char *": "m", "size_t": "n", "FILE *": "p", "double *": "p",
          "void *": "p", "const void *": "p", "kiln_tensor *const *": "A",
          "kiln_tensor **": "A", "kiln_kernel_record *": "p",
-         "const char *const *": "Z", "int *": "p", "char **": "p",
+         "const char *const *": "Z", "int *": "p", "bool *": "p", "char **": "p",
          "char ***": "p", "kiln_tensor ***": "p", "kiln_fn1": "p",
          "kiln_fn2": "p", "kiln_fn3": "p", "kiln_optimizer *": "p",
          "const kiln_optimizer *": "p"}

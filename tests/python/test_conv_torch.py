@@ -128,6 +128,27 @@ def test_depthwise_and_strided_fixed():
     run(p, True, 6)
 
 
+def test_implicit_gemm_edges_fixed():
+    """The implicit GEMM's edges (runtime/gemm_pack.c packs the columns
+    from the padded input): K = C/G·ΠK and N·ΠOut multiples of no block
+    size, spanning several KC and NC blocks (F32: 333 and 4,845), padding
+    wider than the kernel, batch 1, 1-D and 3-D; values and gradients."""
+    cases = [
+        dict(nd=2, groups=1, cin=37, cout=5, k=[3, 3], stride=[1, 1],
+             dil=[1, 1], pad=[1, 1], size=[51, 19], batch=5, dtype=K.F32),
+        dict(nd=2, groups=1, cin=3, cout=7, k=[2, 2], stride=[1, 1],
+             dil=[1, 1], pad=[3, 4], size=[5, 6], batch=1, dtype=K.F64),
+        dict(nd=1, groups=1, cin=5, cout=3, k=[5], stride=[3], dil=[2],
+             pad=[2], size=[200], batch=1, dtype=K.F32),
+        dict(nd=3, groups=2, cin=4, cout=6, k=[3, 2, 3], stride=[1, 1, 2],
+             dil=[1, 2, 1], pad=[2, 1, 3], size=[6, 5, 7], batch=2,
+             dtype=K.F64),
+    ]
+    for i, p in enumerate(cases):
+        p.update(outpad=[0] * p["nd"], bias=True, transposed_input=False)
+        run(p, False, 40 + i)
+
+
 def test_errors_like_torch():
     x = np.zeros((1, 4, 5, 5), np.float32)
     w = np.zeros((6, 2, 3, 3), np.float32)

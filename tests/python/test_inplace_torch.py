@@ -42,7 +42,8 @@ BINARY = ["add", "sub", "mul", "div", "pow", "fmod", "remainder", "atan2"]
 SCALAR = ["add", "sub", "mul", "div", "pow"]
 UNARY = ["neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p",
          "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh",
-         "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc"]
+         "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc",
+         "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"]
 # Out-of-place ops where Kiln accepts a BOOL input that Torch 1.13 rejects
 # ("abs_cpu" / "floor_vml_cpu" not implemented for 'Bool', bool - int):
 # not in-place questions, so BOOL destinations/operands are not drawn there.

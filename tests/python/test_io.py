@@ -157,7 +157,7 @@ def test_npy_bf16_and_numpy_only_dtypes(tmp_path):
         K.save_npy(K.ones(K.BF16, [2]), path)
     assert e.value.status == K.ERR_DTYPE and "bf16" in e.value.message
     assert not os.path.exists(path)
-    for dt in (np.uint16, np.uint32, np.uint64, np.complex64, "<U3"):
+    for dt in (np.complex64, "<U3", "<m8[s]"):
         np.save(path, np.zeros(3, dtype=dt))
         with pytest.raises(K.KilnError) as e:
             K.load_npy(path)
@@ -167,6 +167,46 @@ def test_npy_bf16_and_numpy_only_dtypes(tmp_path):
     with pytest.raises(K.KilnError) as e:
         K.load_npy(path)
     assert e.value.status == K.ERR_DTYPE and "structured" in e.value.message
+
+
+@pytest.mark.parametrize("dt,kd", [("<u2", K.I32), (">u2", K.I32), ("<u4", K.I64), (">u4", K.I64),
+                                   ("<u8", K.I64), (">u8", K.I64)])
+@pytest.mark.parametrize("fortran", [False, True])
+def test_npy_unsigned(tmp_path, dt, kd, fortran):
+    """Unsigned files load into the nearest dtype that holds every value,
+    exactly, with the file's shape and layout."""
+    path = str(tmp_path / "u.npy")
+    top = np.iinfo(np.dtype(dt)).max if dt[1:] != "u8" else np.iinfo(np.int64).max
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, top, size=(3, 4), dtype=np.uint64, endpoint=True).astype(dt)
+    a[0, 0], a[0, 1], a[1, 0] = 0, top, 1
+    np.save(path, np.asfortranarray(a) if fortran else a)
+    t = K.load_npy(path)
+    assert t.dtype == kd and t.shape == (3, 4)
+    np.testing.assert_array_equal(t.to_numpy().astype(np.uint64), a.astype(np.uint64))
+    np.save(path, np.zeros((0, 2), dt))
+    assert K.load_npy(path).shape == (0, 2)
+
+
+def test_npy_descr_with_nul(tmp_path):
+    """A descr string with a NUL byte inside ('<u4\\x00') is no dtype
+    (fuzz_npy found the loader reading it as '<u4')."""
+    path = str(tmp_path / "nul.npy")
+    header = b"{'descr': '<u4\x00', 'fortran_order': False, 'shape': (2,), }"
+    header += b" " * (63 - 10 - len(header)) + b"\n"
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(8))
+    with pytest.raises(K.KilnError) as e:
+        K.load_npy(path)
+    assert e.value.status == K.ERR_DTYPE and "NUL" in e.value.message
+
+
+def test_npy_uint64_past_int64(tmp_path):
+    path = str(tmp_path / "big.npy")
+    np.save(path, np.array([1, 2**63 - 1, 2**63, 2**64 - 1], np.uint64))
+    with pytest.raises(K.KilnError) as e:
+        K.load_npy(path)
+    assert e.value.status == K.ERR_DTYPE
+    assert "element 2 is 9223372036854775808" in e.value.message and "big.npy" in e.value.message
 
 
 def test_npy_truncated_numpy_file(tmp_path):

@@ -19,7 +19,9 @@
  *    is kept (kiln_last_error) until kiln_clear_error. A NULL tensor argument
  *    makes an op return NULL (or KILN_ERR_ARG) and keeps the first error, so
  *    a chain of calls can be checked once at its end. On error, inputs are
- *    left unchanged and out-parameters untouched. A function returning int
+ *    left unchanged and out-parameters untouched (no output is written,
+ *    not even NULL: every function, the multi-output ones such as
+ *    kiln_sort, kiln_max and kiln_grad included). A function returning int
  *    returns its own outcome (KILN_OK, or its own error's status) even while
  *    an earlier error is uncleared; kiln_last_status() stays the first's.
  *  - Dimensions are 0-based; a negative dim counts from the end (-1 = last).
@@ -46,7 +48,9 @@
  *  - Process-wide settings (kiln_set_default_dtype, kiln_set_backend,
  *    kiln_set_num_threads, kiln_manual_seed, kiln_profile_begin/_end) are
  *    changed while no other thread uses Kiln. kiln_rand/kiln_randn/kiln_randint/
- *    kiln_randperm share one generator (locked): which thread draws which numbers depends on timing.
+ *    kiln_randperm (and kiln_rand_like, kiln_randn_like, kiln_uniform_,
+ *    kiln_normal_) share one generator (locked): which thread draws which
+ *    numbers depends on timing.
  *  - Kernels of forces from different threads share one thread pool and
  *    run one after another; compiling happens in parallel.
  */
@@ -86,7 +90,10 @@ KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
  *  with env KILN_DEBUG_HANDLES=1 (read once) a released handle is kept
  *  poisoned instead of freed (never reused; memory grows), so any later
  *  use of it — an op, a query, kiln_retain, a second kiln_release — is
- *  KILN_ERR_ARG "argument t was released" instead of a use after free. */
+ *  KILN_ERR_ARG "argument t was released" instead of a use after free;
+ *  the message says how it died: "used after its last kiln_release", or
+ *  "used after the kiln_scope_end of the scope that owned it, opened at
+ *  depth N" (1: the outermost open scope). */
 KILN_API void kiln_release(kiln_tensor *t);
 /** Opens a scope on this thread: every tensor returned by a Kiln function
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
@@ -181,6 +188,20 @@ KILN_API void kiln_manual_seed(uint64_t seed);
 KILN_API kiln_tensor *kiln_rand(kiln_dtype dtype, int ndim, const int64_t *sizes);
 /** Standard normal samples. Float dtypes only. Torch: torch.randn. */
 KILN_API kiln_tensor *kiln_randn(kiln_dtype dtype, int ndim, const int64_t *sizes);
+/** kiln_rand / kiln_randn of t's sizes and dtype (a float dtype, else
+ *  KILN_ERR_DTYPE), contiguous, on t's device; t is only read for those
+ *  (never forced). Torch: rand_like, randn_like. New reference. */
+KILN_API kiln_tensor *kiln_rand_like(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_randn_like(kiln_tensor *t);
+/** Fills t's view in place with samples uniform in [from, to) (before
+ *  rounding to t's dtype) or normal with mean and std, drawn now from the
+ *  kiln_rand generator in row-major order of the view (deterministic after
+ *  kiln_manual_seed) and written lazily as kiln_copy_ does: every tensor
+ *  over t's storage sees them. t float (KILN_ERR_DTYPE), not an expanded
+ *  view (KILN_ERR_ARG); from <= to finite, std >= 0 and mean finite
+ *  (KILN_ERR_ARG). Returns KILN_OK or the error. Torch: uniform_, normal_. */
+KILN_API int kiln_uniform_(kiln_tensor *t, double from, double to);
+KILN_API int kiln_normal_(kiln_tensor *t, double mean, double std);
 /** Integers uniform in [low, high) (without modulo bias), of sizes [ndim],
  *  drawn from the kiln_rand generator (deterministic after
  *  kiln_manual_seed; values differ from Torch's). dtype is an integer or
@@ -398,6 +419,18 @@ KILN_API kiln_tensor *kiln_relu(kiln_tensor *t);       /* relu: max(x, 0), keeps
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *t);       /* gelu (exact, erf form) */
 KILN_API kiln_tensor *kiln_silu(kiln_tensor *t);       /* silu: x*sigmoid(x) */
 KILN_API kiln_tensor *kiln_erf(kiln_tensor *t);        /* erf */
+/* Inverse trigonometric and hyperbolic functions (Torch asin ... atanh):
+ * float results, NaN outside the domain (|x| > 1 for asin, acos, atanh;
+ * x < 1 for acosh), atanh(±1) = ±inf; differentiable with Torch's
+ * formulas (asin' = rsqrt(1 - x²): inf at ±1). */
+KILN_API kiln_tensor *kiln_asin(kiln_tensor *t);       /* asin */
+KILN_API kiln_tensor *kiln_acos(kiln_tensor *t);       /* acos */
+KILN_API kiln_tensor *kiln_atan(kiln_tensor *t);       /* atan */
+KILN_API kiln_tensor *kiln_sinh(kiln_tensor *t);       /* sinh */
+KILN_API kiln_tensor *kiln_cosh(kiln_tensor *t);       /* cosh */
+KILN_API kiln_tensor *kiln_asinh(kiln_tensor *t);      /* asinh */
+KILN_API kiln_tensor *kiln_acosh(kiln_tensor *t);      /* acosh */
+KILN_API kiln_tensor *kiln_atanh(kiln_tensor *t);      /* atanh */
 KILN_API kiln_tensor *kiln_floor(kiln_tensor *t);      /* floor (integers unchanged) */
 KILN_API kiln_tensor *kiln_ceil(kiln_tensor *t);       /* ceil */
 KILN_API kiln_tensor *kiln_round(kiln_tensor *t);      /* round half to even */
@@ -451,6 +484,36 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
  *  dtype. Torch: clamp (Torch 1.13 promotes an integer tensor with a float
  *  bound to float and returns NaN for a NaN bound). New reference. */
 KILN_API kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
+/** start + weight × (end − start), broadcasting all three, as Torch's
+ *  two-sided formula (|w| < 0.5: start + w(end − start), else end −
+ *  (end − start)(1 − w): exact at w = 0 and 1); F16/BF16 computed in F32.
+ *  start float; end and weight of start's dtype (else KILN_ERR_DTYPE).
+ *  Differentiable in all three. Torch: lerp. New reference. */
+KILN_API kiln_tensor *kiln_lerp(kiln_tensor *start, kiln_tensor *end, kiln_tensor *weight);
+/** kiln_lerp with a scalar weight. Torch: lerp(start, end, float). */
+KILN_API kiln_tensor *kiln_lerp_scalar(kiln_tensor *start, kiln_tensor *end, double weight);
+
+/** BOOL tests of t's elements, t's sizes, lazy (integer and bool tensors:
+ *  isnan and isinf all false, isfinite all true). Torch: isnan, isinf,
+ *  isfinite. New reference. */
+KILN_API kiln_tensor *kiln_isnan(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_isinf(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_isfinite(kiln_tensor *t);
+/** BOOL: a == b, or |a − b| finite and <= atol + |rtol × b|, or (with
+ *  equal_nan) both NaN; broadcasting; equal infinities are close. a and b
+ *  of one dtype (KILN_ERR_DTYPE), rtol, atol >= 0 (KILN_ERR_ARG); bool
+ *  tensors compare with ==. Torch: isclose. New reference. */
+KILN_API kiln_tensor *kiln_isclose(kiln_tensor *a, kiln_tensor *b, double rtol, double atol, bool equal_nan);
+/** *out = every element of kiln_isclose(a, b, ...) is true (forces; true
+ *  for empty). Returns KILN_OK, or kiln_isclose's errors, KILN_ERR_ARG for
+ *  a NULL out, or the forcing's error, with *out untouched. Torch:
+ *  allclose (rtol 1e-5, atol 1e-8 by default there). */
+KILN_API int kiln_allclose(kiln_tensor *a, kiln_tensor *b, double rtol, double atol, bool equal_nan, bool *out);
+/** *out = a and b have the same sizes and equal elements (compared after
+ *  type promotion; NaN is never equal; no broadcasting: other sizes give
+ *  false). Forces. KILN_OK, or KILN_ERR_ARG (NULL argument) or the
+ *  forcing's error, with *out untouched. Torch: equal. */
+KILN_API int kiln_equal(kiln_tensor *a, kiln_tensor *b, bool *out);
 
 /* --------------------------------------------------- triangular masks */
 
@@ -554,6 +617,16 @@ KILN_API int kiln_floor_(kiln_tensor *t);
 KILN_API int kiln_ceil_(kiln_tensor *t);
 KILN_API int kiln_round_(kiln_tensor *t);
 KILN_API int kiln_trunc_(kiln_tensor *t);
+/** t = asin(t) ... atanh(t) (float t). Torch: asin_, acos_, atan_, sinh_,
+ *  cosh_, asinh_, acosh_, atanh_. */
+KILN_API int kiln_asin_(kiln_tensor *t);
+KILN_API int kiln_acos_(kiln_tensor *t);
+KILN_API int kiln_atan_(kiln_tensor *t);
+KILN_API int kiln_sinh_(kiln_tensor *t);
+KILN_API int kiln_cosh_(kiln_tensor *t);
+KILN_API int kiln_asinh_(kiln_tensor *t);
+KILN_API int kiln_acosh_(kiln_tensor *t);
+KILN_API int kiln_atanh_(kiln_tensor *t);
 
 /* ------------------------------------------------------------ reductions
  * `dims` [ndims] lists the dims to reduce (negative allowed, no repeats);
@@ -646,6 +719,23 @@ KILN_API kiln_tensor *kiln_bmm(kiln_tensor *a, kiln_tensor *b);
 KILN_API kiln_tensor *kiln_mv(kiln_tensor *a, kiln_tensor *x);
 /** Inner product of two 1-D tensors of equal size -> 0-d. Torch: dot. */
 KILN_API kiln_tensor *kiln_dot(kiln_tensor *a, kiln_tensor *b);
+/** Einstein summation over operands [n] (1 to 64), Torch's semantics: the
+ *  equation names each operand's dims with letters a-z, A-Z ("ij,jk->ik";
+ *  spaces ignored), "..." for any number of broadcast dims; "->" gives the
+ *  output's subscripts, else they are "..." then the letters used once,
+ *  A-Z before a-z. A letter repeated in one operand takes its diagonal;
+ *  letters missing from the output are summed; sizes per letter agree or
+ *  are 1 (broadcast). Each contraction of two operands runs as a batched
+ *  matmul (left to right), so dtypes promote as kiln_matmul's; lazy and
+ *  differentiable; the result may be a view of a single operand. Errors:
+ *  KILN_ERR_ARG (a bad equation, or terms and operands that do not match,
+ *  the message quotes it), KILN_ERR_SHAPE (subscripts and dims, or sizes,
+ *  that disagree). Torch: einsum. New reference. */
+KILN_API kiln_tensor *kiln_einsum(const char *equation, kiln_tensor *const *operands, int n);
+/** Outer product of 1-D a [n] and b [m] -> [n, m] (a[i] × b[j]), dtype
+ *  promoted; other ranks are KILN_ERR_SHAPE. Lazy, one elementwise kernel;
+ *  differentiable. Torch: outer (ger). */
+KILN_API kiln_tensor *kiln_outer(kiln_tensor *a, kiln_tensor *b);
 /** beta × bias + alpha × (a [M, K] @ b [K, N]) -> [M, N]; bias broadcasts
  *  to [M, N] (e.g. [N] or [M, 1]). beta = 0 ignores bias's values (NaN
  *  included) but still checks its sizes. Composed lazily: the scale and
@@ -947,6 +1037,23 @@ KILN_API kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim);
 /** Stacks ts [n] (n >= 1, all of equal sizes) along a new dim in
  *  [0, dim(t)] (negative counts from dim(t) + 1). Torch: stack. */
 KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim);
+/** Copy of t with the order of elements reversed along each of dims
+ *  [ndims] (negative allowed; a dim listed twice is KILN_ERR_ARG; ndims 0:
+ *  a plain copy). Lazy (one gather per flipped dim), differentiable. Torch:
+ *  flip (a copy there too). */
+KILN_API kiln_tensor *kiln_flip(kiln_tensor *t, int ndims, const int *dims);
+/** Copy of t with elements shifted by shifts[i] (negative: backwards,
+ *  any size: taken modulo) along dims[i], wrapping around; nshifts ==
+ *  ndims, or ndims 0 and one shift: t is rolled as if flattened, then
+ *  viewed back. Mismatched counts are KILN_ERR_ARG. Lazy (a cat of two
+ *  slices per dim), differentiable. Torch: roll. */
+KILN_API kiln_tensor *kiln_roll(kiln_tensor *t, int nshifts, const int64_t *shifts, int ndims, const int *dims);
+/** I64 [..., C]: element [..., c] is 1 where index[...] == c, else 0.
+ *  index I64 or I32 (else KILN_ERR_DTYPE); num_classes C >= 0, or -1 for
+ *  max(index) + 1 (an empty index then is KILN_ERR_ARG). Forces index to
+ *  check it: a negative value or one >= C is KILN_ERR_INDEX naming the
+ *  value. Torch: nn.functional.one_hot. New reference. */
+KILN_API kiln_tensor *kiln_one_hot(kiln_tensor *index, int64_t num_classes);
 
 /* ----------------------------------------------- forcing, reading values */
 
@@ -1017,10 +1124,12 @@ KILN_API char *kiln_to_string(kiln_tensor *t);
  *  Forces t. NumPy: numpy.save. */
 KILN_API int kiln_save_npy(kiln_tensor *t, const char *path);
 /** Reads a NumPy .npy file (format 1.0, 2.0 or 3.0) into a new tensor (new
- *  reference) of the file's shape and dtype. Big-endian files ('>f4') are
+ *  reference) of the file's shape and dtype; unsigned '<u2' loads as I32,
+ *  '<u4' and '<u8' as I64 (every value exact). Big-endian files ('>f4') are
  *  byte-swapped; fortran_order True gives a column-major view (strides
  *  [1, d0, d0*d1, ...], no copy: kiln_contiguous makes it row-major).
- *  Errors: dtypes Kiln lacks (uint16/32/64, complex, strings, objects,
+ *  Errors: a uint64 value past INT64_MAX (KILN_ERR_DTYPE, naming the value
+ *  and its element); dtypes Kiln lacks (complex, strings, objects,
  *  structured) KILN_ERR_DTYPE; more than KILN_MAX_DIMS dims
  *  KILN_ERR_UNSUPPORTED; a bad magic, version, header or size
  *  KILN_ERR_IO. Bytes after the data are ignored, as NumPy does.
@@ -1116,6 +1225,17 @@ KILN_API int kiln_set_backend(const char *name);
  *  starts ("kiln: KILN_NUM_THREADS=abc is not a positive integer; using 8
  *  threads"), the only thing Kiln prints unless KILN_DEBUG asks. */
 KILN_API int kiln_set_num_threads(int n);
+/** The CPU the llvm backend compiles kernels for: env KILN_CPU (read once;
+ *  unset, empty or "native": the host), its name copied into cpu[cpu_len]
+ *  (NUL-terminated, truncated to fit; skipped when cpu is NULL or cpu_len
+ *  is 0), the width in bits of its widest vector register in
+ *  *vector_bits (512 with AVX-512, 256 with AVX2, 128 with SSE only) and
+ *  its count of vector registers in *vector_regs (x86-64: 32 with
+ *  AVX-512, else 16); either pointer may be NULL. Sets up LLVM's target
+ *  on the first call. KILN_ERR_COMPILE when no kernel can be compiled
+ *  for it ("KILN_CPU=foo: LLVM does not know this CPU ..."), the
+ *  outputs untouched. */
+KILN_API int kiln_cpu_target(char *cpu, size_t cpu_len, int *vector_bits, int *vector_regs);
 
 /* ------------------------------------------- automatic differentiation
  * Reverse mode, as a transformation of the lazy graph: a gradient is an
@@ -1136,8 +1256,8 @@ KILN_API int kiln_set_num_threads(int n);
  *  Gradients are themselves differentiable (kiln_grad of a gradient gives
  *  second derivatives). Forcing values before or after the call changes
  *  no gradient: a forced value keeps the recipe it was computed by (see
- *  docs/autodiff.md for when that recipe is let go). Errors (every
- *  grads[j] is then NULL and nothing is recorded): KILN_ERR_ARG for NULL
+ *  docs/autodiff.md for when that recipe is let go). Errors (grads
+ *  is then untouched and nothing is recorded): KILN_ERR_ARG for NULL
  *  lists or tensors, n < 1, NULL cotangents with a non-scalar output, a
  *  wrt whose storage was written in place after an output read it ("wrt
  *  0 was modified by an in-place write after the outputs read it"), or a
@@ -1206,6 +1326,27 @@ KILN_API kiln_optimizer *kiln_sgd(kiln_tensor *const *params, int n, double lr, 
  *  and KILN_ERR_ARG for betas outside [0, 1) or eps < 0 (NaN included). */
 KILN_API kiln_optimizer *kiln_adam(kiln_tensor *const *params, int n, double lr, double beta1, double beta2,
                                    double eps, double weight_decay, bool decoupled_weight_decay);
+/** torch.optim.RMSprop (maximize off): with weight decay wd, g += wd * p;
+ *  s = alpha * s + (1 - alpha) * g^2; centered: ga = alpha * ga + (1 -
+ *  alpha) * g and d = sqrt(s - ga^2) + eps, else d = sqrt(s) + eps; with
+ *  momentum mu > 0: b = mu * b + g / d, p -= lr * b; else p -= lr * g / d.
+ *  State (zeros at the first step, as SGD's buffers): square_avg, then
+ *  momentum_buffer when mu > 0, then grad_avg when centered. Errors as
+ *  kiln_sgd, and KILN_ERR_ARG for alpha, eps or momentum < 0 (NaN
+ *  included). (Torch: torch.optim.RMSprop(params, lr, alpha, eps,
+ *  weight_decay, momentum, centered).) */
+KILN_API kiln_optimizer *kiln_rmsprop(kiln_tensor *const *params, int n, double lr, double alpha, double eps,
+                                      double weight_decay, double momentum, bool centered);
+/** torch.optim.Adagrad (dense, maximize off): at step t (from 1), g +=
+ *  wd * p; clr = lr / (1 + (t - 1) * lr_decay) (on the host, in double);
+ *  s += g^2; p -= clr * g / (sqrt(s) + eps). State: sum, made at the
+ *  first step filled with initial_accumulator_value. Errors as kiln_sgd,
+ *  and KILN_ERR_ARG for lr_decay, initial_accumulator_value or eps < 0
+ *  (NaN included) or an infinite initial_accumulator_value. (Torch:
+ *  torch.optim.Adagrad(params, lr, lr_decay, weight_decay,
+ *  initial_accumulator_value, eps).) */
+KILN_API kiln_optimizer *kiln_adagrad(kiln_tensor *const *params, int n, double lr, double lr_decay,
+                                      double weight_decay, double initial_accumulator_value, double eps);
 /** Records the in-place update of every parameter (and of the optimizer's
  *  state buffers) from grads [n] (n the optimizer's parameter count; grad
  *  j has parameter j's sizes and device, any float dtype, converted to the
@@ -1235,9 +1376,12 @@ KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
  *  bit-exactly. The file holds 0-d F64 tensors "kind", "n_params", "step",
  *  "lr" and one per hyper-parameter ("momentum", "weight_decay",
  *  "nesterov"; "beta1", "beta2", "eps", "weight_decay",
- *  "decoupled_weight_decay"), and once a step was taken the buffers
- *  "state.<j>.momentum_buffer" or "state.<j>.exp_avg" and
- *  "state.<j>.exp_avg_sq" for parameter j. Errors: KILN_ERR_ARG (NULL opt
+ *  "decoupled_weight_decay"; RMSprop's "alpha", "eps", "weight_decay",
+ *  "momentum", "centered"; Adagrad's "lr_decay", "weight_decay",
+ *  "initial_accumulator_value", "eps"), and once a step was taken the
+ *  buffers "state.<j>.momentum_buffer" or "state.<j>.exp_avg" and
+ *  "state.<j>.exp_avg_sq" (RMSprop: "square_avg", "momentum_buffer",
+ *  "grad_avg" — those it has; Adagrad: "sum") for parameter j. Errors: KILN_ERR_ARG (NULL opt
  *  or path), KILN_ERR_IO (no partial file is left), and any error of
  *  forcing. (Torch: optimizer.state_dict().) */
 KILN_API int kiln_optimizer_save(kiln_optimizer *opt, const char *path);
@@ -1245,7 +1389,8 @@ KILN_API int kiln_optimizer_save(kiln_optimizer *opt, const char *path);
  *  and state buffers (on the parameters' devices) — into an optimizer of
  *  the same kind and hyper-parameters over parameters of the same count,
  *  sizes and dtypes. Errors (opt unchanged): KILN_ERR_ARG (NULL opt or
- *  path; the state of another kind — SGD, Adam, AdamW — or another value
+ *  path; the state of another kind — SGD, Adam, AdamW, RMSprop, Adagrad —
+ *  or another value
  *  of a hyper-parameter, the message names it), KILN_ERR_IO (unreadable
  *  file, or not an optimizer state: an entry missing, extra or not a 0-d
  *  F64 tensor, a bad step or lr), KILN_ERR_SHAPE (another parameter count,
@@ -1256,61 +1401,34 @@ KILN_API int kiln_optimizer_load(kiln_optimizer *opt, const char *path);
 /** Frees the optimizer and its state; the parameters stay (NULL-safe). */
 KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
 
-/* ------------------------------------------------------------ profiling */
+/* Learning-rate schedules as pure functions of the step (nn/
+ * lr_schedule.c): the closed forms of torch.optim.lr_scheduler's
+ * schedulers, whose get_last_lr() after `step` scheduler steps they give
+ * (to rounding). Pass the result to kiln_optimizer_set_lr before each
+ * optimizer step; compose them as functions, e.g. a linear warm-up then
+ * cosine: step < w ? kiln_lr_linear(lr, step, f, 1, w) :
+ * kiln_lr_cosine(lr, step - w, t_max, 0) (Torch's SequentialLR). Each
+ * returns NaN with KILN_ERR_ARG for base_lr < 0, NaN or inf, step < 0,
+ * or a bad parameter (named in the message). */
 
-/* kiln_kernel_record, the record of one kernel run, is in kiln/types.h. */
+/** base_lr * gamma^floor(step / step_size) (step_size >= 1, gamma
+ *  finite). Torch: lr_scheduler.StepLR(opt, step_size, gamma). */
+KILN_API double kiln_lr_step(double base_lr, int64_t step, int64_t step_size, double gamma);
+/** eta_min + (base_lr - eta_min) * (1 + cos(pi * step / t_max)) / 2
+ *  (t_max >= 1, eta_min finite; past t_max the cosine goes on, as
+ *  Torch's). Torch: lr_scheduler.CosineAnnealingLR(opt, T_max, eta_min). */
+KILN_API double kiln_lr_cosine(double base_lr, int64_t step, int64_t t_max, double eta_min);
+/** base_lr * (start_factor + (end_factor - start_factor) * min(step,
+ *  total_iters) / total_iters): a linear warm-up from start_factor *
+ *  base_lr (in (0, 1]) to end_factor * base_lr (in [0, 1]) over
+ *  total_iters >= 1 steps, then constant. Torch:
+ *  lr_scheduler.LinearLR(opt, start_factor, end_factor, total_iters). */
+KILN_API double kiln_lr_linear(double base_lr, int64_t step, double start_factor, double end_factor,
+                               int64_t total_iters);
 
-/** Starts recording every kernel run on any thread (clears old records). */
-KILN_API void kiln_profile_begin(void);
-/** Stops recording; records stay readable until the next begin. */
-KILN_API void kiln_profile_end(void);
-/** Number of records. */
-KILN_API int kiln_profile_count(void);
-/** Copies record i (0-based, in run order) to *out. KILN_ERR_INDEX when
- *  out of range, KILN_ERR_ARG for NULL out. */
-KILN_API int kiln_profile_get(int i, kiln_kernel_record *out);
-/** Writes the records since the last kiln_profile_begin to f as a table:
- *  a summary line (runs, time in kernels, wall time from begin to end —
- *  or to now while profiling — and kernels compiled), then one row per
- *  kernel name sorted by total run time: backend, ops fused, calls, total
- *  ms, mean µs per call, GB/s (bytes read + written per second, 10^9),
- *  GFLOP/s, % of wall time, compiles and compile ms; a total row last.
- *  Does not force anything. Returns KILN_OK; KILN_ERR_ARG for NULL f,
- *  KILN_ERR_IO when writing fails, KILN_ERR_OOM. (Torch: the table of
- *  torch.profiler's key_averages().) */
-KILN_API int kiln_profile_print(FILE *f);
-/** Writes the records since the last kiln_profile_begin to path as a
- *  Chrome trace-event JSON file (open it in Perfetto or chrome://tracing):
- *  one complete event ("ph": "X", category "kernel") per kernel run on
- *  the track of the thread that launched it, with the record's fields as
- *  args; one "chunk" event per pool thread a parallel run used, on that
- *  thread's track; one "compile" event per kernel compiled, on the thread
- *  that compiled it. Times in µs from kiln_profile_begin. Replaces the
- *  file. Returns KILN_OK; KILN_ERR_ARG (NULL path), KILN_ERR_IO (cannot
- *  write: no partial file is left), KILN_ERR_OOM. (Torch:
- *  torch.profiler's export_chrome_trace.) */
-KILN_API int kiln_profile_write_trace(const char *path);
-
-/** kiln_graph_write_dot flags. */
-typedef enum kiln_dot_flags {
-  KILN_DOT_BEFORE_PASSES = 0, /* the pending graph as recorded */
-  KILN_DOT_AFTER_PASSES = 1   /* after simplification and fusion: kernels as clusters */
-} kiln_dot_flags;
-
-/** Writes the graph of pending work that forcing ts [n] would run to path
- *  in Graphviz DOT (render with `dot -Tsvg path`). With
- *  KILN_DOT_BEFORE_PASSES: each pending node (op, dtype, sizes), the
- *  realized buffers and fill values it reads, and edges labelled with the
- *  view read when it is not the producer's plain layout. With
- *  KILN_DOT_AFTER_PASSES: the passes run (simplification and fusion, as a
- *  force would — they change no value) and each kernel is a cluster
- *  labelled with its kernel name; a producer fused into two kernels is
- *  drawn in both (it is recomputed). Nothing is computed; realized
- *  tensors have no pending work (an empty graph). Returns KILN_OK;
- *  KILN_ERR_ARG (bad list, NULL tensor or path, unknown flags), KILN_ERR_IO
- *  (cannot write; no partial file is left), KILN_ERR_OOM. */
-KILN_API int kiln_graph_write_dot(kiln_tensor *const *ts, int n, const char *path, int flags);
-
+/* Profiling: kernel records, the profile table and trace, engine
+ * statistics, the Graphviz dump of pending work. */
+#include "kiln/profile.h"
 /* Neural-network layers and losses (torch.nn.functional): kiln_linear,
  * kiln_conv, kiln_max_pool, kiln_batch_norm, kiln_cross_entropy, ... */
 #include "kiln/nn.h"

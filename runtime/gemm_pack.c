@@ -1,0 +1,192 @@
+/*
+ * gemm_pack.c — the generated GEMM's operands read through a reshape
+ * copy (implicit GEMM): a MATMUL operand whose node is a pending CAST of
+ * the same dtype (kiln_reshape's lazy copy: a convolution's im2col
+ * columns, a permuted tensor merged) is packed straight from the copy's
+ * input, through graph_view_split's sub-dims, so the copy is never
+ * written. docs/internals.md, "Implicit GEMM".
+ *
+ * Who decides: the fuser leaves such a copy unmaterialized (passes/
+ * fuse.c, rule 5) and materializes its input instead; at run time
+ * (rt_run_extern) the MATMUL reads through it when the generated GEMM
+ * runs the product and the copy's input has a host buffer
+ * (rt_gemm_reads_through), else the copy is realized first as before
+ * (OpenBLAS, KILN_GEMM=blas, the auto rule's small products, the cuda
+ * backends). The values are the same either way: the packing copies
+ * elements, it computes nothing.
+ *
+ * Packing one panel of `ld` lines (A's rows or B's columns) × kc: the
+ * lines' offsets come from an odometer over their sub-dims (no division
+ * per element), grouped into runs contiguous in the input (a stride-1
+ * convolution's output row); k walks its own sub-dims. When k's innermost
+ * sub-dim is contiguous and long (B = columnsᵀ in the weight gradient,
+ * a permuted gradient as A) the panel is transposed from the lines in
+ * SSE2 blocks; otherwise each k row copies the lines' runs.
+ */
+#include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
+#include "rt_internal.h"
+
+const void *rt_gemm_copy_source(const graph_node *n, int i, graph_split_view *s) {
+  if (n->op != GRAPH_OP_MATMUL || n->device != KILN_CPU || (n->dtype != KILN_F32 && n->dtype != KILN_F64))
+    return NULL;
+  const graph_node *c = n->inputs[i].node;
+  if (c->op != GRAPH_OP_CAST || c->device != KILN_CPU) return NULL;
+  const graph_node *src = c->inputs[0].node;
+  const graph_buffer *b = src->buffer;
+  if (src->dtype != c->dtype || !b || b->device != KILN_CPU) return NULL;
+  graph_split_view tmp;
+  return graph_view_split(&n->inputs[i].view, &c->inputs[0].view, s ? s : &tmp) ? b->data : NULL;
+}
+
+bool rt_gemm_pending_copy(const graph_node *n) {
+  for (int i = 0; i < n->n_inputs; i++)
+    if (!n->inputs[i].node->buffer && rt_gemm_copy_source(n, i, NULL)) return true;
+  return false;
+}
+
+bool rt_gemm_reads_through(const graph_node *n, int i) {
+  return !n->inputs[i].node->buffer && rt_gemm_copy_source(n, i, NULL) && rt_gemm_selected(n);
+}
+
+/* The odometer over the sub-dims of one outer dim, from index i0. */
+typedef struct sub_walk {
+  int first, last; /* sub-dims [first, last) */
+  int64_t idx[KILN_MAX_DIMS];
+  int64_t off;
+} sub_walk;
+
+static void walk_start(sub_walk *w, const graph_split_view *s, int d, int64_t i0) {
+  w->first = s->first[d], w->last = s->first[d + 1];
+  w->off = graph_split_offset(s, d, i0);
+  for (int t = w->last - 1; t >= w->first; t--) w->idx[t] = i0 % s->sizes[t], i0 /= s->sizes[t];
+}
+
+static inline void walk_next(sub_walk *w, const graph_split_view *s) {
+  for (int t = w->last - 1; t >= w->first; t--) {
+    w->off += s->strides[t];
+    if (++w->idx[t] < s->sizes[t]) return;
+    w->off -= s->sizes[t] * s->strides[t];
+    w->idx[t] = 0;
+  }
+}
+
+/* One panel being packed: its lines' offsets in the input, and the
+ * same as runs of consecutive lines contiguous in the input. */
+typedef struct panel {
+  int64_t lines, nruns;
+  int64_t loff[LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR];
+  int64_t run_at[LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR]; /* first line */
+} panel;
+
+/* k steps along a run of contiguous input elements: dst[k·ld + l] =
+ * src_l[k] for the panel's lines l and k < seg — a transpose. F32 goes
+ * through SSE2 in 4 × 4 blocks (F64 2 × 2), as gemm.c's packing. */
+static void pack_transposed_lines(char *dst, int64_t ld, const char *base, const panel *p, int64_t seg, int esz) {
+  int64_t l0 = 0;
+#if defined(__SSE2__)
+  if (esz == 4) {
+    float *d = (float *)dst;
+    for (; l0 + 4 <= p->lines; l0 += 4) {
+      const float *s0 = (const float *)base + p->loff[l0], *s1 = (const float *)base + p->loff[l0 + 1];
+      const float *s2 = (const float *)base + p->loff[l0 + 2], *s3 = (const float *)base + p->loff[l0 + 3];
+      int64_t k = 0;
+      for (; k + 4 <= seg; k += 4) {
+        __m128 r0 = _mm_loadu_ps(s0 + k), r1 = _mm_loadu_ps(s1 + k), r2 = _mm_loadu_ps(s2 + k), r3 = _mm_loadu_ps(s3 + k);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        _mm_storeu_ps(d + k * ld + l0, r0), _mm_storeu_ps(d + (k + 1) * ld + l0, r1);
+        _mm_storeu_ps(d + (k + 2) * ld + l0, r2), _mm_storeu_ps(d + (k + 3) * ld + l0, r3);
+      }
+      for (; k < seg; k++)
+        d[k * ld + l0] = s0[k], d[k * ld + l0 + 1] = s1[k], d[k * ld + l0 + 2] = s2[k], d[k * ld + l0 + 3] = s3[k];
+    }
+  } else {
+    double *d = (double *)dst;
+    for (; l0 + 2 <= p->lines; l0 += 2) {
+      const double *s0 = (const double *)base + p->loff[l0], *s1 = (const double *)base + p->loff[l0 + 1];
+      int64_t k = 0;
+      for (; k + 2 <= seg; k += 2) {
+        __m128d r0 = _mm_loadu_pd(s0 + k), r1 = _mm_loadu_pd(s1 + k);
+        _mm_storeu_pd(d + k * ld + l0, _mm_unpacklo_pd(r0, r1));
+        _mm_storeu_pd(d + (k + 1) * ld + l0, _mm_unpackhi_pd(r0, r1));
+      }
+      for (; k < seg; k++) d[k * ld + l0] = s0[k], d[k * ld + l0 + 1] = s1[k];
+    }
+  }
+#endif
+  for (int64_t l = l0; l < p->lines; l++) /* lines left over (all of them without SSE2) */
+    for (int64_t k = 0; k < seg; k++)
+      memcpy(dst + (k * ld + l) * esz, base + (p->loff[l] + k) * esz, (size_t)esz);
+}
+
+/* Copies len elements (16-byte vectors, the last one ending at len and
+ * overlapping the one before; nothing outside [0, len) is touched). */
+static inline __attribute__((always_inline)) void copy_run(char *d, const char *s, int64_t len, int esz) {
+  int64_t bytes = len * esz, i = 0;
+#if defined(__SSE2__)
+  if (bytes >= 16) {
+    for (; i + 16 <= bytes; i += 16) _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+    if (i < bytes) _mm_storeu_si128((__m128i *)(d + bytes - 16), _mm_loadu_si128((const __m128i *)(s + bytes - 16)));
+    return;
+  }
+#endif
+  for (; i < bytes; i += esz) memcpy(d + i, s + i, (size_t)esz);
+}
+
+/* k row of a panel: its runs of lines, each contiguous in the input
+ * (src: the row's origin). esz is a constant in each caller. */
+static inline __attribute__((always_inline)) void copy_runs(char *d, const char *src, const panel *p, int esz) {
+  for (int64_t r = 0; r < p->nruns; r++) {
+    int64_t a = p->run_at[r], b = r + 1 < p->nruns ? p->run_at[r + 1] : p->lines;
+    copy_run(d + a * esz, src + p->loff[a] * esz, b - a, esz);
+  }
+}
+
+/* Packs one panel's kc rows, k from w. Where k's innermost sub-dim has
+ * stride 1 and spans at least 8 elements (a stride-1 convolution's
+ * output rows, read as B's K), the lines are transposed segment by
+ * segment; otherwise each k row copies the lines' runs. */
+static void pack_panel(char *dst, int64_t ld, const char *base, const panel *p, sub_walk *w,
+                       const graph_split_view *s, int64_t kc, int esz) {
+  int inner = w->last - 1;
+  bool along_k = p->nruns > 1 && inner >= w->first && s->strides[inner] == 1 && s->sizes[inner] >= 8;
+  for (int64_t k = 0; k < kc;) {
+    char *d = dst + k * ld * esz;
+    if (along_k) {
+      int64_t seg = s->sizes[inner] - w->idx[inner];
+      if (seg > kc - k) seg = kc - k;
+      pack_transposed_lines(d, ld, base + w->off * esz, p, seg, esz);
+      for (int64_t z = 0; z < seg; z++) walk_next(w, s);
+      k += seg;
+    } else {
+      if (esz == 4) copy_runs(d, base + w->off * esz, p, 4);
+      else copy_runs(d, base + w->off * esz, p, 8);
+      walk_next(w, s);
+      k++;
+    }
+  }
+  if (p->lines < ld)
+    for (int64_t k = 0; k < kc; k++) memset(dst + (k * ld + p->lines) * esz, 0, (size_t)((ld - p->lines) * esz));
+}
+
+void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, int ldim, int64_t l0,
+                        int64_t lines, int64_t ld, int kdim, int64_t k0, int64_t kc, int esz) {
+  sub_walk lw;
+  walk_start(&lw, s, ldim, l0);
+  for (int64_t i = 0; i < lines; i += ld) {
+    panel p = {.lines = lines - i < ld ? lines - i : ld};
+    for (int64_t l = 0; l < p.lines; l++) {
+      p.loff[l] = lw.off;
+      if (l == 0 || p.loff[l] != p.loff[l - 1] + 1) p.run_at[p.nruns++] = l;
+      walk_next(&lw, s);
+    }
+    sub_walk w;
+    walk_start(&w, s, kdim, k0);
+    pack_panel(dst + i * kc * esz, ld, base, &p, &w, s, kc, esz);
+  }
+}
