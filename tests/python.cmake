@@ -59,7 +59,7 @@ if(KILN_SANITIZE)
   list(APPEND _kiln_py_env
     "LD_PRELOAD=${_kiln_libasan}:${_kiln_libstdcxx}"
     "ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0:verify_asan_link_order=0"
-    "KILN_TEST_SCALE=0.5")
+    "KILN_TEST_SCALE=0.25")
 endif()
 set_tests_properties(numpy_diff PROPERTIES
   ENVIRONMENT "${_kiln_py_env}"
