@@ -25,11 +25,18 @@ int api_error(kiln_status status, const char *fn, const char *fmt, ...)
 kiln_status api_status(void);
 /** Formats sizes as "[3, 4]" into buf (returns buf). */
 const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes);
-/** Checks a tensor argument: NULL keeps the first error (or sets
- *  KILN_ERR_ARG naming `arg` when none is set); a handle released before
- *  (kept poisoned under KILN_DEBUG_HANDLES=1) is KILN_ERR_ARG "argument t
- *  was released". */
+/** Checks a handle argument of kind k (graph/handle.h) without reading
+ *  memory that is not a live handle's: NULL is KILN_ERR_ARG "argument t is
+ *  NULL" (the thread keeps its first error); a freed handle "argument t
+ *  was released (how it died)"; any other pointer "argument t (0x...) is
+ *  not a Kiln tensor". */
+bool api_check_handle(graph_handle_kind k, const void *p, const char *fn, const char *arg);
+/** api_check_handle for a tensor. */
 bool api_check(const kiln_tensor *t, const char *fn, const char *arg);
+/** api_check_handle for a storage. */
+static inline bool api_check_storage(const kiln_storage *s, const char *fn, const char *arg) {
+  return api_check_handle(GRAPH_HANDLE_STORAGE, s, fn, arg);
+}
 /** Checks a list argument of n entries: n < 0 ("n = -1 is negative") or
  *  a NULL list for n > 0 ("the tensor list is NULL (n = 2)", `what` =
  *  "tensor") is KILN_ERR_ARG. Returns KILN_OK or that status. */

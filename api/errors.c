@@ -46,18 +46,36 @@ const char *api_fmt_sizes(char *buf, size_t len, int ndim, const int64_t *sizes)
   return buf;
 }
 
-bool api_check(const kiln_tensor *t, const char *fn, const char *arg) {
-  if (t && t->storage) return true;
-  if (t && t->dead_scope) /* only a handle poisoned by KILN_DEBUG_HANDLES has no storage */
+/* What each kind of handle is called, and how one dies (death code 0). */
+static const char *const handle_noun[GRAPH_HANDLE_KINDS] = {
+    [GRAPH_HANDLE_TENSOR] = "a Kiln tensor",          [GRAPH_HANDLE_STORAGE] = "a Kiln storage",
+    [GRAPH_HANDLE_OPTIMIZER] = "a Kiln optimizer",    [GRAPH_HANDLE_ONNX_MODEL] = "a Kiln ONNX model"};
+static const char *const handle_death[GRAPH_HANDLE_KINDS] = {
+    [GRAPH_HANDLE_TENSOR] = "used after its last kiln_release",
+    [GRAPH_HANDLE_STORAGE] = "used after its last reference was dropped",
+    [GRAPH_HANDLE_OPTIMIZER] = "used after kiln_optimizer_free",
+    [GRAPH_HANDLE_ONNX_MODEL] = "used after kiln_onnx_free"};
+
+bool api_check_handle(graph_handle_kind k, const void *p, const char *fn, const char *arg) {
+  int death = 0;
+  graph_handle_state st = p ? graph_handle_state_of(k, p, &death) : GRAPH_HANDLE_FOREIGN;
+  if (st == GRAPH_HANDLE_LIVE) return true;
+  if (!p) api_error(KILN_ERR_ARG, fn, "argument %s is NULL", arg);
+  else if (st == GRAPH_HANDLE_DEAD && k == GRAPH_HANDLE_TENSOR && death > 0)
     api_error(KILN_ERR_ARG, fn,
               "argument %s was released (used after the kiln_scope_end of the scope that owned it, opened at "
               "depth %d)",
-              arg, t->dead_scope);
-  else if (t)
-    api_error(KILN_ERR_ARG, fn, "argument %s was released (used after its last kiln_release)", arg);
+              arg, death);
+  else if (st == GRAPH_HANDLE_DEAD)
+    api_error(KILN_ERR_ARG, fn, "argument %s was released (%s)", arg, handle_death[k]);
   else
-    api_error(KILN_ERR_ARG, fn, "argument %s is NULL", arg);
+    api_error(KILN_ERR_ARG, fn, "argument %s (%p) is not %s (never made by Kiln, or not the pointer Kiln returned)",
+              arg, p, handle_noun[k]);
   return false;
+}
+
+bool api_check(const kiln_tensor *t, const char *fn, const char *arg) {
+  return api_check_handle(GRAPH_HANDLE_TENSOR, t, fn, arg);
 }
 
 int api_check_list(const void *list, int n, const char *what, const char *fn) {

@@ -65,32 +65,10 @@ static bool scope_remove(kiln_tensor *t) {
   return false;
 }
 
-/* KILN_DEBUG_HANDLES=1: the last kiln_release of a handle poisons it
- * (storage NULL) and keeps it on a list instead of freeing it, so a later
- * use is KILN_ERR_ARG (api_check) instead of a use after free. The
- * handles stay allocated, and reachable, until the process exits. */
-static atomic_int_fast64_t debug_handles = GRAPH_ENV_UNREAD;
-static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
-static kiln_tensor *dead_handles;
-
-static int64_t read_debug_handles(void) {
-  const char *e = getenv("KILN_DEBUG_HANDLES");
-  return e && *e && strcmp(e, "0") != 0;
-}
-
 /* Set while kiln_scope_end releases the tensors of the scope at that
- * depth (1: outermost): the handles it frees died by its end. */
+ * depth (1: outermost): the handles it frees died by its end, which their
+ * slots record (graph/handle.h; api_check's message). */
 static _Thread_local int ending_scope;
-
-static void poison(kiln_tensor *t) {
-  t->storage = NULL;
-  t->dead_scope = ending_scope;
-  t->detach_read = NULL;
-  pthread_mutex_lock(&dead_lock);
-  t->dead_next = dead_handles;
-  dead_handles = t;
-  pthread_mutex_unlock(&dead_lock);
-}
 
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t) {
   if (t && !api_check(t, "kiln_retain", "t")) return NULL;
@@ -126,25 +104,28 @@ static void storage_release(kiln_storage *s, const char *fn) {
   }
   if (owner) graph_node_orphan(s->version); /* no tensor shows it any more (graph/history.c) */
   graph_node_release(s->version);
-  free(s);
+  graph_handle_free(GRAPH_HANDLE_STORAGE, s, 0);
 }
 
 KILN_API void kiln_release(kiln_tensor *t) {
-  if (t && !api_check(t, "kiln_release", "t")) return; /* released before (KILN_DEBUG_HANDLES) */
+  if (t && !api_check(t, "kiln_release", "t")) return; /* released before, or not a tensor */
   if (t && t->scope_refs > 0 && t->refcount <= t->scope_refs) scope_remove(t); /* a scope's reference */
   if (!t || !graph_unref(&t->refcount)) return;
   graph_node_release(t->detach_read);
   storage_release(t->storage, "kiln_release");
-  if (graph_env_once(&debug_handles, read_debug_handles) > 0) poison(t);
-  else free(t);
+  graph_handle_free(GRAPH_HANDLE_TENSOR, t, ending_scope);
 }
 
 KILN_API kiln_storage *kiln_storage_retain(kiln_storage *s) {
+  if (s && !api_check_storage(s, "kiln_storage_retain", "s")) return NULL;
   if (s) graph_ref(&s->refcount);
   return s;
 }
 
-KILN_API void kiln_storage_release(kiln_storage *s) { storage_release(s, "kiln_storage_release"); }
+KILN_API void kiln_storage_release(kiln_storage *s) {
+  if (s && !api_check_storage(s, "kiln_storage_release", "s")) return;
+  storage_release(s, "kiln_storage_release");
+}
 
 static bool scope_push(api_scope *s, kiln_tensor *t) {
   if (s->n == s->cap) {
@@ -222,6 +203,7 @@ KILN_API kiln_tensor *kiln_keep(kiln_tensor *t) {
 }
 
 KILN_API kiln_tensor *kiln_escape(kiln_tensor *t) {
+  if (t && !api_check(t, "kiln_escape", "t")) return NULL;
   if (t && t->scope_refs > 0) scope_remove(t);
   return t;
 }

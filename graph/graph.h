@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "handle.h"
 #include "kiln/types.h"
 
 /* ----------------------------------------------------------- settings */
@@ -477,10 +478,10 @@ struct kiln_tensor {
    * (api_version), cached here for the storage's current version. */
   bool detached;
   graph_node *detach_read; /* holds a reference; NULL until read */
-  /* KILN_DEBUG_HANDLES: a released handle is kept with storage NULL (api/lifetime.c) */
-  struct kiln_tensor *dead_next;
-  int dead_scope; /* how it died: 0 by kiln_release, else the end of the scope of that depth (1: outermost) */
 };
+
+/* Storages and tensors live in never-reused handle slots (handle.h):
+ * freed with graph_handle_free(GRAPH_HANDLE_STORAGE / _TENSOR, ...). */
 
 /** New storage whose contents are `version` (takes the reference), on
  *  version's device. */

@@ -314,7 +314,7 @@ graph_view graph_attr_region(const graph_node *n) {
 /* ------------------------------------------------ storages and tensors */
 
 kiln_storage *graph_storage_new(kiln_dtype dtype, int64_t numel, graph_node *version) {
-  kiln_storage *s = graph_calloc(1, sizeof *s);
+  kiln_storage *s = graph_handle_alloc(GRAPH_HANDLE_STORAGE, sizeof *s);
   if (!s) {
     graph_node_release(version);
     return NULL;
@@ -341,7 +341,7 @@ void graph_storage_set_version(kiln_storage *s, graph_node *v) {
 }
 
 kiln_tensor *graph_tensor_new(kiln_storage *s, const graph_view *v) {
-  kiln_tensor *t = graph_calloc(1, sizeof *t);
+  kiln_tensor *t = graph_handle_alloc(GRAPH_HANDLE_TENSOR, sizeof *t);
   if (!t) return NULL;
   t->refcount = 1;
   t->storage = s;

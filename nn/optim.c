@@ -143,14 +143,17 @@ static bool check_params(kiln_tensor *const *params, int n, const char *fn) {
 /* A new optimizer over params [n] (checked), holding a reference to each. */
 static kiln_optimizer *opt_new(opt_kind kind, kiln_tensor *const *params, int n, double lr, const double *hyper,
                                int n_state, const char *fn) {
-  kiln_optimizer *o = calloc(1, sizeof *o);
+  kiln_optimizer *o = graph_handle_alloc(GRAPH_HANDLE_OPTIMIZER, sizeof *o);
   if (o) {
     o->params = calloc((size_t)n, sizeof *o->params);
     o->state = calloc((size_t)n * (size_t)n_state + 1, sizeof *o->state);
   }
   if (!o || !o->params || !o->state) {
-    if (o) free(o->params);
-    free(o);
+    if (o) {
+      free(o->params);
+      free(o->state);
+    }
+    graph_handle_free(GRAPH_HANDLE_OPTIMIZER, o, 0);
     api_error(KILN_ERR_OOM, fn, "out of memory");
     return NULL;
   }
@@ -236,31 +239,34 @@ static void release_state(kiln_optimizer *o) {
   }
 }
 
+/* A live optimizer, or KILN_ERR_ARG (NULL, freed, or not one). */
+static bool check_opt(const kiln_optimizer *opt, const char *fn) {
+  return api_check_handle(GRAPH_HANDLE_OPTIMIZER, opt, fn, "opt");
+}
+
 KILN_API void kiln_optimizer_free(kiln_optimizer *opt) {
-  if (!opt) return;
+  if (!opt || !check_opt(opt, "kiln_optimizer_free")) return;
   release_state(opt);
   for (int j = 0; j < opt->n; j++) kiln_release(opt->params[j]);
   free(opt->state);
   free(opt->params);
-  free(opt);
+  graph_handle_free(GRAPH_HANDLE_OPTIMIZER, opt, 0);
 }
 
 KILN_API int kiln_optimizer_set_lr(kiln_optimizer *opt, double lr) {
   const char *fn = "kiln_optimizer_set_lr";
-  if (!opt) return api_error(KILN_ERR_ARG, fn, "argument opt is NULL");
+  if (!check_opt(opt, fn)) return api_status();
   if (!check_nonneg(lr, "lr", fn)) return KILN_ERR_ARG;
   opt->lr = lr;
   return KILN_OK;
 }
 
 KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt) {
-  if (opt) return opt->lr;
-  api_error(KILN_ERR_ARG, "kiln_optimizer_lr", "argument opt is NULL");
-  return NAN;
+  return check_opt(opt, "kiln_optimizer_lr") ? opt->lr : NAN;
 }
 
 kiln_tensor *nn_optimizer_state(const kiln_optimizer *opt, int j, int k) {
-  if (!opt || j < 0 || j >= opt->n || k < 0 || k >= opt->n_state) return NULL;
+  if (graph_handle_state_of(GRAPH_HANDLE_OPTIMIZER, opt, NULL) != GRAPH_HANDLE_LIVE || j < 0 || j >= opt->n || k < 0 || k >= opt->n_state) return NULL;
   return opt->state[j * opt->n_state + k];
 }
 
@@ -436,7 +442,7 @@ static int update(kiln_optimizer *o, int j, kiln_tensor *grad) {
 
 KILN_API int kiln_optimizer_step(kiln_optimizer *opt, kiln_tensor *const *grads) {
   const char *fn = "kiln_optimizer_step";
-  if (!opt) return api_error(KILN_ERR_ARG, fn, "argument opt is NULL");
+  if (!check_opt(opt, fn)) return api_status();
   int st = api_check_list(grads, opt->n, "grad", fn);
   if (st != KILN_OK) return st;
   for (int j = 0; j < opt->n; j++)
@@ -493,7 +499,7 @@ static const char *state_name(const kiln_optimizer *o, int k, char *buf, size_t 
 
 KILN_API int kiln_optimizer_save(kiln_optimizer *opt, const char *path) {
   const char *fn = "kiln_optimizer_save";
-  if (!opt) return api_error(KILN_ERR_ARG, fn, "argument opt is NULL");
+  if (!check_opt(opt, fn)) return api_status();
   if (!path) return api_error(KILN_ERR_ARG, fn, "argument path is NULL");
   int n = n_entries(opt, opt->step);
   const char **names = calloc((size_t)n, sizeof *names);
@@ -639,7 +645,7 @@ static int install(kiln_optimizer *o, int64_t step, double lr, kiln_tensor **buf
 
 KILN_API int kiln_optimizer_load(kiln_optimizer *opt, const char *path) {
   const char *fn = "kiln_optimizer_load";
-  if (!opt) return api_error(KILN_ERR_ARG, fn, "argument opt is NULL");
+  if (!check_opt(opt, fn)) return api_status();
   if (!path) return api_error(KILN_ERR_ARG, fn, "argument path is NULL");
   opt_file f = {.path = path};
   int st = kiln_load_safetensors(path, &f.n, &f.names, &f.ts);

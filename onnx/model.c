@@ -251,9 +251,8 @@ static bool load_graph(kiln_onnx_model *m, const char *dir) {
 }
 
 static kiln_onnx_model *load_bytes(const uint8_t *data, size_t size, const char *dir) {
-  kiln_onnx_model *m = calloc(1, sizeof *m);
+  kiln_onnx_model *m = graph_handle_alloc(GRAPH_HANDLE_ONNX_MODEL, sizeof *m);
   if (!m) return api_error(KILN_ERR_OOM, FN, "out of memory"), NULL;
-  m->magic = ONNX_MAGIC;
   m->proto = onnx__model_proto__unpack(NULL, size, data);
   if (!m->proto) {
     api_error(KILN_ERR_IO, FN, "not an ONNX model: the %zu bytes do not parse as a ModelProto (truncated or wrong file?)",
@@ -296,8 +295,7 @@ KILN_API kiln_onnx_model *kiln_onnx_load(const char *path) {
 }
 
 KILN_API void kiln_onnx_free(kiln_onnx_model *m) {
-  if (!m || m->magic != ONNX_MAGIC) return;
-  m->magic = 0;
+  if (!m || !api_check_handle(GRAPH_HANDLE_ONNX_MODEL, m, "kiln_onnx_free", "model")) return;
   for (int k = 0; k < m->n_inits; k++) kiln_release(m->inits[k]);
   for (int j = 0; m->nodes && j < m->n_nodes; j++) {
     free(m->nodes[j].in);
@@ -311,5 +309,5 @@ KILN_API void kiln_onnx_free(kiln_onnx_model *m) {
   free(m->inputs);
   free(m->outputs);
   if (m->proto) onnx__model_proto__free_unpacked(m->proto, NULL);
-  free(m);
+  graph_handle_free(GRAPH_HANDLE_ONNX_MODEL, m, 0);
 }

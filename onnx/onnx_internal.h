@@ -19,7 +19,6 @@
 #include "nn_internal.h"
 #include "onnx.pb-c.h"
 
-#define ONNX_MAGIC 0x4f4e4e58u /* "ONNX": a live model */
 #define ONNX_OPSET_MIN 6
 #define ONNX_OPSET_MAX 18
 
@@ -61,8 +60,7 @@ typedef struct onnx_node {
   int *release;
 } onnx_node;
 
-struct kiln_onnx_model {
-  uint32_t magic;
+struct kiln_onnx_model { /* in a handle slot (graph/handle.h) */
   Onnx__ModelProto *proto;
   int opset;
   int n_slots;

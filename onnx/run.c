@@ -17,9 +17,7 @@
 static const char *const FN = "kiln_onnx_run";
 
 static bool check_model(const kiln_onnx_model *m, const char *fn) {
-  if (m && m->magic == ONNX_MAGIC) return true;
-  api_error(KILN_ERR_ARG, fn, m ? "argument model is not a live model (freed?)" : "argument model is NULL");
-  return false;
+  return api_check_handle(GRAPH_HANDLE_ONNX_MODEL, m, fn, "model");
 }
 
 static bool check_input(const onnx_io *io, kiln_tensor *t, int k) {

@@ -549,11 +549,7 @@ KILN_API kiln_storage *kiln_storage_new(kiln_dtype dtype, int64_t numel) {
   return s;
 }
 
-static bool check_storage(const kiln_storage *s, const char *fn) {
-  if (s) return true;
-  api_error(KILN_ERR_ARG, fn, "argument s is NULL");
-  return false;
-}
+static bool check_storage(const kiln_storage *s, const char *fn) { return api_check_storage(s, fn, "s"); }
 
 KILN_API kiln_storage *kiln_storage_of(const kiln_tensor *t) {
   if (!api_check(t, "kiln_storage_of", "t")) return NULL;

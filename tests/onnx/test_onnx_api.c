@@ -432,9 +432,19 @@ static void run_errors(void **state) {
   expect_error(KILN_ERR_ARG, "model is NULL", NULL);
   kiln_release(x4);
   kiln_release(x64);
-  kiln_release(x);
   kiln_onnx_free(m);
   kiln_onnx_free(NULL);
+  expect_no_error();
+  /* a freed model is an error at every entry point, a second free too */
+  assert_int_equal(kiln_onnx_run(m, &x, 1, &y, 1), KILN_ERR_ARG);
+  expect_error(KILN_ERR_ARG, "kiln_onnx_run", "argument model was released", "kiln_onnx_free", NULL);
+  assert_int_equal(kiln_onnx_num_inputs(m), -1);
+  expect_error(KILN_ERR_ARG, "kiln_onnx_num_inputs", "was released", NULL);
+  kiln_onnx_free(m);
+  expect_error(KILN_ERR_ARG, "kiln_onnx_free", "was released", NULL);
+  assert_int_equal(kiln_onnx_num_outputs((const kiln_onnx_model *)x), -1);
+  expect_error(KILN_ERR_ARG, "is not a Kiln ONNX model", NULL);
+  kiln_release(x);
 }
 
 /* An operator's failure names the node and keeps the Kiln op's message. */

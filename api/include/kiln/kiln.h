@@ -86,14 +86,17 @@ KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
  *  the last reference to a kiln_from_blob storage with a write into it
  *  still pending, the write is performed first (forces), then the deleter
  *  runs; if that force fails the thread's error is set (naming
- *  kiln_release) and the write is lost. NULL-safe. Debugging ownership:
- *  with env KILN_DEBUG_HANDLES=1 (read once) a released handle is kept
- *  poisoned instead of freed (never reused; memory grows), so any later
- *  use of it — an op, a query, kiln_retain, a second kiln_release — is
- *  KILN_ERR_ARG "argument t was released" instead of a use after free;
- *  the message says how it died: "used after its last kiln_release", or
- *  "used after the kiln_scope_end of the scope that owned it, opened at
- *  depth N" (1: the outermost open scope). */
+ *  kiln_release) and the write is lost. NULL-safe. Any later use of a
+ *  freed handle — an op, a query, kiln_retain, a
+ *  second kiln_release — is KILN_ERR_ARG "argument t was released", saying
+ *  how it died: "used after its last kiln_release", or "used after the
+ *  kiln_scope_end of the scope that owned it, opened at depth N" (1: the
+ *  outermost open scope); a pointer Kiln never returned is "argument t
+ *  (0x...) is not a Kiln tensor". Every entry point that takes a handle
+ *  (tensor, storage, optimizer, ONNX model) checks it so. A freed
+ *  handle's memory is reused only after about 15,000 later tensor deaths
+ *  (docs/api.md, "Misuse"): a handle kept stale longer may alias a newer
+ *  tensor. */
 KILN_API void kiln_release(kiln_tensor *t);
 /** Opens a scope on this thread: every tensor returned by a Kiln function
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
@@ -1398,7 +1401,9 @@ KILN_API int kiln_optimizer_save(kiln_optimizer *opt, const char *path);
  *  buffer of another dtype); the message says which. (Torch:
  *  optimizer.load_state_dict(), which also restores hyper-parameters.) */
 KILN_API int kiln_optimizer_load(kiln_optimizer *opt, const char *path);
-/** Frees the optimizer and its state; the parameters stay (NULL-safe). */
+/** Frees the optimizer and its state; the parameters stay (NULL-safe).
+ *  Any later use of opt, a second free included, is KILN_ERR_ARG "argument
+ *  opt was released (used after kiln_optimizer_free)". */
 KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
 
 /* Learning-rate schedules as pure functions of the step (nn/

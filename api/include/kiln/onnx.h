@@ -40,7 +40,9 @@ KILN_API kiln_onnx_model *kiln_onnx_load(const char *path);
 KILN_API kiln_onnx_model *kiln_onnx_load_memory(const void *data, size_t size);
 
 /** Releases the model and its references to its initializers (a tensor
- *  taken with kiln_onnx_initializer stays valid). NULL is a no-op. */
+ *  taken with kiln_onnx_initializer stays valid). NULL is a no-op; any
+ *  later use of the model, a second free included, is KILN_ERR_ARG
+ *  "argument model was released (used after kiln_onnx_free)". */
 KILN_API void kiln_onnx_free(kiln_onnx_model *model);
 
 /** Records the model's graph on inputs [n_inputs] (in the order of
