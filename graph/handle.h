@@ -12,11 +12,11 @@
  * start) it was never such a handle; inside, the header says live or dead.
  * Slots are grouped into chunks of at least a page; a chunk whose every
  * slot is dead waits in a quarantine (FIFO) and is reused only after
- * graph_handle_quarantine[k] (1,024 for tensors) more chunks of the kind
- * died after it — in a loop that makes and frees tensors, about 15,000
+ * graph_handle_quarantine[k] (256 for tensors) more chunks of the kind
+ * died after it — in a loop that makes and frees tensors, about 3,800
  * tensor deaths: until then a stale handle is reported dead; after that
  * its slot may hold a new object, which the stale handle then aliases. Memory stays bounded by the live objects' chunks plus the
- * quarantine (8 MiB of tensor slots, 4 MiB of storages).
+ * quarantine (2 MiB of tensor slots, 1 MiB of storages).
  *
  * Thread-safe: each thread allocates from a chunk of its own; frees from
  * any thread.

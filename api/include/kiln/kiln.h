@@ -94,7 +94,7 @@ KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
  *  outermost open scope); a pointer Kiln never returned is "argument t
  *  (0x...) is not a Kiln tensor". Every entry point that takes a handle
  *  (tensor, storage, optimizer, ONNX model) checks it so. A freed
- *  handle's memory is reused only after about 15,000 later tensor deaths
+ *  handle's memory is reused only after about 3,800 later tensor deaths
  *  (docs/api.md, "Misuse"): a handle kept stale longer may alias a newer
  *  tensor. */
 KILN_API void kiln_release(kiln_tensor *t);
