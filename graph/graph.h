@@ -480,7 +480,7 @@ struct kiln_tensor {
   graph_node *detach_read; /* holds a reference; NULL until read */
 };
 
-/* Storages and tensors live in never-reused handle slots (handle.h):
+/* Storages and tensors live in type-stable handle slots (handle.h):
  * freed with graph_handle_free(GRAPH_HANDLE_STORAGE / _TENSOR, ...). */
 
 /** New storage whose contents are `version` (takes the reference), on

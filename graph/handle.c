@@ -163,9 +163,6 @@ static void lsan_scan(void *chunk, size_t bytes, bool on) {
 #endif
 }
 
-/* Ends this thread's chunk of kind k early: its slots not handed out count
- * as freed. */
-static void drop_rest(region *r, tcache *c);
 
 static bool take_chunk(region *r, graph_handle_kind k, size_t size, tcache *c) {
   pthread_mutex_lock(&r->lock);
@@ -182,6 +179,31 @@ static bool take_chunk(region *r, graph_handle_kind k, size_t size, tcache *c) {
   }
   pthread_mutex_unlock(&r->lock);
   return ok;
+}
+
+static void chunk_died(region *r, chunk_head *ch) {
+  pthread_mutex_lock(&r->lock);
+  lsan_scan(ch, r->chunk, false);
+  char *base = (char *)atomic_load_explicit(&r->base, memory_order_relaxed);
+  size_t off = (size_t)((char *)ch - base);
+  ch->next_dead = NO_CHUNK;
+  if (r->dead_tail == NO_CHUNK) r->dead_head = off;
+  else ((chunk_head *)(base + r->dead_tail))->next_dead = off;
+  r->dead_tail = off;
+  r->n_dead++;
+  pthread_mutex_unlock(&r->lock);
+}
+
+static void chunk_unref(region *r, chunk_head *ch, int n) {
+  if (atomic_fetch_sub_explicit(&ch->unfreed, n, memory_order_acq_rel) == n) chunk_died(r, ch);
+}
+
+/* Ends this thread's chunk early: its slots not handed out count as freed. */
+static void drop_rest(region *r, tcache *c) {
+  int n = (int)((size_t)(c->end - c->next) / r->slot);
+  chunk_head *ch = chunk_of(r, c->next);
+  c->next = c->end = NULL;
+  chunk_unref(r, ch, n);
 }
 
 /* A thread that ends gives the rest of its chunks back, so they can die. */
@@ -213,29 +235,6 @@ void *graph_handle_alloc(graph_handle_kind k, size_t size) {
   return (char *)h + SLOT_HEAD;
 }
 
-static void chunk_died(region *r, chunk_head *ch) {
-  pthread_mutex_lock(&r->lock);
-  lsan_scan(ch, r->chunk, false);
-  char *base = (char *)atomic_load_explicit(&r->base, memory_order_relaxed);
-  size_t off = (size_t)((char *)ch - base);
-  ch->next_dead = NO_CHUNK;
-  if (r->dead_tail == NO_CHUNK) r->dead_head = off;
-  else ((chunk_head *)(base + r->dead_tail))->next_dead = off;
-  r->dead_tail = off;
-  r->n_dead++;
-  pthread_mutex_unlock(&r->lock);
-}
-
-static void chunk_unref(region *r, chunk_head *ch, int n) {
-  if (atomic_fetch_sub_explicit(&ch->unfreed, n, memory_order_acq_rel) == n) chunk_died(r, ch);
-}
-
-static void drop_rest(region *r, tcache *c) {
-  int n = (int)((size_t)(c->end - c->next) / r->slot);
-  chunk_head *ch = chunk_of(r, c->next);
-  c->next = c->end = NULL;
-  chunk_unref(r, ch, n);
-}
 
 void graph_handle_free(graph_handle_kind k, void *p, int death) {
   if (!p) return;

@@ -266,7 +266,8 @@ KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt) {
 }
 
 kiln_tensor *nn_optimizer_state(const kiln_optimizer *opt, int j, int k) {
-  if (graph_handle_state_of(GRAPH_HANDLE_OPTIMIZER, opt, NULL) != GRAPH_HANDLE_LIVE || j < 0 || j >= opt->n || k < 0 || k >= opt->n_state) return NULL;
+  bool live = graph_handle_state_of(GRAPH_HANDLE_OPTIMIZER, opt, NULL) == GRAPH_HANDLE_LIVE;
+  if (!live || j < 0 || j >= opt->n || k < 0 || k >= opt->n_state) return NULL;
   return opt->state[j * opt->n_state + k];
 }
 
