@@ -62,6 +62,7 @@ int main(int argc, char **argv) {
     if (kiln_profile_get(i, &r) == KILN_OK && !r.cache_hit) {
       compile += 1e-9 * (double)r.compile_ns;
       compiled++;
+      fprintf(stderr, "compiled: %s (%s, %.1f ms)\n", r.name, r.backend, 1e-6 * (double)r.compile_ns);
     }
   }
   t0 = now();

@@ -161,13 +161,35 @@ int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t er
  *  MR and nv instead of the rule's (0: the rule's). Not thread-safe with
  *  running products: set it between them. */
 void llvm_gemm_override(int bits, int regs, int mr, int nv);
+/** Compiles s's micro-kernel (valid per llvm_gemm_kernel) into the JIT
+ *  as symbol sym (NULL: a unique one; a given one may be linked already,
+ *  and that code is used); with obj, *obj and *obj_len receive a malloc'ed
+ *  copy of its object file (for a cache on disk). Not cached here:
+ *  llvm_gemm_kernel is the cached path. Errors as llvm_gemm_kernel. */
+int llvm_gemm_compile(const llvm_gemm_spec *s, const char *sym, llvm_gemm_fn *out, void **obj, size_t *obj_len,
+                      char *err, size_t errlen);
+#define LLVM_GEMM_KEY_MAX (16 + 7 + 2 * LLVM_GEMM_EPI_MAX)
+/** The bytes that identify s's code for a given target (with the
+ *  target's identity, a disk cache's key); returns their count. */
+size_t llvm_gemm_key(const llvm_gemm_spec *s, unsigned char key[LLVM_GEMM_KEY_MAX]);
+/** How llvm_gemm_kernel gets the code of a variant this process has not
+ *  built yet: e.g. loaded from where an earlier process kept it, else
+ *  compiled with llvm_gemm_compile (*compiled says which). NULL:
+ *  llvm_gemm_compile. */
+typedef int (*llvm_gemm_builder)(const llvm_gemm_spec *s, llvm_gemm_fn *out, bool *compiled, char *err,
+                                 size_t errlen);
 /** The compiled micro-kernel for s (llvm_gemm_choose's, or any with
- *  1 ≤ mr ≤ LLVM_GEMM_MAX_MR, nr ≤ LLVM_GEMM_MAX_NR), compiled once per
- *  process and variant (thread-safe; llvm_shutdown forgets them).
- *  KILN_ERR_ARG for a bad spec, KILN_ERR_COMPILE / _OOM from the JIT. */
-int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_fn *out, char *err, size_t errlen);
-/** Micro-kernels compiled so far in this process (for tests). */
+ *  1 ≤ mr ≤ LLVM_GEMM_MAX_MR, nr ≤ LLVM_GEMM_MAX_NR), built once per
+ *  process and variant through `build` (thread-safe; llvm_shutdown
+ *  forgets them). KILN_ERR_ARG for a bad spec, KILN_ERR_COMPILE / _OOM
+ *  from the JIT. */
+int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, char *err,
+                     size_t errlen);
+/** Micro-kernels compiled so far in this process (for tests; not those
+ *  a builder loaded). */
 int llvm_gemm_compiled(void);
+/** Micro-kernel variants this process holds (compiled or loaded). */
+int llvm_gemm_variants(void);
 
 /** Frees the JIT and all compiled code (for leak-free test exits). */
 void llvm_shutdown(void);

@@ -384,31 +384,58 @@ static bool valid_spec(const llvm_gemm_spec *s) {
          s->nr <= LLVM_GEMM_MAX_NR && s->mr >= 1 && s->mr <= LLVM_GEMM_MAX_MR && valid_epilogue(s);
 }
 
-/* Under lock: compiles s into slot n_cached. */
-static int compile_variant(const llvm_gemm_spec *s, llvm_gemm_fn *out, char *err, size_t errlen) {
+/* The variant's name: its symbol's stem and the name in messages. */
+static void variant_name(const llvm_gemm_spec *s, char *name, size_t cap) {
+  int len = snprintf(name, cap, "gemm_ukr_%s_%dx%d_v%d%s", s->dtype == KILN_F64 ? "f64" : "f32", s->mr, s->nr,
+                     s->vl, s->fma ? "" : "_muladd");
+  for (int i = 0; i < s->n_epi && len > 0 && len < (int)cap - 8; i++) /* a distinct symbol per epilogue */
+    len += snprintf(name + len, cap - (size_t)len, "_e%d%d", s->epi[i].op, s->epi[i].arg);
+}
+
+int llvm_gemm_compile(const llvm_gemm_spec *s, const char *sym, llvm_gemm_fn *out, void **obj, size_t *obj_len,
+                      char *err, size_t errlen) {
+  char name[96];
+  variant_name(s, name, sizeof name);
+  void *addr = NULL;
+  llvm_gemm_spec copy = *s;
+  int st = llvm_compile_module(name, fill_gemm, &copy, sym, &addr, obj, obj_len, err, errlen);
+  if (st == KILN_OK) memcpy(out, &addr, sizeof *out); /* object → function pointer, as llvm_jit.c does */
+  return st;
+}
+
+size_t llvm_gemm_key(const llvm_gemm_spec *s, unsigned char key[LLVM_GEMM_KEY_MAX]) {
+  static const char tag[16] = "kiln gemm ukr 1"; /* no kernel IR's uop bytes start so */
+  size_t n = sizeof tag;
+  memcpy(key, tag, n);
+  const int fields[] = {(int)s->dtype, s->vl, s->mr, s->nv, s->nr, s->fma, s->n_epi};
+  for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) key[n++] = (unsigned char)fields[i];
+  for (int i = 0; i < s->n_epi; i++) {
+    key[n++] = s->epi[i].op;
+    key[n++] = s->epi[i].arg;
+  }
+  return n;
+}
+
+/* Under lock: builds s into slot n_cached. */
+static int add_variant(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, char *err,
+                       size_t errlen) {
   if (n_cached == GEMM_CACHE_MAX) {
     snprintf(err, errlen, "llvm_gemm_kernel: more than %d micro-kernel variants", GEMM_CACHE_MAX);
     return KILN_ERR_UNSUPPORTED;
   }
-  char name[96];
-  int len = snprintf(name, sizeof name, "gemm_ukr_%s_%dx%d_v%d%s", s->dtype == KILN_F64 ? "f64" : "f32", s->mr,
-                     s->nr, s->vl, s->fma ? "" : "_muladd");
-  for (int i = 0; i < s->n_epi && len > 0 && len < (int)sizeof name - 8; i++) /* a distinct symbol per epilogue */
-    len += snprintf(name + len, sizeof name - (size_t)len, "_e%d%d", s->epi[i].op, s->epi[i].arg);
-  void *addr = NULL;
-  llvm_gemm_spec copy = *s;
-  int st = llvm_compile_module(name, fill_gemm, &copy, &addr, err, errlen);
+  llvm_gemm_fn fn = NULL;
+  bool compiled = true;
+  int st = build ? build(s, &fn, &compiled, err, errlen) : llvm_gemm_compile(s, NULL, &fn, NULL, NULL, err, errlen);
   if (st != KILN_OK) return st;
-  llvm_gemm_fn fn;
-  memcpy(&fn, &addr, sizeof fn); /* object → function pointer, as llvm_jit.c does */
   cache[n_cached].spec = *s;
   cache[n_cached++].fn = fn;
-  n_compiled++;
+  n_compiled += compiled;
   *out = fn;
   return KILN_OK;
 }
 
-int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_fn *out, char *err, size_t errlen) {
+int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, char *err,
+                     size_t errlen) {
   if (!s || !valid_spec(s)) {
     snprintf(err, errlen, "llvm_gemm_kernel: invalid micro-kernel spec (mr %d, nr %d, vl %d)", s ? s->mr : 0,
              s ? s->nr : 0, s ? s->vl : 0);
@@ -419,7 +446,7 @@ int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_fn *out, char *err, size
   int i = 0;
   while (i < n_cached && !same_spec(&cache[i].spec, s)) i++;
   if (i < n_cached) *out = cache[i].fn;
-  else st = compile_variant(s, out, err, errlen);
+  else st = add_variant(s, build, out, err, errlen);
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -427,6 +454,13 @@ int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_fn *out, char *err, size
 int llvm_gemm_compiled(void) {
   pthread_mutex_lock(&lock);
   int n = n_compiled;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+int llvm_gemm_variants(void) {
+  pthread_mutex_lock(&lock);
+  int n = n_cached;
   pthread_mutex_unlock(&lock);
   return n;
 }

@@ -39,9 +39,13 @@ typedef bool (*llvm_module_fill)(LLVMModuleRef mod, const char *sym, void *ctx, 
  *  fresh context, the O2 pipeline for the target, an object file linked
  *  into the JIT under jit_lock; llvm_jit.c) and returns the address of
  *  its function in *out (cast it to its type). `name` names it in
- *  messages and its unique symbol. Thread-safe; code lives until
- *  llvm_shutdown. KILN_ERR_COMPILE or KILN_ERR_OOM, message in err. */
-int llvm_compile_module(const char *name, llvm_module_fill fill, void *ctx, void **out, char *err, size_t errlen);
+ *  messages; `sym` is its symbol (NULL: a unique one made from name; a
+ *  given one — the disk cache's — may be linked already, and that code
+ *  is used). With obj_bytes, *obj_bytes and *obj_len receive a malloc'ed
+ *  copy of the object file (for the disk cache). Thread-safe; code lives
+ *  until llvm_shutdown. KILN_ERR_COMPILE or KILN_ERR_OOM, message in err. */
+int llvm_compile_module(const char *name, llvm_module_fill fill, void *ctx, const char *sym, void **out,
+                        void **obj_bytes, size_t *obj_len, char *err, size_t errlen);
 /** Forgets the compiled GEMM micro-kernels (llvm_gemm.c), at
  *  llvm_shutdown, which frees their code. */
 void llvm_gemm_forget(void);

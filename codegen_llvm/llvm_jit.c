@@ -403,18 +403,26 @@ int llvm_compile_asm(const kir_kernel *k, char **asm_text, char *err, size_t err
   return rc;
 }
 
-int llvm_compile_module(const char *name, llvm_module_fill fill, void *fill_ctx, void **out, char *err,
-                        size_t errlen) {
+int llvm_compile_module(const char *name, llvm_module_fill fill, void *fill_ctx, const char *sym, void **out,
+                        void **obj_bytes, size_t *obj_len, char *err, size_t errlen) {
   unsigned long long id = 0;
   int rc = acquire_id(&id, err, errlen, name);
   if (rc != KILN_OK) return rc;
-  char sym[160];
-  symbol_name(sym, sizeof sym, name, id);
+  char own[160];
+  if (!sym) symbol_name(own, sizeof own, name, id);
   LLVMMemoryBufferRef obj = NULL;
-  rc = build_object(name, fill, fill_ctx, sym, LLVMObjectFile, &obj, NULL, err, errlen);
+  rc = build_object(name, fill, fill_ctx, sym ? sym : own, LLVMObjectFile, &obj, NULL, err, errlen);
+  if (rc == KILN_OK && obj_bytes) {
+    rc = copy_object(obj, name, obj_bytes, obj_len, err, errlen);
+    if (rc != KILN_OK) LLVMDisposeMemoryBuffer(obj);
+  }
   llvm_kernel_fn fn = NULL;
-  if (rc == KILN_OK) rc = add_and_lookup(obj, sym, false, true, name, &fn, err, errlen);
+  if (rc == KILN_OK) rc = add_and_lookup(obj, sym ? sym : own, sym != NULL, true, name, &fn, err, errlen);
   if (rc == KILN_OK) memcpy(out, &fn, sizeof fn); /* the caller casts back to its function type */
+  else if (obj_bytes && *obj_bytes) {
+    free(*obj_bytes);
+    *obj_bytes = NULL;
+  }
   return rc;
 }
 

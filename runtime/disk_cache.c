@@ -450,23 +450,77 @@ static void store_entry(const entry_name *e, const void *obj, size_t obj_len) {
 
 /* ------------------------------------------------------------ kernels */
 
-int rt_disk_kernel(const kir_kernel *k, const unsigned char *key, size_t len, llvm_kernel_fn *fn, int64_t *load_ns,
-                   char **ir_text, char *err, size_t errlen) {
+/* Compiles the code of a missed entry under symbol sym, with a copy of
+ * its object file for the entry. */
+typedef int (*compile_fn)(void *ctx, const char *sym, llvm_kernel_fn *fn, void **obj, size_t *obj_len, char *err,
+                          size_t errlen);
+
+/* The code stored under key [len] (loaded: *loaded), else compiled by
+ * compile and stored; compiled without storing when the entry cannot be
+ * named. */
+static int disk_code(const unsigned char *key, size_t len, compile_fn compile, void *ctx, llvm_kernel_fn *fn,
+                     bool *loaded, char *err, size_t errlen) {
   entry_name e;
-  *load_ns = 0;
-  if (!name_entry(key, len, &e)) return llvm_compile(k, fn, ir_text, err, errlen);
-  int64_t t0 = rt_now_ns();
+  *loaded = false;
+  if (!name_entry(key, len, &e)) return compile(ctx, NULL, fn, NULL, NULL, err, errlen);
   if (load_entry(&e, fn)) {
-    *load_ns = rt_now_ns() - t0;
-    if (*load_ns <= 0) *load_ns = 1;
+    *loaded = true;
     free(e.key);
     return KILN_OK;
   }
   void *obj = NULL;
   size_t obj_len = 0;
-  int st = llvm_compile_object(k, e.sym, fn, ir_text, &obj, &obj_len, err, errlen);
+  int st = compile(ctx, e.sym, fn, &obj, &obj_len, err, errlen);
   if (st == KILN_OK) store_entry(&e, obj, obj_len);
   free(obj);
   free(e.key);
+  return st;
+}
+
+typedef struct kernel_job {
+  const kir_kernel *k;
+  char **ir_text;
+} kernel_job;
+
+static int compile_kernel(void *ctx, const char *sym, llvm_kernel_fn *fn, void **obj, size_t *obj_len, char *err,
+                          size_t errlen) {
+  const kernel_job *j = ctx;
+  return sym ? llvm_compile_object(j->k, sym, fn, j->ir_text, obj, obj_len, err, errlen)
+             : llvm_compile(j->k, fn, j->ir_text, err, errlen);
+}
+
+int rt_disk_kernel(const kir_kernel *k, const unsigned char *key, size_t len, llvm_kernel_fn *fn, int64_t *load_ns,
+                   char **ir_text, char *err, size_t errlen) {
+  kernel_job j = {k, ir_text};
+  bool loaded;
+  int64_t t0 = rt_now_ns();
+  int st = disk_code(key, len, compile_kernel, &j, fn, &loaded, err, errlen);
+  *load_ns = loaded ? rt_now_ns() - t0 : 0;
+  if (loaded && *load_ns <= 0) *load_ns = 1;
+  return st;
+}
+
+/* ---------------------------------------------------- GEMM micro-kernels */
+
+static int compile_gemm(void *ctx, const char *sym, llvm_kernel_fn *fn, void **obj, size_t *obj_len, char *err,
+                        size_t errlen) {
+  llvm_gemm_fn g = NULL;
+  int st = llvm_gemm_compile(ctx, sym, &g, obj, obj_len, err, errlen);
+  if (st == KILN_OK) memcpy(fn, &g, sizeof g); /* one function pointer type to another, as bytes */
+  return st;
+}
+
+int rt_disk_gemm(const llvm_gemm_spec *s, llvm_gemm_fn *out, bool *compiled, char *err, size_t errlen) {
+  if (!rt_disk_cache_on()) {
+    *compiled = true;
+    return llvm_gemm_compile(s, NULL, out, NULL, NULL, err, errlen);
+  }
+  unsigned char key[LLVM_GEMM_KEY_MAX];
+  size_t len = llvm_gemm_key(s, key);
+  llvm_kernel_fn fn = NULL;
+  bool loaded;
+  int st = disk_code(key, len, compile_gemm, (void *)s, &fn, &loaded, err, errlen);
+  if (st == KILN_OK) memcpy(out, &fn, sizeof fn);
+  *compiled = !loaded;
   return st;
 }

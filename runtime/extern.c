@@ -77,6 +77,7 @@ static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *
   r->bytes_read = (graph_view_numel(&n->inputs[0].view) + graph_view_numel(&n->inputs[1].view)) * esz;
   r->bytes_written = n->numel * esz;
   r->compile_ns = jit ? rt_gemm_last_compile_ns() : 0; /* the micro-kernel, at its first use */
+  r->load_ns = jit ? rt_gemm_last_load_ns() : 0;        /* or loaded from the disk cache then */
   r->cache_hit = r->compile_ns == 0;
   r->threads = threads;
 }

@@ -431,21 +431,28 @@ static void plan_parts(gemm_job *j, int threads) {
 }
 
 static _Thread_local int last_threads = 1;
-static _Thread_local int64_t last_compile_ns;
+static _Thread_local int64_t last_compile_ns, last_load_ns;
 
 int rt_gemm_last_threads(void) { return last_threads; }
 
 int64_t rt_gemm_last_compile_ns(void) { return last_compile_ns; }
 
+int64_t rt_gemm_last_load_ns(void) { return last_load_ns; }
+
 /* The micro-kernel for the job's spec; when this call compiled it, its
  * time goes to last_compile_ns and, while profiling, a compile event
- * named after the variant. */
+ * named after the variant; when it loaded it from the disk cache, its
+ * time goes to last_load_ns. */
 static int get_kernel(gemm_job *j, char *err, size_t errlen) {
-  int before = llvm_gemm_compiled();
+  int compiled = llvm_gemm_compiled(), variants = llvm_gemm_variants();
   int64_t t0 = rt_now_ns();
-  int st = llvm_gemm_kernel(&j->spec, &j->ukr, err, errlen);
-  if (st != KILN_OK || llvm_gemm_compiled() == before) return st;
+  int st = llvm_gemm_kernel(&j->spec, rt_disk_gemm, &j->ukr, err, errlen);
+  if (st != KILN_OK || llvm_gemm_variants() == variants) return st;
   int64_t t1 = rt_now_ns();
+  if (llvm_gemm_compiled() == compiled) {
+    last_load_ns = t1 > t0 ? t1 - t0 : 1;
+    return st;
+  }
   last_compile_ns = t1 - t0;
   if (rt_profiling()) {
     char name[64];
@@ -512,7 +519,7 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
                        char *err, size_t errlen) {
   gemm_job j = {.d = mm_dims_of(n), .c = out->data, .epi = epi && (epi->n > 0 || epi->after) ? epi : NULL};
   last_threads = 1;
-  last_compile_ns = 0;
+  last_compile_ns = last_load_ns = 0;
   if (j.epi && (j.d.k == 0 || epi->n > LLVM_GEMM_EPI_MAX || epi->nb != j.d.nb || (epi->after && j.d.nb > 0))) {
     snprintf(err, errlen, "rt_gemm_matmul_epi: an epilogue needs K > 0 and the product's batch dims (an after hook: none)");
     return KILN_ERR_ARG;

@@ -1,7 +1,7 @@
 /*
  * gemm_fused.c — a matmul and its elementwise epilogue run as one
  * kernel: the generated GEMM applies the chain the fuser left after the
- * product (passes/gemm_epilogue.c: bias, relu, scale, residual) to each
+ * product (passes/gemm_chain.c: bias, relu, scale, residual) to each
  * tile in registers and stores the chain's result, so the product is
  * never written to memory and read back by an epilogue kernel.
  *
@@ -61,6 +61,7 @@ void rt_gemm_fused_report(const graph_node *x, const char *suffix, int n_ops, in
                           .bytes_read = read * esz, .bytes_written = x->numel * esz, .run_ns = run->t1 - run->t0,
                           .compile_ns = rt_gemm_last_compile_ns() + compile_ns, .threads = rt_gemm_last_threads()};
   r.cache_hit = r.compile_ns == 0;
+  if (r.cache_hit) r.load_ns = rt_gemm_last_load_ns(); /* the micro-kernel, from the disk cache */
   if (rt_debug_level() >= 1) rt_debug_kernel(&r, x->ndim, x->sizes);
   if (rt_profiling()) rt_profile_add(&r, run->t0, NULL, 0);
 }

@@ -48,6 +48,11 @@ void rt_disk_cache_set_dir(const char *dir);
  *  and stored, *load_ns = 0. Only when rt_disk_cache_on(). */
 int rt_disk_kernel(const kir_kernel *k, const unsigned char *key, size_t len, llvm_kernel_fn *fn, int64_t *load_ns,
                    char **ir_text, char *err, size_t errlen);
+/** The GEMM micro-kernel for s (an llvm_gemm_builder): from the disk
+ *  cache when it is on (key: llvm_gemm_key's bytes and the code
+ *  generator's identity, as rt_disk_kernel's), else compiled, then
+ *  stored; *compiled says which. Errors: llvm_gemm_compile's. */
+int rt_disk_gemm(const llvm_gemm_spec *s, llvm_gemm_fn *out, bool *compiled, char *err, size_t errlen);
 /** A 64-bit hash of len bytes (the caches' keys). */
 uint64_t rt_hash_bytes(const unsigned char *p, size_t len);
 /** Number of kernels compiled so far (cache misses), for tests. */
@@ -207,6 +212,9 @@ int rt_gemm_last_threads(void);
  *  its micro-kernel (0: it was compiled already); while profiling, that
  *  compile is also an event (`gemm_ukr_f32_14x32`). */
 int64_t rt_gemm_last_compile_ns(void);
+/** Nanoseconds the calling thread's last rt_gemm_matmul spent loading its
+ *  micro-kernel from the disk cache (0: not loaded by that call). */
+int64_t rt_gemm_last_load_ns(void);
 /** The generated GEMM's cache blocking (elements): MC rows of A and NC
  *  columns of B per packed block, KC of K per block. */
 typedef struct rt_gemm_blocking {

@@ -7,7 +7,8 @@
  * corrupt, truncated or foreign entry is rebuilt with the right values;
  * two children filling one directory at once both get right values; an
  * unusable directory turns the cache off with a KILN_DEBUG line; another
- * CPU or Kiln version misses; the directory stays under
+ * CPU or Kiln version misses; the generated GEMM's micro-kernel
+ * (KILN_GEMM=jit) is an entry like the fused kernels; the directory stays under
  * KILN_CACHE_MAX_BYTES, the least recently used entries going first.
  *
  * ctest runs every test with KILN_CACHE_DIR empty; each child here gets a
@@ -39,8 +40,11 @@ enum { PATHLEN = 512 };
 
 /* ------------------------------------------------------------ child */
 
-/* sum(exp(0.5 * (tanh(0.001 x) + 1))) and sum(x * x) over x = 0..4095 (F64). */
-static bool child_values(void) {
+/* sum(exp(0.5 * (tanh(0.001 x) + 1))) and sum(x * x) over x = 0..4095
+ * (F64); with gemm, also a product through the generated GEMM (the
+ * child runs with KILN_GEMM=jit): a [48, 40] · b [40, 56] of small
+ * integers, exact in F32. */
+static bool child_values(bool gemm) {
   double want1 = 0, want2 = 0;
   for (int i = 0; i < 4096; i++) {
     want1 += exp(0.5 * (tanh(0.001 * i) + 1));
@@ -53,34 +57,54 @@ static bool child_values(void) {
   kiln_tensor *s2 = kiln_sum(kiln_mul(x, x), 0, NULL, false);
   double got1 = 0, got2 = 0;
   bool ok = kiln_realize(y) == KILN_OK && kiln_item_f64(s1, &got1) == KILN_OK && kiln_item_f64(s2, &got2) == KILN_OK;
+  if (gemm) {
+    enum { M = 48, K = 40, N = 56 };
+    float a[M * K], b[K * N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7 - 3);
+    for (int i = 0; i < K * N; i++) b[i] = (float)(i % 5 - 2);
+    kiln_tensor *ta = kiln_from_data(KILN_F32, 2, (int64_t[]){M, K}, a);
+    kiln_tensor *tb = kiln_from_data(KILN_F32, 2, (int64_t[]){K, N}, b);
+    ok = ok && kiln_read(kiln_matmul(ta, tb), c, sizeof c) == KILN_OK;
+    for (int i = 0; ok && i < M; i++)
+      for (int j = 0; ok && j < N; j++) {
+        double want = 0;
+        for (int k = 0; k < K; k++) want += (double)a[i * K + k] * b[k * N + j];
+        ok = c[i * N + j] == want;
+      }
+  }
   kiln_scope_end();
   return ok && fabs(got1 - want1) < 1e-9 * want1 && got2 == want2;
 }
 
 /* Prints "values compiles misses disk_hits records": whether the values
- * were right, kernels compiled, records that were not cache hits, records
- * loaded from disk (load_ns > 0, which must be hits with compile_ns 0). */
+ * were right, kernels and GEMM micro-kernels compiled, records that were
+ * not cache hits, records loaded from disk (load_ns > 0, which must be
+ * hits with compile_ns 0). Run twice, the workload leaves the GEMM out:
+ * forgetting the kernels leaves the micro-kernels in memory. */
 static int child_main(bool twice) {
   bool values = true;
   if (twice) {
     /* the same kernels again in this process after forgetting them: the
      * disk cache's code is linked already (the same symbols), and reused */
-    values = child_values();
+    values = child_values(false);
     rt_schedule_cache_clear();
     rt_kernel_cache_clear();
   }
   kiln_profile_begin();
-  values = child_values() && values;
+  values = child_values(!twice) && values;
   kiln_profile_end();
-  int misses = 0, disk = 0, n = kiln_profile_count();
+  int misses = 0, disk = 0, gemm_records = 0, n = kiln_profile_count();
   for (int i = 0; i < n; i++) {
     kiln_kernel_record r;
     if (kiln_profile_get(i, &r) != KILN_OK) return 2;
     misses += !r.cache_hit;
+    gemm_records += strncmp(r.name, "gemm_", 5) == 0 && strcmp(r.backend, "llvm") == 0;
     if (r.load_ns > 0 && (!r.cache_hit || r.compile_ns != 0)) values = false;
     disk += r.load_ns > 0;
   }
-  printf("%d %lld %d %d %d\n", values, (long long)rt_compile_count(), misses, disk, n);
+  if (gemm_records != !twice) values = false; /* the product ran through the generated GEMM */
+  long long compiles = (long long)rt_compile_count() + llvm_gemm_compiled();
+  printf("%d %lld %d %d %d\n", values, compiles, misses, disk, n);
   return 0;
 }
 
@@ -99,7 +123,7 @@ static bool twice; /* children run their workload twice (child_main) */
 
 static FILE *start_child(const char *env, const char *errfile) {
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "env %s KILN_BACKEND=llvm '%s' --child %s 2>'%s'", env, self, twice ? "twice" : "",
+  snprintf(cmd, sizeof cmd, "env %s KILN_BACKEND=llvm KILN_GEMM=jit '%s' --child %s 2>'%s'", env, self, twice ? "twice" : "",
            errfile ? errfile : "/dev/null");
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
