@@ -1,5 +1,5 @@
 /*
- * stats.c — kiln_engine_stats_get: what the engine holds now (graph nodes,
+ * engine_stats.c — kiln_engine_stats_get: what the engine holds now (graph nodes,
  * buffers, pending work, autodiff history, the runtime's caches) and the
  * process's resident set size, for finding leaks and for soak tests
  * (scripts/soak.sh). Reading the counters forces nothing.

@@ -1,5 +1,5 @@
 /*
- * stats.c — reductions composed from graph ops: kiln_logsumexp, kiln_var,
+ * reduce_composed.c — reductions composed from graph ops: kiln_logsumexp, kiln_var,
  * kiln_std and kiln_norm.
  *
  * Each records keepdim reductions and elementwise ops over them; over the

@@ -1,5 +1,5 @@
 /*
- * gemm_epilogue.c — which elementwise consumers of a matmul its GEMM
+ * gemm_chain.c — which elementwise consumers of a matmul its GEMM
  * applies to each output tile before the store (pass_gemm_epilogue_of):
  * the fusion of bias, activation, scale and residual into the
  * contraction (issue 32; docs/internals.md, "The generated GEMM", fused

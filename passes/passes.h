@@ -230,7 +230,7 @@ void pass_unfuse_inputs(pass_plan *p, const graph_node *n);
  *  their own. */
 void pass_unstore(pass_plan *p, const graph_node *n);
 
-/* ------------------------------------- GEMM epilogues (gemm_epilogue.c) */
+/* ------------------------------------- GEMM epilogues (gemm_chain.c) */
 
 /** Most elementwise steps a GEMM epilogue takes. */
 #define PASS_GEMM_EPI_MAX 4

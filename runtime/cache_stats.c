@@ -1,6 +1,6 @@
 /*
- * stats.c — what the runtime's caches hold now, for kiln_engine_stats_get
- * (api/stats.c): compiled kernels, schedules, compiles so far, and the
+ * cache_stats.c — what the runtime's caches hold now, for kiln_engine_stats_get
+ * (api/engine_stats.c): compiled kernels, schedules, compiles so far, and the
  * bytes the caching allocator keeps for reuse. Each figure is read under
  * its own cache's lock; together they are a snapshot only when no other
  * thread forces meanwhile.

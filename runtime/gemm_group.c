@@ -4,7 +4,7 @@
  * operands of any view: docs/internals.md, "The generated GEMM") run as
  * the GEMM's tile epilogue.
  *
- * The epilogue kernel the fuser made (passes/gemm_epilogue.c,
+ * The epilogue kernel the fuser made (passes/gemm_chain.c,
  * pass_gemm_group_of, says it qualifies) is lowered again by the kernel
  * lowering, over an MC×NR block of the product (pass_lower_gemm_tile;
  * MC the driver's row blocking), and compiled like every kernel (the

@@ -1,6 +1,6 @@
 /*
  * test_gemm_epilogue.c — epilogues fused into the generated GEMM's
- * stores (runtime/gemm_fused.c, passes/gemm_epilogue.c, the micro-
+ * stores (runtime/gemm_fused.c, passes/gemm_chain.c, the micro-
  * kernel's steps in codegen_llvm/llvm_gemm.c): relu(C + bias along N),
  * C + bias along M, C·s + residual, (residual − C) / s, C·(a realized
  * scalar), clamp(C + bias), maximum(residual, C) and C + a transposed

@@ -93,7 +93,7 @@ typedef void (*rt_extern_describe_fn)(const graph_node *n, bool on_device, kiln_
 int rt_extern_register(graph_op op, rt_extern_fn host, rt_extern_describe_fn describe, bool hold, char *err,
                        size_t errlen);
 
-/* ---------------------------------------------------- statistics (stats.c) */
+/* ---------------------------------------------------- statistics (cache_stats.c) */
 
 /** What the runtime's caches hold now (kiln_engine_stats_get). */
 typedef struct rt_stats {
