@@ -80,6 +80,8 @@ static inline void walk_next(sub_walk *w, const graph_split_view *s) {
  * same as runs of consecutive lines contiguous in the input. */
 typedef struct panel {
   int64_t lines, nruns;
+  int64_t step; /* every line its own run (a strided convolution's windows): each `step` elements after the
+                  one before (> 1), or 0 */
   int64_t loff[LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR];
   int64_t run_at[LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR]; /* first line */
 } panel;
@@ -138,9 +140,35 @@ static inline __attribute__((always_inline)) void copy_run(char *d, const char *
   for (; i < bytes; i += esz) memcpy(d + i, s + i, (size_t)esz);
 }
 
+/* A k row of a panel whose every line is its own run: one element per
+ * line, loaded directly (no copy_run per element). Lines 2 apart in F32
+ * (a stride-2 convolution's windows along a row) take the even elements
+ * of two 16-byte loads; the loads stay below the last element read. */
+static inline __attribute__((always_inline)) void copy_lines(char *d, const char *src, const panel *p, int esz) {
+  int64_t l = 0, n = p->lines;
+  if (esz == 8) {
+    for (; l < n; l++) ((double *)d)[l] = ((const double *)src)[p->loff[l]];
+    return;
+  }
+  float *df = (float *)d;
+  const float *sf = (const float *)src;
+#if defined(__SSE2__)
+  if (p->step == 2) {
+    const float *s0 = sf + p->loff[0];
+    for (; l + 5 <= n; l += 4) /* reads s0[2l .. 2l + 7], below s0[2(n - 1)] */
+      _mm_storeu_ps(df + l, _mm_shuffle_ps(_mm_loadu_ps(s0 + 2 * l), _mm_loadu_ps(s0 + 2 * l + 4), _MM_SHUFFLE(2, 0, 2, 0)));
+  }
+#endif
+  for (; l < n; l++) df[l] = sf[p->loff[l]];
+}
+
 /* k row of a panel: its runs of lines, each contiguous in the input
  * (src: the row's origin). esz is a constant in each caller. */
 static inline __attribute__((always_inline)) void copy_runs(char *d, const char *src, const panel *p, int esz) {
+  if (p->nruns == p->lines) {
+    copy_lines(d, src, p, esz);
+    return;
+  }
   for (int64_t r = 0; r < p->nruns; r++) {
     int64_t a = p->run_at[r], b = r + 1 < p->nruns ? p->run_at[r + 1] : p->lines;
     copy_run(d + a * esz, src + p->loff[a] * esz, b - a, esz);
@@ -185,6 +213,9 @@ void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, 
       if (l == 0 || p.loff[l] != p.loff[l - 1] + 1) p.run_at[p.nruns++] = l;
       walk_next(&lw, s);
     }
+    p.step = p.nruns == p.lines && p.lines > 1 ? p.loff[1] - p.loff[0] : 0;
+    for (int64_t l = 2; l < p.lines && p.step > 1; l++)
+      if (p.loff[l] - p.loff[l - 1] != p.step) p.step = 0;
     sub_walk w;
     walk_start(&w, s, kdim, k0);
     pack_panel(dst + i * kc * esz, ld, base, &p, &w, s, kc, esz);

@@ -67,7 +67,9 @@ static double *randoms(int64_t n) {
 
 static kiln_tensor *from(int ndim, const int64_t *sizes, const double *v) { return kiln_from_data(KILN_F64, ndim, sizes, v); }
 
-static void check_case(const conv_case *p, bool with_bias) {
+/* kiln_conv of case p against host_conv, computed in dtype dt (F32: the
+ * inputs rounded to F32, the result within 1e-4 of the F64 reference). */
+static void check_case_in(const conv_case *p, bool with_bias, kiln_dtype dt) {
   int nd = p->nd;
   int64_t xs[5] = {p->n, p->c}, ws[5] = {p->o, p->c / p->groups}, ys[5] = {p->n, p->o};
   for (int i = 0; i < nd; i++) xs[2 + i] = p->s[i], ws[2 + i] = p->k[i], ys[2 + i] = out_size(p, i);
@@ -79,16 +81,19 @@ static void check_case(const conv_case *p, bool with_bias) {
   double *got = malloc(sizeof *got * (size_t)ny);
   host_conv(p, x, w, with_bias ? b : NULL, want);
   kiln_scope_begin();
-  kiln_tensor *y = kiln_conv(from(nd + 2, xs, x), from(nd + 2, ws, w), with_bias ? from(1, &p->o, b) : NULL, nd,
-                             p->stride, p->pad, p->dil, p->groups);
+  kiln_tensor *tx = kiln_to_dtype(from(nd + 2, xs, x), dt), *tw = kiln_to_dtype(from(nd + 2, ws, w), dt);
+  kiln_tensor *tb = with_bias ? kiln_to_dtype(from(1, &p->o, b), dt) : NULL;
+  kiln_tensor *y = kiln_to_dtype(kiln_conv(tx, tw, tb, nd, p->stride, p->pad, p->dil, p->groups), KILN_F64);
   assert_non_null(y);
   assert_int_equal(kiln_dim(y), nd + 2);
   for (int d = 0; d < nd + 2; d++) assert_int_equal(kiln_size(y, d), ys[d]);
   assert_int_equal(kiln_read(y, got, sizeof *got * (size_t)ny), KILN_OK);
-  for (int64_t i = 0; i < ny; i++) assert_float_equal(got[i], want[i], 1e-12);
+  for (int64_t i = 0; i < ny; i++) assert_float_equal(got[i], want[i], dt == KILN_F64 ? 1e-12 : 1e-4);
   kiln_scope_end();
   free(x), free(w), free(b), free(want), free(got);
 }
+
+static void check_case(const conv_case *p, bool with_bias) { check_case_in(p, with_bias, KILN_F64); }
 
 static void values_against_host_loop(void **state) {
   conv_case cases[] = {
@@ -121,6 +126,25 @@ static void implicit_gemm_edges(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     check_case(&cases[i], true);
     check_case(&cases[i], false);
+  }
+}
+
+/* Strided windows packed as B in F32 (gemm_pack.c's lines that are one
+ * element each: 2 apart along an output row of at least a panel through
+ * SSE shuffles, others element by element): ResNet's 7x7 stride-2 stem
+ * (output rows of 40), a 1x1 stride-2 downsample, stride 3, and rows of
+ * output positions shorter than a panel. */
+static void strided_windows_f32(void **state) {
+  (void)state;
+  conv_case cases[] = {
+      {2, 2, 3, 8, {24, 80}, {7, 7}, {2, 2}, {3, 3}, {1, 1}, 1},
+      {2, 2, 16, 8, {14, 14}, {1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},
+      {2, 1, 2, 5, {29, 31}, {3, 3}, {3, 3}, {1, 1}, {1, 1}, 1},
+      {1, 2, 4, 6, {23}, {3}, {2}, {1}, {1}, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    check_case_in(&cases[i], true, KILN_F32);
+    check_case_in(&cases[i], false, KILN_F64);
   }
 }
 
@@ -390,7 +414,8 @@ int main(void) {
       cmocka_unit_test(values_against_host_loop), cmocka_unit_test(strided_and_unbatched),
       cmocka_unit_test(transpose_is_adjoint),     cmocka_unit_test(gradients),
       cmocka_unit_test(col2im_sums_in_order),     cmocka_unit_test(errors),
-      cmocka_unit_test(implicit_gemm_edges),      cmocka_unit_test(implicit_gemm_writes_no_columns),
+      cmocka_unit_test(implicit_gemm_edges),      cmocka_unit_test(strided_windows_f32),
+      cmocka_unit_test(implicit_gemm_writes_no_columns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
