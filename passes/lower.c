@@ -572,8 +572,13 @@ static int compute_at(lower_ctx *c, const graph_node *n, const int *idx) {
 
 /* ------------------------------------------------------------ kernels */
 
+/* The loop the pool splits: the outermost one, or below leading loops
+ * of one iteration the first longer one (a batch of 1: [1, 64, 56, 56]
+ * ran on one thread). */
 static void open_ranges(kir_kernel *k, int ndim, const int64_t *sizes, int *ranges) {
-  for (int d = 0; d < ndim; d++) ranges[d] = kir_range(k, sizes[d], d == 0);
+  int par = 0;
+  while (par + 1 < ndim && sizes[par] == 1) par++;
+  for (int d = 0; d < ndim; d++) ranges[d] = kir_range(k, sizes[d], d == par);
 }
 
 void lower_close_ranges(kir_kernel *k, int ndim, const int *ranges) {
@@ -894,14 +899,17 @@ static int emit_reduce(lower_ctx *c, const graph_node *q, int *ranges) {
   return pass_to_register(k, pass_cast_to(k, kir_type_of(q->dtype), is_arg ? acc_idx : acc));
 }
 
-/* Opens the loops over the kept (leading) dims of view v under mask. */
+/* Opens the loops over the kept (leading) dims of view v under mask; the
+ * parallel one is the first kept loop of more than one iteration (or
+ * the last kept one), as open_ranges'. */
 static void open_kept(lower_ctx *c, const graph_view *v, uint32_t mask, int *ranges) {
-  bool first = true;
+  int par = -1;
+  for (int d = 0; d < v->ndim; d++)
+    if (!(mask & (1u << d)) && (par < 0 || v->sizes[par] == 1)) par = d;
   for (int d = 0; d < v->ndim; d++) {
     ranges[d] = -1;
     if (mask & (1u << d)) continue;
-    ranges[d] = kir_range(c->k, v->sizes[d], first);
-    first = false;
+    ranges[d] = kir_range(c->k, v->sizes[d], d == par);
   }
 }
 
