@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
+#include "kiln/nn.h"
 #include "pool.h"
 
 #define MAX_CHUNKS 64
@@ -315,6 +316,39 @@ static void check_sum_identical(kiln_tensor *x, int dim, int64_t numel) {
   free(two);
 }
 
+/* A kernel whose outer loop has one iteration (a batch of one) splits
+ * its first longer loop: max pooling with overlapping windows over
+ * [1, 64, 112, 112] (its key reduction and gather keep the batch dim as
+ * a loop) runs its kernels on 2 threads, with the values of 1 thread. */
+static void leading_ones_split(void **state) {
+  (void)state;
+  kiln_scope_begin();
+  kiln_manual_seed(11);
+  kiln_tensor *x = kiln_rand(KILN_F32, 4, (int64_t[]){1, 64, 112, 112});
+  assert_int_equal(kiln_realize(x), KILN_OK);
+  enum { OUT = 64 * 56 * 56 };
+  float *one = malloc(sizeof *one * OUT), *two = malloc(sizeof *two * OUT);
+  assert_non_null(one);
+  assert_non_null(two);
+  for (int threads = 1; threads <= 2; threads++) {
+    assert_int_equal(kiln_set_num_threads(threads), KILN_OK);
+    kiln_tensor *y = kiln_max_pool(x, 2, (int64_t[]){3, 3}, (int64_t[]){2, 2}, (int64_t[]){1, 1}, NULL, false);
+    kiln_profile_begin();
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    kiln_profile_end();
+    for (int i = 0; i < kiln_profile_count(); i++) {
+      kiln_kernel_record r;
+      assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+      assert_int_equal(r.threads, threads);
+    }
+    assert_int_equal(kiln_read(y, threads == 1 ? one : two, sizeof *one * OUT), KILN_OK);
+  }
+  assert_memory_equal(one, two, sizeof *one * OUT);
+  free(one);
+  free(two);
+  kiln_scope_end();
+}
+
 static void api_reduction_bit_identical(void **state) {
   kiln_scope_begin();
   kiln_manual_seed(7);
@@ -372,6 +406,7 @@ int main(void) {
       cmocka_unit_test(nested_run_is_inline), cmocka_unit_test(concurrent_callers),
       cmocka_unit_test(fork_child_has_own_workers), cmocka_unit_test(hold_blocks_parallel_runs),
       cmocka_unit_test(worker_leaves_callers_cpu),  cmocka_unit_test(api_reduction_bit_identical),
+      cmocka_unit_test(leading_ones_split),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
