@@ -367,8 +367,11 @@ static unsigned mixed_width(const kir_kernel *k, int r, int e) {
  * [8, 64, 112, 112]: 17.7 -> 4.8 ms). Past 256 the remainder is a
  * small share of the row. Rows that accumulate a
  * reduction keep LLVM's choice: a masked tail would regroup the sum, and
- * fused and unfused results must stay bitwise equal. So do AVX2 hosts:
- * masked stores are slow there on some CPUs. */
+ * fused and unfused results must stay bitwise equal. Hosts without
+ * 512-bit vectors get no masked tail (masked stores are slow on some AVX2
+ * CPUs) but interleave count 1, so the scalar remainder is shorter than
+ * one vector (the 2x2 chain kernel above under KILN_CPU=haswell: 18.2 ->
+ * 11.8 ms). */
 #define SHORT_ROW 256
 
 static bool short_row(const kir_kernel *k, int r, int e) {
