@@ -155,8 +155,10 @@ static inline __attribute__((always_inline)) void copy_lines(char *d, const char
 #if defined(__SSE2__)
   if (p->step == 2) {
     const float *s0 = sf + p->loff[0];
-    for (; l + 5 <= n; l += 4) /* reads s0[2l .. 2l + 7], below s0[2(n - 1)] */
-      _mm_storeu_ps(df + l, _mm_shuffle_ps(_mm_loadu_ps(s0 + 2 * l), _mm_loadu_ps(s0 + 2 * l + 4), _MM_SHUFFLE(2, 0, 2, 0)));
+    for (; l + 5 <= n; l += 4) { /* reads s0[2l .. 2l + 7], below s0[2(n - 1)] */
+      __m128 lo = _mm_loadu_ps(s0 + 2 * l), hi = _mm_loadu_ps(s0 + 2 * l + 4);
+      _mm_storeu_ps(df + l, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    }
   }
 #endif
   for (; l < n; l++) df[l] = sf[p->loff[l]];

@@ -123,8 +123,8 @@ static bool twice; /* children run their workload twice (child_main) */
 
 static FILE *start_child(const char *env, const char *errfile) {
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "env %s KILN_BACKEND=llvm KILN_GEMM=jit '%s' --child %s 2>'%s'", env, self, twice ? "twice" : "",
-           errfile ? errfile : "/dev/null");
+  snprintf(cmd, sizeof cmd, "env %s KILN_BACKEND=llvm KILN_GEMM=jit '%s' --child %s 2>'%s'", env, self,
+           twice ? "twice" : "", errfile ? errfile : "/dev/null");
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   return p;
