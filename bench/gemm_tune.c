@@ -161,7 +161,7 @@ int main(int argc, char **argv) {
   if (dump) { /* the micro-kernel's first 4 KiB of code, for objdump -b binary */
     llvm_gemm_fn fn;
     FILE *f = fopen(dump, "wb");
-    if (f && llvm_gemm_kernel(&spec, NULL, &fn, err, sizeof err) == KILN_OK) {
+    if (f && llvm_gemm_kernel(&spec, NULL, &fn, NULL, err, sizeof err) == KILN_OK) {
       void *p;
       memcpy(&p, &fn, sizeof p);
       fwrite(p, 1, 4096, f);

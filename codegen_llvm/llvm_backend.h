@@ -178,18 +178,19 @@ size_t llvm_gemm_key(const llvm_gemm_spec *s, unsigned char key[LLVM_GEMM_KEY_MA
  *  llvm_gemm_compile. */
 typedef int (*llvm_gemm_builder)(const llvm_gemm_spec *s, llvm_gemm_fn *out, bool *compiled, char *err,
                                  size_t errlen);
+/** How llvm_gemm_kernel got a variant: already held by this process,
+ *  loaded by the builder (e.g. from a disk cache), or compiled now. */
+typedef enum llvm_gemm_got { LLVM_GEMM_HELD, LLVM_GEMM_LOADED, LLVM_GEMM_COMPILED } llvm_gemm_got;
 /** The compiled micro-kernel for s (llvm_gemm_choose's, or any with
  *  1 ≤ mr ≤ LLVM_GEMM_MAX_MR, nr ≤ LLVM_GEMM_MAX_NR), built once per
  *  process and variant through `build` (thread-safe; llvm_shutdown
- *  forgets them). KILN_ERR_ARG for a bad spec, KILN_ERR_COMPILE / _OOM
- *  from the JIT. */
-int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, char *err,
-                     size_t errlen);
+ *  forgets them); *got (when not NULL) says how this call got it.
+ *  KILN_ERR_ARG for a bad spec, KILN_ERR_COMPILE / _OOM from the JIT. */
+int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, llvm_gemm_got *got,
+                     char *err, size_t errlen);
 /** Micro-kernels compiled so far in this process (for tests; not those
  *  a builder loaded). */
 int llvm_gemm_compiled(void);
-/** Micro-kernel variants this process holds (compiled or loaded). */
-int llvm_gemm_variants(void);
 
 /** Frees the JIT and all compiled code (for leak-free test exits). */
 void llvm_shutdown(void);

@@ -417,8 +417,8 @@ size_t llvm_gemm_key(const llvm_gemm_spec *s, unsigned char key[LLVM_GEMM_KEY_MA
 }
 
 /* Under lock: builds s into slot n_cached. */
-static int add_variant(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, char *err,
-                       size_t errlen) {
+static int add_variant(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, llvm_gemm_got *got,
+                       char *err, size_t errlen) {
   if (n_cached == GEMM_CACHE_MAX) {
     snprintf(err, errlen, "llvm_gemm_kernel: more than %d micro-kernel variants", GEMM_CACHE_MAX);
     return KILN_ERR_UNSUPPORTED;
@@ -431,11 +431,15 @@ static int add_variant(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_ge
   cache[n_cached++].fn = fn;
   n_compiled += compiled;
   *out = fn;
+  *got = compiled ? LLVM_GEMM_COMPILED : LLVM_GEMM_LOADED;
   return KILN_OK;
 }
 
-int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, char *err,
-                     size_t errlen) {
+int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm_fn *out, llvm_gemm_got *got,
+                     char *err, size_t errlen) {
+  llvm_gemm_got mine = LLVM_GEMM_HELD;
+  if (!got) got = &mine;
+  *got = LLVM_GEMM_HELD;
   if (!s || !valid_spec(s)) {
     snprintf(err, errlen, "llvm_gemm_kernel: invalid micro-kernel spec (mr %d, nr %d, vl %d)", s ? s->mr : 0,
              s ? s->nr : 0, s ? s->vl : 0);
@@ -446,7 +450,7 @@ int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm
   int i = 0;
   while (i < n_cached && !same_spec(&cache[i].spec, s)) i++;
   if (i < n_cached) *out = cache[i].fn;
-  else st = add_variant(s, build, out, err, errlen);
+  else st = add_variant(s, build, out, got, err, errlen);
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -454,13 +458,6 @@ int llvm_gemm_kernel(const llvm_gemm_spec *s, llvm_gemm_builder build, llvm_gemm
 int llvm_gemm_compiled(void) {
   pthread_mutex_lock(&lock);
   int n = n_compiled;
-  pthread_mutex_unlock(&lock);
-  return n;
-}
-
-int llvm_gemm_variants(void) {
-  pthread_mutex_lock(&lock);
-  int n = n_cached;
   pthread_mutex_unlock(&lock);
   return n;
 }

@@ -444,12 +444,12 @@ int64_t rt_gemm_last_load_ns(void) { return last_load_ns; }
  * named after the variant; when it loaded it from the disk cache, its
  * time goes to last_load_ns. */
 static int get_kernel(gemm_job *j, char *err, size_t errlen) {
-  int compiled = llvm_gemm_compiled(), variants = llvm_gemm_variants();
+  llvm_gemm_got got;
   int64_t t0 = rt_now_ns();
-  int st = llvm_gemm_kernel(&j->spec, rt_disk_gemm, &j->ukr, err, errlen);
-  if (st != KILN_OK || llvm_gemm_variants() == variants) return st;
+  int st = llvm_gemm_kernel(&j->spec, rt_disk_gemm, &j->ukr, &got, err, errlen);
+  if (st != KILN_OK || got == LLVM_GEMM_HELD) return st;
   int64_t t1 = rt_now_ns();
-  if (llvm_gemm_compiled() == compiled) {
+  if (got == LLVM_GEMM_LOADED) {
     last_load_ns = t1 > t0 ? t1 - t0 : 1;
     return st;
   }
