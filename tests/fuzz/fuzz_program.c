@@ -393,6 +393,9 @@ static void finish_view(run *r, unsigned dst, slot *s, kiln_tensor *t, int want,
   expect(r, status_of(r, t), want);
   if (!t) return;
   check_meta(r, t, rv, s->k);
+  /* a view past the model's element bound (an expand of a long dim) is
+   * not kept: every slot fits the reference's fixed arrays */
+  if (pv_numel(rv) > P_MAX_NUMEL) return kiln_release(t);
   put(r, dst, t, rv);
 }
 

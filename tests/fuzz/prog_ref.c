@@ -27,7 +27,7 @@ void pm_reset(pmodel *m) {
 }
 
 int pm_new(pmodel *m, kiln_dtype dt, int64_t n) {
-  if (m->n == P_MAX_STORES) return -1;
+  if (m->n == P_MAX_STORES || n > P_MAX_NUMEL) return -1;
   pstore *s = &m->s[m->n];
   s->dt = dt;
   s->n = n;

@@ -78,7 +78,8 @@ typedef enum preduce { PR_SUM, PR_PROD, PR_AMAX, PR_AMIN, PR_MEAN, PR_ALL, PR_AN
 
 /* ---- the model ---- */
 void pm_reset(pmodel *m);
-/** A new storage of n elements, all zero; -1 when the model is full. */
+/** A new storage of n elements, all zero; -1 when the model is full or n
+ *  is past P_MAX_NUMEL (the fixed arrays of the reference). */
 int pm_new(pmodel *m, kiln_dtype dt, int64_t n);
 /** A new zeroed storage for a contiguous tensor of sizes [ndim], viewed
  *  by *out; its index, or -1 (out->st too) when the model is full. */
