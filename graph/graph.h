@@ -62,7 +62,8 @@ const char *graph_status_name(kiln_status s);
 static inline void graph_ref(atomic_int *rc) { atomic_fetch_add_explicit(rc, 1, memory_order_relaxed); }
 /** Drops a reference; true when it was the last (free the object). The
  *  last reference needs no atomic read-modify-write: no other thread can
- *  take one from an object it holds no reference to. */
+ *  take one from an object it holds no reference to. (The history queue
+ *  does, for orphan nodes: graph_node_release drops theirs its own way.) */
 static inline bool graph_unref(atomic_int *rc) {
   if (atomic_load_explicit(rc, memory_order_acquire) == 1) return true;
   return atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) == 1;

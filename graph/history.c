@@ -58,8 +58,8 @@ static void unlink_locked(graph_node *n) {
   if (n->hist_next) n->hist_next->hist_prev = n->hist_prev;
   else tail = n->hist_prev;
   n->hist_prev = n->hist_next = NULL;
-  n->hist_queued = false;
   weight -= n->hist_weight;
+  n->hist_queued = false; /* last: a thread freeing n reads it unlocked */
 }
 
 void graph_history_forget(graph_node *n) {
@@ -69,7 +69,10 @@ void graph_history_forget(graph_node *n) {
   pthread_mutex_unlock(&lock);
 }
 
-/* A reference to n unless it is being freed (count already 0). */
+/* A reference to n unless it is being freed (count already 0). The
+ * queue holds no reference: this is the one place that takes one from a
+ * count it does not hold, so an orphan's last reference is dropped with
+ * a real decrement (graph_node_release), never by graph_unref's shortcut. */
 static bool try_retain(graph_node *n) {
   int c = atomic_load(&n->refcount);
   while (c > 0)
@@ -84,8 +87,9 @@ static graph_node *pop_over_budget(int64_t budget) {
   pthread_mutex_lock(&lock);
   while (!n && head && weight > budget) {
     graph_node *h = head;
+    if (try_retain(h)) n = h; /* before unlinking: once unlinked, a node
+                                 being freed may go at once */
     unlink_locked(h);
-    if (try_retain(h)) n = h;
   }
   pthread_mutex_unlock(&lock);
   return n;

@@ -186,10 +186,21 @@ graph_node *graph_node_retain(graph_node *n) {
   return n;
 }
 
+/* Drops a reference to n; true when it was the last. An orphan may sit
+ * in the history queue, whose eviction takes a reference from the count
+ * alone (graph/history.c, try_retain): its last reference is a real
+ * decrement, so the two cannot both think they own it. A count of one
+ * with no orphan mark is ours alone (the mark is set by a holder, before
+ * its reference is dropped, so the acquire load sees it). */
+static bool node_unref(graph_node *n) {
+  if (atomic_load_explicit(&n->refcount, memory_order_acquire) == 1 && !n->orphan) return true;
+  return atomic_fetch_sub_explicit(&n->refcount, 1, memory_order_acq_rel) == 1;
+}
+
 /* Frees n and every input whose last reference it held, through an
  * intrusive work list (no recursion, no allocation). */
 void graph_node_release(graph_node *n) {
-  if (!n || !graph_unref(&n->refcount)) return;
+  if (!n || !node_unref(n)) return;
   n->free_next = NULL;
   graph_node *work = n;
   int64_t pending_freed = 0, freed = 0; /* one atomic update each for the whole chain */
@@ -198,7 +209,7 @@ void graph_node_release(graph_node *n) {
     work = cur->free_next;
     for (int i = 0; i < cur->n_inputs + cur->n_hist; i++) { /* one of them is 0 */
       graph_node *in = cur->inputs[i].node;
-      if (!graph_unref(&in->refcount)) continue;
+      if (!node_unref(in)) continue;
       in->free_next = work;
       work = in;
     }

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -293,17 +294,60 @@ static void grad_while_history_evicts(void **state) {
   assert_true(released > 0);
 }
 
+/* Orphans whose last reference goes while another thread evicts them:
+ * each thread forces x = exp(d / 2) and y = sum(x), frees x's tensor (its
+ * value an orphan whose recipe is queued, held by y's recipe alone), then
+ * y's, which frees x's value, while the other threads' enqueues pop the
+ * queue's oldest entries, x's among them. The eviction takes a reference
+ * from the count alone, so the last release must not skip the decrement
+ * (graph/node.c, node_unref): TSan saw the two threads share the node. */
+#define ORPHAN_ITERS 300
+static void *orphan_churn(void *arg) {
+  worker *w = arg;
+  for (int it = 0; it < ORPHAN_ITERS; it++) {
+    double v[HIST_N], got = 0, want = 0;
+    for (int64_t i = 0; i < HIST_N; i++) v[i] = input_value(w->id, it, i), want += exp(v[i] * 0.5);
+    kiln_tensor *x = kiln_exp(kiln_mul_scalar(kiln_from_data(KILN_F64, 1, (int64_t[]){HIST_N}, v), 0.5));
+    kiln_tensor *y = kiln_sum(x, 0, NULL, false);
+    if (kiln_realize(x) != KILN_OK || kiln_realize(y) != KILN_OK) note_error(w, "forcing x and sum(x)");
+    kiln_release(x);
+    if (kiln_read(y, &got, sizeof got) != KILN_OK) note_error(w, "reading sum(x)");
+    if (!close_to(got, want)) atomic_fetch_add(w->wrong, 1);
+    kiln_release(y);
+  }
+  return NULL;
+}
+
+static void orphans_freed_while_evicted(void **state) {
+  atomic_int wrong = 0, errors = 0;
+  worker w[N_THREADS];
+  pthread_t th[N_THREADS];
+  for (int i = 0; i < N_THREADS; i++) {
+    w[i] = (worker){.id = i, .wrong = &wrong, .errors = &errors};
+    assert_int_equal(pthread_create(&th[i], NULL, orphan_churn, &w[i]), 0);
+  }
+  for (int i = 0; i < N_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+  for (int i = 0; i < N_THREADS; i++)
+    if (w[i].first_error[0]) print_error("%s\n", w[i].first_error);
+  assert_int_equal(atomic_load(&errors), 0);
+  assert_int_equal(atomic_load(&wrong), 0);
+}
+
 /* Busy processes (one per core) compete with the forcing threads, so the
  * scheduler preempts them mid-force. The children spin until killed. */
 static void under_load(void **state) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int n_busy = cores > 0 && cores < 8 ? (int)cores : 2;
-  pid_t busy[8];
+  pid_t busy[8], parent = getpid();
   for (int i = 0; i < n_busy; i++) {
     busy[i] = fork();
     assert_true(busy[i] >= 0);
     if (busy[i] == 0) {
-      alarm(600); /* never outlives a stuck parent */
+      /* never outlives its parent: a parent that a sanitizer ends must
+       * not leave ctest waiting on the child's copy of its output */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(0);
+      alarm(600); /* nor a stuck one */
       for (volatile unsigned long x = 0;; x++) {
       }
     }
@@ -325,6 +369,7 @@ int main(void) {
       cmocka_unit_test(shared_input_different_shapes),
       cmocka_unit_test(under_load),
       cmocka_unit_test(grad_while_history_evicts),
+      cmocka_unit_test(orphans_freed_while_evicted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
