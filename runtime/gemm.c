@@ -35,15 +35,18 @@
  * an epilogue runs as Cᵀ = Bᵀ·Aᵀ into scratch, transposed into C after
  * (swap_pays).
  *
- * Parallel: items are (batch, part of M, part of N); when there are fewer
- * batches than pool threads, each batch's C is cut into pm × pn parts
- * (multiples of MR and NR; plan_parts picks the factorisation of the
+ * Parallel: items are (batch, part of M, part of N, part of K); when there
+ * are fewer batches than pool threads, each batch's C is cut into pm × pn
+ * parts (multiples of MR and NR; plan_parts picks the factorisation of the
  * parts per batch with the least work per part, the packing it repeats
- * included). Each pool chunk packs into its own scratch (from the caching
- * allocator, 64-byte aligned). Every element of C sums its K products in
- * the same order (KC blocks in order, k in order inside) whatever the
- * split and thread count: results are deterministic, and equal for any
- * thread count.
+ * included). A product of a few tiles with a long K (a weight gradient)
+ * is also cut along K, by its shape alone (plan_k_parts): each K part sums
+ * its own run of KC blocks, and the parts are added in order after. Each
+ * pool chunk packs into its own scratch (from the caching allocator,
+ * 64-byte aligned). Every element of C sums its K products in the same
+ * order (KC blocks in order, k in order inside, K parts in order) whatever
+ * the split and thread count: results are deterministic, and equal for
+ * any thread count.
  *
  * Blocking: KC so that a B panel (KC × NR) takes about half of L1, MC so
  * that an A block (MC × KC) takes about half of L2, NC so that a B block
@@ -272,6 +275,8 @@ typedef struct gemm_job {
   const rt_gemm_epi *epi; /* the fused epilogue (batch 0's operands), or NULL */
   int64_t pm, pn;      /* parts of each batch's C along M and N */
   int64_t m_step, n_step; /* rows and columns of a part */
+  int64_t pk, k_step;  /* parts along K (plan_k_parts) and their length */
+  char *partial;       /* [pk - 1, batches, M, N]: the sums of K parts 1.. */
   atomic_bool oom;     /* a chunk could not allocate its packing scratch */
 } gemm_job;
 
@@ -350,22 +355,29 @@ static void macro_kernel(const gemm_job *j, const char *apack, const char *bpack
   }
 }
 
-/* Rows [m0, m1) × columns [n0, n1) of batch i's C: the five loops. */
-static void run_part(const gemm_job *j, int64_t i, int64_t m0, int64_t m1, int64_t n0, int64_t n1, char *apack,
-                     char *bpack, char *block) {
+/* One item of the split: rows [m0, m1) × columns [n0, n1) of batch i's
+ * C, summing K's [k0, k1) (into C for the first K part, else into that
+ * part's partial sums). */
+typedef struct gemm_part {
+  int64_t i, m0, m1, n0, n1, k0, k1;
+  char *c; /* batch i's C, or its partial sums */
+} gemm_part;
+
+/* One part: the five loops. */
+static void run_part(const gemm_job *j, const gemm_part *q, char *apack, char *bpack, char *block) {
   const mm_dims *d = &j->d;
-  int64_t esz = d->esz, mr = j->spec.mr, nr = j->spec.nr;
+  int64_t esz = d->esz, mr = j->spec.mr, nr = j->spec.nr, i = q->i, m0 = q->m0, m1 = q->m1, n0 = q->n0, n1 = q->n1;
   const char *a = j->a.base + batch_offset(&j->a, d->nb, i) * esz;
   const char *b = j->b.base + batch_offset(&j->b, d->nb, i) * esz;
-  char *c = j->c + i * d->m * d->nn * esz;
+  char *c = q->c;
   rt_gemm_epi batch_epi; /* the epilogue's operands of batch i */
   const rt_gemm_epi *epi = NULL;
   if (j->epi) rt_gemm_epi_batch(j->epi, i, &batch_epi), epi = &batch_epi;
   for (int64_t jc = n0; jc < n1; jc += j->blk.nc) {
     int64_t nc = n1 - jc < j->blk.nc ? n1 - jc : j->blk.nc;
-    for (int64_t pc = 0; pc < d->k; pc += j->blk.kc) {
-      int64_t kc = d->k - pc < j->blk.kc ? d->k - pc : j->blk.kc;
-      int64_t flags = (pc > 0 ? LLVM_GEMM_ACCUMULATE : 0) | (pc + kc == d->k ? LLVM_GEMM_LAST : 0);
+    for (int64_t pc = q->k0; pc < q->k1; pc += j->blk.kc) {
+      int64_t kc = q->k1 - pc < j->blk.kc ? q->k1 - pc : j->blk.kc;
+      int64_t flags = (pc > q->k0 ? LLVM_GEMM_ACCUMULATE : 0) | (pc + kc == q->k1 ? LLVM_GEMM_LAST : 0);
       if (j->b.split) rt_gemm_pack_split(bpack, b, j->b.split, j->b.cdim, jc, nc, nr, j->b.rdim, pc, kc, (int)esz);
       else pack_b(bpack, b + (pc * j->b.rs + jc * j->b.cs) * esz, j->b.rs, j->b.cs, kc, nc, (int)nr, (int)esz);
       for (int64_t ic = m0; ic < m1; ic += j->blk.mc) {
@@ -382,7 +394,7 @@ static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* Pool chunk: items [start, end), each (batch, part along M, part along
- * N), with one packing scratch for the chunk. */
+ * N, part along K), with one packing scratch for the chunk. */
 static void gemm_chunk(void *const *bufs, int64_t start, int64_t end) {
   gemm_job *j = bufs[0];
   const mm_dims *d = &j->d;
@@ -398,11 +410,14 @@ static void gemm_chunk(void *const *bufs, int64_t start, int64_t end) {
   }
   char *apack = scratch->data, *bpack = apack + round_up(a_bytes, 64);
   char *block = blk_bytes ? bpack + round_up(b_bytes, 64) : NULL;
+  int64_t c_elems = d->batches * d->m * d->nn;
   for (int64_t it = start; it < end; it++) {
-    int64_t per = j->pm * j->pn, i = it / per, im = it % per / j->pn, in = it % per % j->pn;
-    int64_t m0 = im * j->m_step, n0 = in * j->n_step;
-    if (m0 < d->m && n0 < d->nn) run_part(j, i, m0, min64(d->m, m0 + j->m_step), n0, min64(d->nn, n0 + j->n_step),
-                                          apack, bpack, block);
+    int64_t per = j->pm * j->pn * j->pk, i = it / per, r = it % per, ik = r % j->pk;
+    int64_t im = r / j->pk / j->pn, in = r / j->pk % j->pn;
+    gemm_part q = {.i = i, .m0 = im * j->m_step, .n0 = in * j->n_step, .k0 = ik * j->k_step};
+    q.m1 = min64(d->m, q.m0 + j->m_step), q.n1 = min64(d->nn, q.n0 + j->n_step), q.k1 = min64(d->k, q.k0 + j->k_step);
+    q.c = (ik == 0 ? j->c : j->partial + (ik - 1) * c_elems * esz) + i * d->m * d->nn * esz;
+    if (q.m0 < d->m && q.n0 < d->nn) run_part(j, &q, apack, bpack, block);
   }
   graph_buffer_release(scratch);
 }
@@ -416,7 +431,8 @@ static void gemm_chunk(void *const *bufs, int64_t start, int64_t end) {
 static void plan_parts(gemm_job *j, int threads) {
   const mm_dims *d = &j->d;
   int64_t mr = j->spec.mr, nr = j->spec.nr, mt = (d->m + mr - 1) / mr, nt = (d->nn + nr - 1) / nr;
-  int64_t p = d->batches >= threads ? 1 : (threads + d->batches - 1) / d->batches;
+  int64_t units = d->batches * j->pk; /* items before M and N are cut */
+  int64_t p = units >= threads ? 1 : (threads + units - 1) / units;
   double best = -1;
   j->pm = j->pn = 1;
   for (int64_t pm = 1; pm <= p; pm++) {
@@ -428,6 +444,45 @@ static void plan_parts(gemm_job *j, int threads) {
   }
   j->m_step = (mt + j->pm - 1) / j->pm * mr;
   j->n_step = (nt + j->pn - 1) / j->pn * nr;
+}
+
+/* Parts along K, from the shape alone (never the thread count, so the
+ * sums stay the same for any): a product of fewer than K_SPLIT_TILES
+ * MR×NR tiles (all batches) without an epilogue, whose K spans at least
+ * 2·K_SPLIT_BLOCKS KC blocks, is cut into up to K_SPLIT_MAX runs of
+ * whole KC blocks, each at least K_SPLIT_BLOCKS long. A part sums its
+ * run into C (the first) or its own partial sums; sum_partials adds them
+ * in order. So a convolution's weight gradient with few channels (32×9×
+ * 100352: one tile) runs on every thread, where cutting M and N cannot. */
+#define K_SPLIT_TILES 8
+#define K_SPLIT_BLOCKS 8
+#define K_SPLIT_MAX 8
+static void plan_k_parts(gemm_job *j) {
+  const mm_dims *d = &j->d;
+  int64_t mr = j->spec.mr, nr = j->spec.nr, kc = j->blk.kc;
+  int64_t tiles = d->batches * ((d->m + mr - 1) / mr) * ((d->nn + nr - 1) / nr);
+  int64_t pk = j->epi || tiles >= K_SPLIT_TILES ? 1 : min64(K_SPLIT_MAX, d->k / (K_SPLIT_BLOCKS * kc));
+  j->pk = 1, j->k_step = d->k;
+  if (pk < 2) return;
+  j->k_step = round_up((d->k + pk - 1) / pk, kc);
+  j->pk = (d->k + j->k_step - 1) / j->k_step;
+}
+
+/* C += each part's partial sums, part after part (the same order for
+ * every element, whatever ran where). */
+static void sum_partials(const gemm_job *j) {
+  int64_t n = j->d.batches * j->d.m * j->d.nn;
+  for (int64_t ik = 1; ik < j->pk; ik++) {
+    if (j->d.esz == 4) {
+      float *c = (float *)j->c;
+      const float *p = (const float *)j->partial + (ik - 1) * n;
+      for (int64_t e = 0; e < n; e++) c[e] += p[e];
+    } else {
+      double *c = (double *)j->c;
+      const double *p = (const double *)j->partial + (ik - 1) * n;
+      for (int64_t e = 0; e < n; e++) c[e] += p[e];
+    }
+  }
 }
 
 static _Thread_local int last_threads = 1;
@@ -483,13 +538,18 @@ static gemm_operand transposed(gemm_operand op) {
   return op;
 }
 
-/* A skinny product (N fills at most half of the NR lanes, M is larger)
- * is computed as Cᵀ = Bᵀ·Aᵀ, whose N' = M fills the lanes: the operands
- * swap and transpose (a strided view's strides, a split's dims), and
- * Cᵀ goes to scratch, transposed into C after (M·N elements). A
- * convolution's weight gradient with few input channels is one: 32×9×
- * 100352 for fashion_cnn's first layer. */
-static bool swap_pays(const gemm_job *j) { return 2 * j->d.nn <= j->spec.nr && j->d.m > j->d.nn; }
+/* A skinny product whose whole MR×NR tiles would hold at least a third
+ * more multiply-adds than the product's transpose needs (N fills few of
+ * the NR lanes) is computed as Cᵀ = Bᵀ·Aᵀ: the operands swap and
+ * transpose (a strided view's strides, a split's dims), and Cᵀ goes to
+ * scratch, transposed into C after (M·N elements). A convolution's weight
+ * gradient with few input channels is one: 32×9×100352 for fashion_cnn's
+ * first layer (14×32 tiles: 1,344 against 448 lanes; 6×16: 576 against
+ * 384). */
+static bool swap_pays(const gemm_job *j) {
+  int64_t mr = j->spec.mr, nr = j->spec.nr, m = j->d.m, n = j->d.nn;
+  return 4 * round_up(n, mr) * round_up(m, nr) <= 3 * round_up(m, mr) * round_up(n, nr);
+}
 
 /* c [batches, m, nn] = ct [batches, nn, m] transposed. */
 static void untranspose(char *c, const char *ct, const mm_dims *d) {
@@ -549,13 +609,26 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
     j.c = ct->data;
   }
   atomic_init(&j.oom, false);
+  plan_k_parts(&j);
+  graph_buffer *partial = NULL;
+  if (j.pk > 1) {
+    partial = graph_buffer_alloc((j.pk - 1) * j.d.batches * j.d.m * j.d.nn * j.d.esz);
+    if (!partial) {
+      graph_buffer_release(ct);
+      snprintf(err, errlen, "out of memory allocating the generated GEMM's partial sums");
+      return KILN_ERR_OOM;
+    }
+    j.partial = partial->data;
+  }
   plan_parts(&j, rt_pool_threads());
-  int64_t items = j.d.batches * j.pm * j.pn;
+  int64_t items = j.d.batches * j.pm * j.pn * j.pk;
   /* cost: multiply-adds / 16 per item, as blas.c gives it */
   double macs = (double)j.d.m * (double)j.d.nn * (double)j.d.k * (double)j.d.batches / (double)items / 16.0;
   int64_t cost = macs > 1e15 ? INT64_C(1000000000000000) : (int64_t)macs + 1;
   void *bufs[1] = {&j};
   last_threads = rt_pool_run(gemm_chunk, bufs, items, cost);
+  if (partial && !atomic_load(&j.oom)) sum_partials(&j);
+  graph_buffer_release(partial);
   if (ct) {
     mm_dims d = j.d;
     d.m = j.d.nn, d.nn = j.d.m;

@@ -9,7 +9,7 @@
  * transposed step, an overlapping as_strided window, broadcast batches
  * of stride 0), batched products, F32 and F64; each micro-kernel variant
  * (the 512-bit one, an AVX2-width one, the 128-bit fallback, odd MR×NR);
- * results equal for 1, 2 and 3 threads; the profile names the kernel
+ * results equal for 1, 2 and 3 threads (a split along K too); the profile names the kernel
  * and counts the micro-kernel's compile at its first use;
  * out of memory while packing is an error that loses nothing.
  *
@@ -343,6 +343,44 @@ static void same_for_any_thread_count(void **state) {
   expect_no_error();
 }
 
+/* A product of one MR×NR tile with a long K (a weight gradient's shape)
+ * is cut along K by its shape alone (runtime/gemm.c, plan_k_parts): it
+ * runs on two threads when the pool has two, and its K parts are added in
+ * one order, so 1, 2 and 3 threads give bitwise equal results, within
+ * the bound; F32 and F64, a transposed A as the gradient reads it, and
+ * two batches. */
+static void k_split_for_few_tiles(void **state) {
+  const kiln_dtype dts[] = {KILN_F32, KILN_F64};
+  const int64_t m = 5, n = 8, k = 50021;
+  for (int d = 0; d < 2; d++) {
+    kiln_scope_begin();
+    kiln_tensor *a = operand(dts[d], m, k, TRANS), *b = operand(dts[d], k, n, CONTIG);
+    double *first = NULL;
+    for (int t = 1; t <= 3; t++) {
+      assert_int_equal(kiln_set_num_threads(t), KILN_OK);
+      double *c = jit_product(a, b, NULL);
+      if (t == 2) assert_int_equal(rt_gemm_last_threads(), 2);
+      if (!first) first = c;
+      else {
+        assert_memory_equal(first, c, sizeof *c * m * n);
+        test_free(c);
+      }
+    }
+    double *va = values_of(a), *vb = values_of(b);
+    expect_product(va, vb, first, 1, m, n, k, dts[d], "K split");
+    test_free(va), test_free(vb), test_free(first);
+    /* two batches (two tiles) of A against one B: each batch's parts */
+    kiln_tensor *a2 = kiln_view(random_storage(dts[d], 2 * m * k), 3, (int64_t[]){2, m, k});
+    double *vc = jit_product(a2, b, NULL);
+    va = values_of(a2), vb = values_of(kiln_expand(b, 3, (int64_t[]){2, k, n}));
+    expect_product(va, vb, vc, 2, m, n, k, dts[d], "K split, batched");
+    test_free(va), test_free(vb), test_free(vc);
+    kiln_set_num_threads(default_threads);
+    kiln_scope_end();
+  }
+  expect_no_error();
+}
+
 /* Out of memory for the packing scratch: the force fails with
  * KILN_ERR_OOM, nothing leaks (the output buffer is released), and the
  * same product then succeeds. */
@@ -424,6 +462,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(micro_kernel_variants, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(first_use_compiles, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(same_for_any_thread_count, setup_jit, teardown_jit),
+      cmocka_unit_test_setup_teardown(k_split_for_few_tiles, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(oom_while_packing, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(selection, setup_jit, teardown_jit),
   };
