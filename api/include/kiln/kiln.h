@@ -831,7 +831,8 @@ KILN_API kiln_tensor *kiln_conv_transpose(kiln_tensor *input, kiln_tensor *weigh
  * they fuse into their readers and kiln_grad passes their gradient back
  * to the selected elements of t (ties: to the element whose index is
  * returned). On error the function returns a negative kiln_status, sets
- * the thread's error and writes NULL to every output: KILN_ERR_ARG for a
+ * the thread's error and leaves every output untouched (the general rule
+ * at the top of this file): KILN_ERR_ARG for a
  * NULL t (or the first error kept) or output pointer, an out-of-range dim
  * or k; KILN_ERR_SHAPE for a reduction over a dim of size 0 (Torch's
  * "Expected reduction dim to have non-zero size"). A reduction (max, min,
