@@ -1167,31 +1167,89 @@ static void write_order(const graph_view *reg, int *perm) {
   }
 }
 
+/* The leading dims of a partial write's region that tile its result's
+ * buffer: the first of more than one element steps by a slab of
+ * numel / size elements, each next one by a slab of the one before's,
+ * size-1 dims anywhere among them. Their *slabs index combinations each
+ * own *slab_len consecutive elements, and the region's other dims stay
+ * inside the slab they start in: the region lies in the buffer with
+ * non-negative strides, so its offset plus its inner extent is less than
+ * a slab, whatever offset a rebound schedule gives it (kiln_pad's
+ * interior: the batch and channel dims). 0 when no dim tiles. */
+static int tiling_dims(const graph_node *n, const graph_view *reg, int64_t *slabs, int64_t *slab_len) {
+  int j = 0;
+  int64_t len = n->numel, count = 1;
+  for (int d = 0; d < reg->ndim; d++)
+    if (reg->strides[d] < 0) return 0;
+  for (; j < reg->ndim; j++) {
+    int64_t size = reg->sizes[j];
+    if (size == 1) continue;
+    if (size < 1 || reg->strides[j] * size != len) break;
+    len = reg->strides[j], count *= size;
+  }
+  *slabs = count, *slab_len = len;
+  return count > 1 ? j : 0;
+}
+
+/* A partial write into a new buffer: the old contents, then the region,
+ * in one loop over the slabs of tiling_dims (each parallel index copies
+ * its slab, then writes its part of the region: the leading coordinates
+ * come from the slab's index), or, where no dim tiles, a parallel copy
+ * and then a serial region loop. ranges: the region's coordinates found
+ * here, -1 for those the caller opens; *slab: the slab loop, or -1. */
+static void assign_over_slabs(lower_ctx *c, const graph_view *reg, int *ranges, int *slab) {
+  const graph_node *n = c->root;
+  kir_kernel *k = c->k;
+  int64_t slabs = 1, len = n->numel;
+  int lead = tiling_dims(n, reg, &slabs, &len);
+  for (int d = 0; d < reg->ndim; d++) ranges[d] = -1;
+  *slab = lead > 0 ? kir_range(k, slabs, true) : -1;
+  int r = kir_range(k, len, lead == 0);
+  int f = lead == 0 ? r : pass_alu2(k, KIR_ADD, pass_alu2(k, KIR_MUL, *slab, kir_const_i(k, KIR_INDEX, len)), r);
+  kir_store(k, c->out, f, pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, &f)));
+  kir_end(k, r);
+  c->n_memo = 0;
+  int rem = *slab, outer = 0;
+  while (outer < lead && reg->sizes[outer] == 1) outer++;
+  for (int d = lead - 1; d >= 0; d--) {
+    int64_t size = reg->sizes[d];
+    if (size == 1) {
+      ranges[d] = kir_const_i(k, KIR_INDEX, 0);
+      continue;
+    }
+    ranges[d] = d == outer ? rem : pass_alu2(k, KIR_MOD, rem, kir_const_i(k, KIR_INDEX, size));
+    if (d != outer) rem = pass_alu2(k, KIR_DIV, rem, kir_const_i(k, KIR_INDEX, size));
+  }
+}
+
 /* New version = old contents with the region overwritten by the value.
  * The region's offset is the last argument. A whole write overwrites
  * every element: in place or not, its old contents are never read, and
- * its region loop is the parallel one. Results it stores besides its
- * own (multi-output) are stored in the region loop. */
+ * its region loop is the parallel one; so is an in-place write's. A
+ * partial write into a new buffer copies the old contents first
+ * (assign_over_slabs). Results it stores besides its own (multi-output)
+ * are stored in the region loop. */
 static int lower_assign(lower_ctx *c, bool in_place, int region_off) {
   const graph_node *n = c->root;
   kir_kernel *k = c->k;
-  bool whole = pass_whole_write(n);
-  if (!in_place && !whole) {
-    int r = kir_range(k, n->numel, true);
-    kir_store(k, c->out, r, pass_cast_to(k, kir_type_of(n->dtype), lower_input_at(c, n, 0, &r)));
-    kir_end(k, r);
-    c->n_memo = 0;
-  }
+  bool whole = pass_whole_write(n), copy = !in_place && !whole;
   graph_view region = graph_attr_region(n);
   const graph_view *reg = &region;
   int ranges[KILN_MAX_DIMS] = {0}, perm[KILN_MAX_DIMS]; /* {0}: GCC cannot bound a decoded ndim */
+  int slab = -1, opened[KILN_MAX_DIMS], n_opened = 0;
+  if (copy) assign_over_slabs(c, reg, ranges, &slab);
   write_order(reg, perm);
-  for (int i = 0; i < reg->ndim; i++)
-    ranges[perm[i]] = kir_range(k, reg->sizes[perm[i]], (in_place || whole) && i == 0);
+  for (int i = 0; i < reg->ndim; i++) {
+    int d = perm[i];
+    if (copy && ranges[d] >= 0) continue; /* a leading coordinate of the slab */
+    ranges[d] = kir_range(k, reg->sizes[d], !copy && n_opened == 0);
+    opened[n_opened++] = ranges[d];
+  }
   int val = lower_input_at(c, n, 1, ranges);
   kir_store(k, c->out, view_index(k, reg, ranges, region_off), pass_cast_to(k, kir_type_of(n->dtype), val));
   int st = store_outputs(c, ranges);
-  for (int i = reg->ndim - 1; i >= 0; i--) kir_end(k, ranges[perm[i]]);
+  for (int i = n_opened - 1; i >= 0; i--) kir_end(k, opened[i]);
+  if (slab >= 0) kir_end(k, slab);
   return st;
 }
 

@@ -1,7 +1,8 @@
 /*
  * test_inplace.c — storage versions: in-place writes through views are
  * seen by every tensor over the storage, ops recorded earlier do not see
- * them, and nothing is computed before a value is forced.
+ * them, and nothing is computed before a value is forced; a write into
+ * a pending fill runs on every thread.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -171,6 +172,59 @@ static void dtype_round_trip(void **state) {
   kiln_scope_end();
 }
 
+/* A write into a view of a pending fill (a padded copy, as kiln_conv
+ * makes its padded input): one kernel writes the fill and then the
+ * region into a new buffer (passes/lower.c, assign_over_slabs). Where
+ * the region's leading dims tile the buffer (batch and channels), each
+ * of their slabs is filled and written by one parallel index, so the
+ * kernel runs on every thread; a region that only narrows the first dim
+ * leaves none (a parallel fill, then a serial region loop). Values
+ * against the definition, 1 and 2 threads alike. */
+static void write_into_pending_fill(void **state) {
+  int64_t n = 8, ch = 16, h = 28, w = 28, out_n = n * ch * (h + 2) * (w + 2), in_n = n * ch * h * w;
+  kiln_scope_begin();
+  kiln_manual_seed(5);
+  kiln_tensor *x = kiln_rand(KILN_F32, 4, (int64_t[]){n, ch, h, w});
+  float *xv = malloc(sizeof *xv * (size_t)in_n), *yv = malloc(sizeof *yv * (size_t)out_n);
+  assert_non_null(xv);
+  assert_non_null(yv);
+  assert_int_equal(kiln_read(x, xv, sizeof *xv * (size_t)in_n), KILN_OK);
+  for (int threads = 1; threads <= 2; threads++) {
+    assert_int_equal(kiln_set_num_threads(threads), KILN_OK);
+    kiln_tensor *y = kiln_full(KILN_F32, 4, (int64_t[]){n, ch, h + 2, w + 2}, -1.5);
+    assert_int_equal(kiln_copy_(kiln_narrow(kiln_narrow(y, 2, 1, h), 3, 1, w), x), KILN_OK);
+    kiln_profile_begin();
+    assert_int_equal(kiln_realize(y), KILN_OK);
+    kiln_profile_end();
+    assert_int_equal(kiln_profile_count(), 1);
+    kiln_kernel_record r;
+    assert_int_equal(kiln_profile_get(0, &r), KILN_OK);
+    assert_int_equal(r.name[0], 'A');
+    assert_int_equal(r.threads, threads);
+    assert_int_equal(kiln_read(y, yv, sizeof *yv * (size_t)out_n), KILN_OK);
+    for (int64_t i = 0; i < out_n; i++) {
+      int64_t col = i % (w + 2), row = i / (w + 2) % (h + 2), plane = i / ((h + 2) * (w + 2));
+      bool inside = row >= 1 && row <= h && col >= 1 && col <= w;
+      float want = inside ? xv[(plane * h + row - 1) * w + col - 1] : -1.5f;
+      if (yv[i] != want) fail_msg("threads %d: y[%lld] = %g, want %g", threads, (long long)i, yv[i], want);
+    }
+  }
+  /* rows written into the middle of a [rows, w] fill: no dim tiles */
+  int64_t rows = n * ch * h + 3;
+  kiln_tensor *z = kiln_full(KILN_F32, 2, (int64_t[]){rows, w}, 3);
+  assert_int_equal(kiln_copy_(kiln_narrow(z, 0, 2, rows - 3), kiln_view(x, 2, (int64_t[]){rows - 3, w})), KILN_OK);
+  assert_int_equal(kiln_read(z, yv, sizeof *yv * (size_t)(rows * w)), KILN_OK);
+  for (int64_t i = 0; i < rows * w; i++) {
+    int64_t row = i / w;
+    float want = row >= 2 && row < rows - 1 ? xv[i - 2 * w] : 3.0f;
+    if (yv[i] != want) fail_msg("first dim: z[%lld] = %g, want %g", (long long)i, yv[i], want);
+  }
+  free(xv); /* (the pool keeps 2 threads: the later tests do not depend on it) */
+  free(yv);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(design_example),        cmocka_unit_test(lazy_until_forced),
@@ -178,7 +232,7 @@ int main(void) {
       cmocka_unit_test(set_and_get),
       cmocka_unit_test(copy_sizes_differ),     cmocka_unit_test(copy_from_own_storage),
       cmocka_unit_test(from_blob_write_through), cmocka_unit_test(realize_many_shares_work),
-      cmocka_unit_test(dtype_round_trip),
+      cmocka_unit_test(dtype_round_trip),      cmocka_unit_test(write_into_pending_fill),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
