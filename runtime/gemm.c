@@ -447,23 +447,30 @@ static void plan_parts(gemm_job *j, int threads) {
 }
 
 /* Parts along K, from the shape alone (never the thread count, so the
- * sums stay the same for any): a product of fewer than K_SPLIT_TILES
- * MR×NR tiles (all batches) without an epilogue, whose K spans at least
- * 2·K_SPLIT_BLOCKS KC blocks, is cut into up to K_SPLIT_MAX runs of
- * whole KC blocks, each at least K_SPLIT_BLOCKS long. A part sums its
- * run into C (the first) or its own partial sums; sum_partials adds them
- * in order. So a convolution's weight gradient with few channels (32×9×
- * 100352: one tile) runs on every thread, where cutting M and N cannot. */
+ * sums stay the same for any), for a product without an epilogue whose K
+ * spans at least 2·K_SPLIT_BLOCKS KC blocks and that either has fewer
+ * than K_SPLIT_TILES MR×NR tiles in all (a weight gradient with few
+ * channels: 32×9×100352, one tile, which cutting M and N cannot spread
+ * over the threads) or is one batch with K_SPLIT_LONG KC blocks or more
+ * whose partial sums move at most a quarter of the elements its packing
+ * does (64×288×25088, conv2's weight gradient: cut along N, each thread
+ * packed all of A; cut along K, each packs its own K's share of both).
+ * K is cut into up to K_SPLIT_MAX runs of whole KC blocks, each at least
+ * K_SPLIT_BLOCKS long. A part sums its run into C (the first) or its own
+ * partial sums; sum_partials adds them in order. */
 #define K_SPLIT_TILES 8
 #define K_SPLIT_BLOCKS 8
+#define K_SPLIT_LONG 64
 #define K_SPLIT_MAX 8
 static void plan_k_parts(gemm_job *j) {
   const mm_dims *d = &j->d;
   int64_t mr = j->spec.mr, nr = j->spec.nr, kc = j->blk.kc;
   int64_t tiles = d->batches * ((d->m + mr - 1) / mr) * ((d->nn + nr - 1) / nr);
-  int64_t pk = j->epi || tiles >= K_SPLIT_TILES ? 1 : min64(K_SPLIT_MAX, d->k / (K_SPLIT_BLOCKS * kc));
+  int64_t pk = min64(K_SPLIT_MAX, d->k / (K_SPLIT_BLOCKS * kc));
+  bool few_tiles = tiles < K_SPLIT_TILES;
+  bool long_k = d->batches == 1 && d->k >= K_SPLIT_LONG * kc && 4 * (pk - 1) * d->m * d->nn <= d->k * (d->m + d->nn);
   j->pk = 1, j->k_step = d->k;
-  if (pk < 2) return;
+  if (j->epi || pk < 2 || !(few_tiles || long_k)) return;
   j->k_step = round_up((d->k + pk - 1) / pk, kc);
   j->pk = (d->k + j->k_step - 1) / j->k_step;
 }
@@ -485,10 +492,12 @@ static void sum_partials(const gemm_job *j) {
   }
 }
 
-static _Thread_local int last_threads = 1;
+static _Thread_local int last_threads = 1, last_k_parts = 1;
 static _Thread_local int64_t last_compile_ns, last_load_ns;
 
 int rt_gemm_last_threads(void) { return last_threads; }
+
+int rt_gemm_last_k_parts(void) { return last_k_parts; }
 
 int64_t rt_gemm_last_compile_ns(void) { return last_compile_ns; }
 
@@ -578,7 +587,7 @@ int rt_gemm_matmul(const graph_node *n, const void *const *in, graph_buffer *out
 int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm_epi *epi, graph_buffer *out,
                        char *err, size_t errlen) {
   gemm_job j = {.d = mm_dims_of(n), .c = out->data, .epi = epi && (epi->n > 0 || epi->after) ? epi : NULL};
-  last_threads = 1;
+  last_threads = last_k_parts = 1;
   last_compile_ns = last_load_ns = 0;
   if (j.epi && (j.d.k == 0 || epi->n > LLVM_GEMM_EPI_MAX || epi->nb != j.d.nb || (epi->after && j.d.nb > 0))) {
     snprintf(err, errlen, "rt_gemm_matmul_epi: an epilogue needs K > 0 and the product's batch dims (an after hook: none)");
@@ -610,6 +619,7 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
   }
   atomic_init(&j.oom, false);
   plan_k_parts(&j);
+  last_k_parts = (int)j.pk;
   graph_buffer *partial = NULL;
   if (j.pk > 1) {
     partial = graph_buffer_alloc((j.pk - 1) * j.d.batches * j.d.m * j.d.nn * j.d.esz);

@@ -208,6 +208,9 @@ void rt_gemm_set_mode(int mode);
 int rt_gemm_matmul(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 /** Pool threads the calling thread's last rt_gemm_matmul ran on. */
 int rt_gemm_last_threads(void);
+/** Parts along K of the calling thread's last rt_gemm_matmul (1: K was
+ *  not cut; gemm.c, plan_k_parts). */
+int rt_gemm_last_k_parts(void);
 /** Nanoseconds the calling thread's last rt_gemm_matmul spent compiling
  *  its micro-kernel (0: it was compiled already); while profiling, that
  *  compile is also an event (`gemm_ukr_f32_14x32`). */
