@@ -39,9 +39,10 @@
  * are fewer batches than pool threads, each batch's C is cut into pm × pn
  * parts (multiples of MR and NR; plan_parts picks the factorisation of the
  * parts per batch with the least work per part, the packing it repeats
- * included). A product of a few tiles with a long K (a weight gradient)
- * is also cut along K, by its shape alone (plan_k_parts): each K part sums
- * its own run of KC blocks, and the parts are added in order after. Each
+ * included). A product of few tiles, or of one batch with a very long K
+ * (weight gradients), is also cut along K, by its shape alone
+ * (plan_k_parts): each K part sums its own run of KC blocks, and the
+ * parts are added in order after. Each
  * pool chunk packs into its own scratch (from the caching allocator,
  * 64-byte aligned). Every element of C sums its K products in the same
  * order (KC blocks in order, k in order inside, K parts in order) whatever
