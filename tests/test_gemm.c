@@ -382,7 +382,7 @@ static void k_split_for_few_tiles(void **state) {
   expect_no_error();
 }
 
-/* A one-batch product of many tiles with a K of at least 64 KC blocks
+/* A one-batch product of many tiles with a K of at least 32 KC blocks
  * whose partial sums are small beside its packing (conv2's weight
  * gradient, 64×288×25088) is cut along K too: 1, 2 and 3 threads give
  * bitwise equal results, within the bound. Two batches of it are not. */
