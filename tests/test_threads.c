@@ -160,22 +160,28 @@ static kiln_tensor *make_shared(void) {
   return t;
 }
 
-static void run_threads(bool same_shapes, bool with_shared) {
-  cfg = (run_cfg){same_shapes, with_shared};
+/* N_THREADS workers running fn over shared (or NULL); no wrong value and
+ * no failed call in any of them. */
+static void run_workers(void *(*fn)(void *), kiln_tensor *shared) {
   atomic_int wrong = 0, errors = 0;
-  kiln_tensor *shared = with_shared ? make_shared() : NULL;
   worker w[N_THREADS];
   pthread_t th[N_THREADS];
   for (int i = 0; i < N_THREADS; i++) {
     w[i] = (worker){.id = i, .shared = shared, .wrong = &wrong, .errors = &errors};
-    assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
+    assert_int_equal(pthread_create(&th[i], NULL, fn, &w[i]), 0);
   }
   for (int i = 0; i < N_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
   for (int i = 0; i < N_THREADS; i++)
     if (w[i].first_error[0]) print_error("%s\n", w[i].first_error);
-  kiln_release(shared);
   assert_int_equal(atomic_load(&errors), 0);
   assert_int_equal(atomic_load(&wrong), 0);
+}
+
+static void run_threads(bool same_shapes, bool with_shared) {
+  cfg = (run_cfg){same_shapes, with_shared};
+  kiln_tensor *shared = with_shared ? make_shared() : NULL;
+  run_workers(work, shared);
+  kiln_release(shared);
 }
 
 static void private_same_shapes(void **state) { run_threads(true, false); }
@@ -318,20 +324,7 @@ static void *orphan_churn(void *arg) {
   return NULL;
 }
 
-static void orphans_freed_while_evicted(void **state) {
-  atomic_int wrong = 0, errors = 0;
-  worker w[N_THREADS];
-  pthread_t th[N_THREADS];
-  for (int i = 0; i < N_THREADS; i++) {
-    w[i] = (worker){.id = i, .wrong = &wrong, .errors = &errors};
-    assert_int_equal(pthread_create(&th[i], NULL, orphan_churn, &w[i]), 0);
-  }
-  for (int i = 0; i < N_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
-  for (int i = 0; i < N_THREADS; i++)
-    if (w[i].first_error[0]) print_error("%s\n", w[i].first_error);
-  assert_int_equal(atomic_load(&errors), 0);
-  assert_int_equal(atomic_load(&wrong), 0);
-}
+static void orphans_freed_while_evicted(void **state) { run_workers(orphan_churn, NULL); }
 
 /* Busy processes (one per core) compete with the forcing threads, so the
  * scheduler preempts them mid-force. The children spin until killed. */
