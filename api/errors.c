@@ -66,6 +66,8 @@ bool api_check_handle(graph_handle_kind k, const void *p, const char *fn, const 
               "argument %s was released (used after the kiln_scope_end of the scope that owned it, opened at "
               "depth %d)",
               arg, death);
+  else if (st == GRAPH_HANDLE_DEAD && death == GRAPH_HANDLE_DEATH_UNKNOWN)
+    api_error(KILN_ERR_ARG, fn, "argument %s was released (long ago: how it died is no longer kept)", arg);
   else if (st == GRAPH_HANDLE_DEAD)
     api_error(KILN_ERR_ARG, fn, "argument %s was released (%s)", arg, handle_death[k]);
   else

@@ -4,8 +4,8 @@
  * point, always (graph/handle.h): using a tensor after its last
  * kiln_release or after the scope that owned it ended, a second release,
  * a pointer Kiln never returned, a storage or an optimizer after it died;
- * the message says how the handle died. A dead handle's slot waits in a
- * quarantine before reuse, and memory stays flat.
+ * the message says how the handle died. A dead handle's slot is never
+ * handed out again, and memory stays flat.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -19,6 +19,17 @@
 
 #include "graph.h"
 #include "test_util.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
 
 static void use_after_release_is_an_error(void **state) {
   (void)state;
@@ -164,11 +175,12 @@ static long long rss_bytes(void) {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
-/* A dead handle's slot is not reused while its chunk is in quarantine:
- * it stays an error, with its cause, through thousands of later deaths;
- * memory stays flat however many tensors are made and freed, and the live
- * count comes back to where it was. */
-static void quarantine_and_bounded_memory(void **state) {
+/* A dead handle's slot is never reused: it stays an error, with its
+ * cause while its chunk is in the quarantine (thousands of later deaths)
+ * and as "long ago" after that, through hundreds of thousands of deaths;
+ * the slots' memory stays flat however many tensors are made and freed,
+ * and the live count comes back to where it was. */
+static void stale_forever_and_bounded_memory(void **state) {
   (void)state;
   kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){4});
   kiln_tensor *first = NULL;
@@ -179,8 +191,8 @@ static void quarantine_and_bounded_memory(void **state) {
   }
   kiln_scope_end();
   long long live0 = graph_handle_live(GRAPH_HANDLE_TENSOR);
-  /* the window: 8 tensors per quarantined chunk die (a chunk holds 15),
-   * and none takes first's slot */
+  /* within the quarantine: at most 8 tensors per chunk die here (a chunk
+   * holds 15), so first's chunk is still in it */
   int window = (int)graph_handle_quarantine[GRAPH_HANDLE_TENSOR] * 8;
   for (int i = 0; i < window; i++) {
     kiln_tensor *y = kiln_add_scalar(x, i);
@@ -191,30 +203,94 @@ static void quarantine_and_bounded_memory(void **state) {
   expect_error(KILN_ERR_ARG, "kiln_dim", "argument t was released", "kiln_scope_end", "depth 1", NULL);
   const int rounds = 200, per_round = 1000;
   long long rss1 = 0;
-  size_t slots1 = 0;
+  size_t resident1 = 0, slots1 = 0;
   for (int r = 0; r < rounds; r++) {
     kiln_scope_begin();
-    for (int i = 0; i < per_round; i++) kiln_add_scalar(x, i);
+    for (int i = 0; i < per_round; i++) assert_true(kiln_add_scalar(x, i) != first);
     kiln_scope_end();
     if (r == 49) {
       rss1 = rss_bytes();
+      resident1 = graph_handle_resident(GRAPH_HANDLE_TENSOR);
       slots1 = graph_handle_bytes(GRAPH_HANDLE_TENSOR);
     }
   }
   long long rss2 = rss_bytes();
+  size_t resident2 = graph_handle_resident(GRAPH_HANDLE_TENSOR);
   size_t slots2 = graph_handle_bytes(GRAPH_HANDLE_TENSOR);
-  print_message("after 50,000 tensors made and freed: tensor slots %.1f MiB, RSS %.1f MiB; after %d: %.1f MiB, "
-                "%.1f MiB\n",
-                (double)slots1 / (1 << 20), (double)rss1 / (1 << 20), rounds * per_round,
-                (double)slots2 / (1 << 20), (double)rss2 / (1 << 20));
-  /* 150,000 more tensors would take 37 MiB of slots if none were reused */
-  assert_true(slots2 - slots1 < 1u << 20);
-#if !defined(__SANITIZE_ADDRESS__)
-  assert_true(rss2 - rss1 < 4ll << 20); /* (ASan's own quarantine of freed blocks grows RSS) */
+  print_message("after 50,000 tensors made and freed: tensor slots resident %.1f MiB, RSS %.1f MiB; after %d: "
+                "%.1f MiB, %.1f MiB (%.1f MiB of address space used)\n",
+                (double)resident1 / (1 << 20), (double)rss1 / (1 << 20), rounds * per_round,
+                (double)resident2 / (1 << 20), (double)rss2 / (1 << 20), (double)slots2 / (1 << 20));
+  /* 150,000 more tensors took fresh slots, none a dead one's ... */
+  assert_true(slots2 - slots1 >= (size_t)150000 * 512);
+  /* ... and the memory of dead ones went back: the quarantine and a batch */
+  assert_true(resident2 < resident1 + (1u << 20));
+  assert_true(resident2 < (4u << 20));
+#if !SANITIZED
+  /* (ASan's own quarantine of freed blocks grows RSS, and TSan's shadow of
+   * every fresh slot does) */
+  assert_true(rss2 - rss1 < 4ll << 20);
 #endif
+  assert_int_equal(kiln_dim(first), -1);
+  expect_error(KILN_ERR_ARG, "kiln_dim", "argument t was released (long ago", NULL);
+  kiln_release(first);
+  expect_error(KILN_ERR_ARG, "kiln_release", "was released", NULL);
   assert_int_equal(graph_handle_live(GRAPH_HANDLE_TENSOR), live0);
   kiln_release(x);
   expect_no_error();
+}
+
+/* The slots themselves, on a region capped at 16 MiB (4,096 chunks of 31
+ * slots): a slot not yet handed out is foreign; a freed one keeps its
+ * death code through the quarantine, then reads as dead, how unknown;
+ * and when every chunk was handed out once, returned chunks are taken
+ * again, with live objects untouched and memory bounded. */
+static void slots_wrap_when_the_region_is_used_up(void **state) {
+  (void)state;
+  const graph_handle_kind k = GRAPH_HANDLE_TEST;
+  assert_true(graph_handle_limit(k, (size_t)16 << 20));
+  enum { SIZE = 100, KEPT = 40 };
+  long long *kept[KEPT];
+  for (int i = 0; i < KEPT; i++) {
+    kept[i] = graph_handle_alloc(k, SIZE);
+    assert_non_null(kept[i]);
+    kept[i][0] = i;
+  }
+  assert_false(graph_handle_limit(k, (size_t)32 << 20)); /* too late */
+  /* the next slot of this thread's chunk (128-byte slots) */
+  assert_int_equal(graph_handle_state_of(k, (char *)kept[KEPT - 1] + 128, NULL), GRAPH_HANDLE_FOREIGN);
+  long long *old = graph_handle_alloc(k, SIZE);
+  graph_handle_free(k, old, 7);
+  int death = 0;
+  assert_int_equal(graph_handle_state_of(k, old, &death), GRAPH_HANDLE_DEAD);
+  assert_int_equal(death, 7);
+  /* 3 times the region's slots, made and freed: it wraps twice */
+  const long long total = 3ll * 4096 * 31;
+  long long *early = NULL, *last = NULL;
+  for (long long i = 0; i < total; i++) {
+    long long *p = graph_handle_alloc(k, SIZE);
+    assert_non_null(p);
+    assert_int_equal(p[0], 0); /* zeroed, also when reused */
+    p[0] = -1;
+    graph_handle_free(k, p, (int)(i % 1000));
+    last = p;
+    if (i == 1000) early = p;
+    if (i == 100000) { /* 3,000 chunks died after early's: its memory went back */
+      assert_int_equal(graph_handle_state_of(k, early, &death), GRAPH_HANDLE_DEAD);
+      assert_int_equal(death, GRAPH_HANDLE_DEATH_UNKNOWN);
+      assert_true(graph_handle_resident(k) <= (size_t)(16 + 64 + 4) * 4096);
+    }
+  }
+  assert_int_equal(graph_handle_bytes(k), (size_t)16 << 20);
+  assert_true(graph_handle_resident(k) <= (size_t)(16 + 64 + 4) * 4096);
+  assert_int_equal(graph_handle_state_of(k, last, &death), GRAPH_HANDLE_DEAD);
+  assert_int_equal(death, (int)((total - 1) % 1000));
+  for (int i = 0; i < KEPT; i++) {
+    assert_int_equal(graph_handle_state_of(k, kept[i], NULL), GRAPH_HANDLE_LIVE);
+    assert_int_equal(kept[i][0], i);
+    graph_handle_free(k, kept[i], 0);
+  }
+  assert_int_equal(graph_handle_live(k), 0);
 }
 
 /* Tensors made in one thread and released in another; a thread that ends
@@ -249,7 +325,8 @@ int main(void) {
       cmocka_unit_test(foreign_pointers),
       cmocka_unit_test(dead_storage),
       cmocka_unit_test(dead_optimizer),
-      cmocka_unit_test(quarantine_and_bounded_memory),
+      cmocka_unit_test(stale_forever_and_bounded_memory),
+      cmocka_unit_test(slots_wrap_when_the_region_is_used_up),
       cmocka_unit_test(across_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
