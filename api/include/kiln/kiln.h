@@ -93,10 +93,11 @@ KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
  *  kiln_scope_end of the scope that owned it, opened at depth N" (1: the
  *  outermost open scope); a pointer Kiln never returned is "argument t
  *  (0x...) is not a Kiln tensor". Every entry point that takes a handle
- *  (tensor, storage, optimizer, ONNX model) checks it so. A freed
- *  handle's memory is reused only after about 3,800 later tensor deaths
- *  (docs/api.md, "Misuse"): a handle kept stale longer may alias a newer
- *  tensor. */
+ *  (tensor, storage, optimizer, ONNX model) checks it so, however long
+ *  ago the handle died: a freed handle is never handed out again (after
+ *  about 3,800 later tensor deaths the message says "long ago" instead of
+ *  how; after 2^36 tensors made, the oldest are reused: docs/api.md,
+ *  "Misuse"). */
 KILN_API void kiln_release(kiln_tensor *t);
 /** Opens a scope on this thread: every tensor returned by a Kiln function
  *  until the matching kiln_scope_end is owned by the scope. Scopes nest. */
