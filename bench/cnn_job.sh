@@ -21,12 +21,25 @@ full=$(KILN_NUM_THREADS=$THREADS "$BIN" --epochs 1 --steps "$STEPS" --seed 1 | r
 # images/s past the first 10 steps: (STEPS - 10) batches in (t_full - t_10)
 kiln=$(awk -v s="$STEPS" -v f="$full" -v w="$warm" 'BEGIN { b = 128; tf = s * b / f; tw = 10 * b / w;
   printf "%.0f", (s - 10) * b / (tf - tw) }')
-torch_s=$(/usr/bin/python3 "$ROOT/bench/peers.py" --only CNN --budget 5 --max-runs 40 | awk '$1 == "result" && $2 == "torch" { print $4 }')
-[[ -n $torch_s ]] || { echo "cnn_job.sh: PyTorch did not run (python3-torch missing?)" >&2; exit 1; }
-torch=$(awk -v t="$torch_s" 'BEGIN { printf "%.0f", 128 / t }')
+# PyTorch twice: as installed, and with glibc's malloc keeping what it
+# frees (blocks up to 32 MiB from the heap, the heap never trimmed), so
+# its activations do not fault in fresh pages every step (~10 us a page
+# on these VMs: PyTorch's step swings with it). The ratio is against the
+# faster of the two.
+torch_rate() {
+  local s
+  s=$("$@" /usr/bin/python3 "$ROOT/bench/peers.py" --only CNN --budget 5 --max-runs 40 |
+    awk '$1 == "result" && $2 == "torch" { print $4 }')
+  [[ -n $s ]] || { echo "cnn_job.sh: PyTorch did not run (python3-torch missing?)" >&2; exit 1; }
+  awk -v t="$s" 'BEGIN { printf "%.0f", 128 / t }'
+}
+torch=$(torch_rate env)
+torch_kept=$(torch_rate env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184)
+best=$((torch > torch_kept ? torch : torch_kept))
 printf 'threads %s, batch 128\n' "$THREADS"
-printf '%-28s %10s\n' "" images/s
-printf '%-28s %10s\n' "Kiln, epoch of $STEPS steps" "$full"
-printf '%-28s %10s\n' "Kiln, past the first 10" "$kiln"
-printf '%-28s %10s\n' "PyTorch 1.13 eager" "$torch"
-awk -v k="$kiln" -v t="$torch" 'BEGIN { printf "Kiln / PyTorch: %.2f\n", k / t }'
+printf '%-40s %10s\n' "" images/s
+printf '%-40s %10s\n' "Kiln, epoch of $STEPS steps" "$full"
+printf '%-40s %10s\n' "Kiln, past the first 10" "$kiln"
+printf '%-40s %10s\n' "PyTorch 1.13 eager" "$torch"
+printf '%-40s %10s\n' "PyTorch 1.13 eager, malloc keeps memory" "$torch_kept"
+awk -v k="$kiln" -v t="$best" 'BEGIN { printf "Kiln / PyTorch (the faster): %.2f\n", k / t }'
