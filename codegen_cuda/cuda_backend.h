@@ -92,6 +92,39 @@ void cuda_launch_rule_shape(const cuda_launch_rule *r, int64_t start, int64_t en
 /** Both at once: cuda_kernel_launch_rule then cuda_launch_rule_shape. */
 int cuda_kernel_launch_shape(const kir_kernel *k, int64_t start, int64_t end, cuda_launch_shape *out);
 
+/* ------------------------------------------- tiled GEMM (cuda_gemm.c) */
+
+/** Threads of a tiled GEMM block (each computes 4 × 4 outputs of a 64 ×
+ *  64 tile of C). */
+#define CUDA_GEMM_THREADS 256
+
+/** One product for the tiled GEMM: for each batch bt < batch, C = A·B
+ *  with A [m, k], B [k, n], C [m, n] (F32, or F64 when f64), element
+ *  (i, j) of each at off + bt·(its batch stride) + i·(row stride) +
+ *  j·(column stride), strides in elements, all >= 0 (a broadcast batch:
+ *  stride 0). k may be 0 (C = 0). */
+typedef struct cuda_gemm_spec {
+  bool f64;
+  int64_t batch, m, n, k;
+  int64_t a_off, a_b, a_m, a_k;
+  int64_t b_off, b_b, b_k, b_n;
+  int64_t c_off, c_b, c_m, c_n;
+} cuda_gemm_spec;
+
+/** The kernel for s as CUDA C, named fname (NULL: "kiln_gemm"), with the
+ *  parameters (A, B, C, long long start, long long end) of a printed
+ *  kernel in the BLOCK_PER_INDEX form: the indices [start, end) are the
+ *  tiles (cuda_gemm_tiles). *out is malloc'ed (caller frees). Errors:
+ *  KILN_ERR_ARG (a size below its minimum, a negative stride or offset),
+ *  KILN_ERR_OOM. Not yet used by the runtime: matrix products of CUDA
+ *  tensors without cuBLAS are still generated reductions (ops/linalg.c). */
+int cuda_gemm_print(const cuda_gemm_spec *s, const char *fname, char **out, char *err, size_t errlen);
+/** The 64 × 64 tiles of C over every batch: the launch's extent. */
+int64_t cuda_gemm_tiles(const cuda_gemm_spec *s);
+/** The launch rule of s's kernel: BLOCK_PER_INDEX over its tiles, blocks
+ *  of CUDA_GEMM_THREADS. */
+void cuda_gemm_launch_rule(const cuda_gemm_spec *s, cuda_launch_rule *r);
+
 /* -------------------------------------------------------------- NVRTC */
 
 /** True when NVRTC can be loaded (loads it on first use). On false, err
@@ -141,6 +174,8 @@ void cuda_nvrtc_shutdown(void);
  *  the kernel and stage (the compile log or ptxas's output included).
  *  Thread-safe. */
 int cuda_check_kernel(const kir_kernel *k, const char *arch, char *err, size_t errlen);
+/** The same for CUDA C source text src (`name` for messages). */
+int cuda_check_source(const char *src, const char *name, const char *arch, char *err, size_t errlen);
 
 /* ----------------------------------------------- cuda-emu (cuda_emu.c) */
 
@@ -200,6 +235,14 @@ bool cuda_emu_available(char *err, size_t errlen);
  *  (no NVRTC), KILN_ERR_UNSUPPORTED (no host compiler), KILN_ERR_IO. Not
  *  cached here: the runtime's kernel cache keeps the result. Thread-safe. */
 int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen);
+
+/** The cuda-emu build of a kernel given as source: src defines
+ *  kiln_emu_kernel(n_params pointers, long long start, long long end) as
+ *  cuda_print_kernel's kernels do (cuda_gemm_print with that name), run
+ *  under `rule`. Checked and built as cuda_emu_compile does (counted in
+ *  its stats), with its errors. */
+int cuda_emu_compile_source(const char *name, const char *src, int n_params, const cuda_launch_rule *rule,
+                            const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen);
 
 /** Counters since the start of the process. */
 void cuda_emu_get_stats(cuda_emu_stats *out);

@@ -91,21 +91,25 @@ static int run_ptxas(const char *ptx, size_t len, const char *sm, const char *na
   return st;
 }
 
-int cuda_check_kernel(const kir_kernel *k, const char *arch, char *err, size_t errlen) {
-  char *src = NULL;
-  int st = cuda_print_kernel(k, NULL, &src, err, errlen);
-  if (st != KILN_OK) return st;
+int cuda_check_source(const char *src, const char *name, const char *arch, char *err, size_t errlen) {
   char *img = NULL;
   size_t len = 0;
-  char name[112];
-  snprintf(name, sizeof name, "%s.cu", k->name);
-  st = cuda_nvrtc_compile(src, name, arch, &img, &len, err, errlen);
+  char file[112];
+  snprintf(file, sizeof file, "%s.cu", name);
+  int st = cuda_nvrtc_compile(src, file, arch, &img, &len, err, errlen);
   if (st == KILN_OK && strncmp(arch, "compute_", 8) == 0) {
     char sm[40];
     snprintf(sm, sizeof sm, "sm_%s", arch + 8);
-    st = run_ptxas(img, len, sm, k->name, err, errlen);
+    st = run_ptxas(img, len, sm, name, err, errlen);
   }
   free(img);
+  return st;
+}
+
+int cuda_check_kernel(const kir_kernel *k, const char *arch, char *err, size_t errlen) {
+  char *src = NULL;
+  int st = cuda_print_kernel(k, NULL, &src, err, errlen);
+  if (st == KILN_OK) st = cuda_check_source(src, k->name, arch, err, errlen);
   free(src);
   return st;
 }

@@ -55,6 +55,7 @@ static const char emu_header[] =
     "#define __device__\n"
     "#define __host__\n"
     "#define __forceinline__ inline\n"
+    "#define __launch_bounds__(...)\n"
     "#define __restrict__ __restrict\n"
     "#define __shared__ static thread_local /* a block runs alone on its OS thread */\n"
     "struct dim3 { unsigned x, y, z; };\n"
@@ -230,12 +231,12 @@ static void read_log(const char *path, char *buf, size_t len) {
 }
 
 /* Compiles the printed source src (kernel kiln_emu_kernel with n_params
- * pointers) for the host and loads it. */
-static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const char *src,
+ * pointers) for the host and loads it; name for messages. */
+static int host_compile(const char *name, int n_params, const cuda_launch_rule *rule, const char *src,
                         const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
   const char *cxx = host_cxx();
   if (!cxx) {
-    snprintf(err, errlen, "cuda-emu: %s: no host C++ compiler (c++ or g++ on PATH, or KILN_CXX)", k->name);
+    snprintf(err, errlen, "cuda-emu: %s: no host C++ compiler (c++ or g++ on PATH, or KILN_CXX)", name);
     return KILN_ERR_UNSUPPORTED;
   }
   pthread_mutex_lock(&emu_lock);
@@ -263,7 +264,7 @@ static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const
         "  const kiln_emu_args *a = (const kiln_emu_args *)ctx;\n"
         "  kiln_emu_kernel(",
         f);
-  for (int p = 0; p < k->n_params; p++) fprintf(f, "kiln_emu_ptr{a->bufs[%d]}, ", p);
+  for (int p = 0; p < n_params; p++) fprintf(f, "kiln_emu_ptr{a->bufs[%d]}, ", p);
   fprintf(f,
           "a->start, a->end);\n}\n"
           "extern \"C\" void kiln_emu_entry(void *const *bufs, long long start, long long end) {\n"
@@ -279,14 +280,14 @@ static int host_compile(const kir_kernel *k, const cuda_launch_rule *rule, const
   if (rc != 0) {
     char text[2048];
     read_log(log, text, sizeof text);
-    snprintf(err, errlen, "cuda-emu: %s failed on %s (exit %d):\n%s", cxx, k->name, rc, text);
+    snprintf(err, errlen, "cuda-emu: %s failed on %s (exit %d):\n%s", cxx, name, rc, text);
     st = rc == -1 || rc == 127 ? KILN_ERR_UNSUPPORTED : KILN_ERR_COMPILE;
   } else {
     void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     void *sym = h ? dlsym(h, "kiln_emu_entry") : NULL;
     const cuda_emu_api **api = h ? (const cuda_emu_api **)dlsym(h, "kiln_emu_api") : NULL;
     if (!sym || !api) {
-      snprintf(err, errlen, "cuda-emu: cannot load the host build of %s: %s", k->name, dlerror());
+      snprintf(err, errlen, "cuda-emu: cannot load the host build of %s: %s", name, dlerror());
       st = KILN_ERR_COMPILE;
     } else {
       *api = launcher;
@@ -336,7 +337,7 @@ int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu
       snprintf(err, errlen, "cuda-emu: out of memory planning the launch of %s", k->name);
       st = KILN_ERR_OOM;
     }
-    if (st == KILN_OK) st = host_compile(k, &rule, src, launcher, fn, err, errlen);
+    if (st == KILN_OK) st = host_compile(k->name, k->n_params, &rule, src, launcher, fn, err, errlen);
     coop = st == KILN_OK && (rule.kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule.kind == CUDA_LAUNCH_ONE_BLOCK);
     free(src);
   }
@@ -347,6 +348,34 @@ int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu
   else if (st == KILN_OK)
     stats.host_compiles++;
   stats.cooperative += coop;
+  if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
+  pthread_mutex_unlock(&emu_lock);
+  return st;
+}
+
+int cuda_emu_compile_source(const char *name, const char *src, int n_params, const cuda_launch_rule *rule,
+                            const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
+  static const char *const archs[] = {"sm_80", "compute_90"};
+  *fn = NULL;
+  char why[1024];
+  if (!cuda_nvrtc_available(why, sizeof why)) {
+    snprintf(err, errlen, "cuda-emu: %s: NVRTC not available: %s", name, why);
+    return KILN_ERR_DEVICE;
+  }
+  int st = KILN_OK;
+  for (int a = 0; a < 2 && st == KILN_OK; a++) {
+    st = cuda_check_source(src, name, archs[a], err, errlen);
+    pthread_mutex_lock(&emu_lock);
+    stats.checks++;
+    if (st != KILN_OK) stats.failures++;
+    pthread_mutex_unlock(&emu_lock);
+  }
+  if (st != KILN_OK) return st == KILN_ERR_DEVICE || st == KILN_ERR_IO ? st : KILN_ERR_COMPILE;
+  st = host_compile(name, n_params, rule, src, launcher, fn, err, errlen);
+  pthread_mutex_lock(&emu_lock);
+  stats.kernels++;
+  stats.host_compiles += st == KILN_OK;
+  stats.cooperative += st == KILN_OK && (rule->kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule->kind == CUDA_LAUNCH_ONE_BLOCK);
   if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
   pthread_mutex_unlock(&emu_lock);
   return st;
