@@ -74,8 +74,8 @@ int cuda_gemm_print(const cuda_gemm_spec *s, const char *fname, char **out, char
   kir_sb_printf(&b,
                 "/* Kiln tiled GEMM: C[%" PRId64 "][%" PRId64 "x%" PRId64 "] = A·B, K %" PRId64 " */\n"
                 "typedef %s T;\n"
-                "extern \"C\" __global__ void __launch_bounds__(%d) %s(const T *__restrict__ A, const T *__restrict__ B, "
-                "T *__restrict__ C, long long start, long long end) {\n"
+                "extern \"C\" __global__ void __launch_bounds__(%d) %s(const T *__restrict__ A, "
+                "const T *__restrict__ B, T *__restrict__ C, long long start, long long end) {\n"
                 "  __shared__ T As[%d][%d];\n"
                 "  __shared__ T Bs[%d][%d];\n"
                 "  const int tx = threadIdx.x %% 16, ty = threadIdx.x / 16;\n"

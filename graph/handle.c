@@ -3,13 +3,14 @@
  *
  * A kind's region is reserved at its first allocation: readable and
  * writable, not backed (MAP_NORESERVE) until touched, aligned to BLOCK
- * bytes, the largest size the address space grants from max_bytes down. It is cut into chunks of
- * SLOTS_PER_CHUNK slots (at least a page); a chunk's first slot is its
- * header (a mark that it was handed out, how many of its slots are not
- * yet freed, its link in the quarantine), the others hold one object each
- * after a slot header (magic, death code). A thread takes a whole chunk
- * and hands its slots out in order; chunks are taken in address order
- * and never twice (until the region wraps, below).
+ * bytes, the largest size the address space grants from max_bytes down.
+ * It is cut into chunks of SLOTS_PER_CHUNK slots (at least a page); a
+ * chunk's first slot is its header (a mark that it was handed out, how
+ * many of its slots are not yet freed, its link in the quarantine), the
+ * others hold one object each after a slot header (magic, death code). A
+ * thread takes a whole chunk and hands its slots out in order; chunks
+ * are taken in address order and never twice (until the region wraps,
+ * below).
  *
  * The last free of a chunk's slots puts it at the tail of the kind's
  * quarantine, a FIFO; the chunk that then has more than quarantine[kind]
