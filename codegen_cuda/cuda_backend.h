@@ -111,19 +111,36 @@ typedef struct cuda_gemm_spec {
   int64_t c_off, c_b, c_m, c_n;
 } cuda_gemm_spec;
 
-/** The kernel for s as CUDA C, named fname (NULL: "kiln_gemm"), with the
- *  parameters (A, B, C, long long start, long long end) of a printed
- *  kernel in the BLOCK_PER_INDEX form: the indices [start, end) are the
- *  tiles (cuda_gemm_tiles). *out is malloc'ed (caller frees). Errors:
- *  KILN_ERR_ARG (a size below its minimum, a negative stride or offset),
- *  KILN_ERR_OOM. Not yet used by the runtime: matrix products of CUDA
- *  tensors without cuBLAS are still generated reductions (ops/linalg.c). */
-int cuda_gemm_print(const cuda_gemm_spec *s, const char *fname, char **out, char *err, size_t errlen);
+/** What a tiled GEMM kernel is specialised for: the element type, and
+ *  for each operand whether its staging loop steps along k (its k
+ *  stride is 1 and its other stride is not) for coalesced loads. */
+typedef struct cuda_gemm_variant {
+  bool f64, a_along_k, b_along_k;
+} cuda_gemm_variant;
+
+/** Entries of a tiled GEMM's parameter array (cuda_gemm_params). */
+#define CUDA_GEMM_NPARAMS 17
+
+/** The variant that runs s. */
+cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s);
+/** The kernel of variant v as CUDA C, named fname (NULL: "kiln_gemm"),
+ *  with the parameters (A, B, C, P, long long start, long long end) of a
+ *  printed kernel in the BLOCK_PER_INDEX form: P the parameter array of
+ *  a product (cuda_gemm_params, in the kernel's memory space), the
+ *  indices [start, end) its tiles (cuda_gemm_tiles). *out is malloc'ed
+ *  (caller frees). KILN_ERR_OOM. Not yet used by the runtime: matrix
+ *  products of CUDA tensors without cuBLAS are still generated
+ *  reductions (ops/linalg.c). */
+int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen);
+/** The parameter array of s for its variant's kernel. KILN_ERR_ARG (err
+ *  set) for a size below its minimum or a negative stride or offset. */
+int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char *err, size_t errlen);
 /** The 64 × 64 tiles of C over every batch: the launch's extent. */
 int64_t cuda_gemm_tiles(const cuda_gemm_spec *s);
-/** The launch rule of s's kernel: BLOCK_PER_INDEX over its tiles, blocks
- *  of CUDA_GEMM_THREADS. */
-void cuda_gemm_launch_rule(const cuda_gemm_spec *s, cuda_launch_rule *r);
+/** The launch rule of every tiled GEMM kernel: BLOCK_PER_INDEX, blocks
+ *  of CUDA_GEMM_THREADS, no extent of its own (a product launches over
+ *  [0, cuda_gemm_tiles)). */
+void cuda_gemm_launch_rule(cuda_launch_rule *r);
 
 /* -------------------------------------------------------------- NVRTC */
 
@@ -239,7 +256,7 @@ int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu
 /** The cuda-emu build of a kernel given as source: src defines
  *  kiln_emu_kernel(n_params pointers, long long start, long long end) as
  *  cuda_print_kernel's kernels do (cuda_gemm_print with that name), run
- *  under `rule`. Checked and built as cuda_emu_compile does (counted in
+ *  under `rule` (its extent and block: fixed in the build). Checked and built as cuda_emu_compile does (counted in
  *  its stats), with its errors. */
 int cuda_emu_compile_source(const char *name, const char *src, int n_params, const cuda_launch_rule *rule,
                             const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen);

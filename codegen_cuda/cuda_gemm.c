@@ -1,8 +1,8 @@
 /*
  * cuda_gemm.c — a tiled GEMM kernel as CUDA C (cuda_backend.h,
- * "Tiled GEMM"): the product where cuBLAS is absent, printed for one
- * shape and layout, so that NVRTC and the cuda-emu host build compile
- * the same text as the kernels of cuda_print.c.
+ * "Tiled GEMM"): the product where cuBLAS is absent, printed so that
+ * NVRTC and the cuda-emu host build compile the same text as the kernels
+ * of cuda_print.c.
  *
  * Each block of CUDA_GEMM_THREADS threads computes one TILE × TILE tile of
  * C (BLOCK_PER_INDEX: the launch's indices are the tiles of every batch,
@@ -13,8 +13,10 @@
  * neighbouring threads read neighbouring shared words) with fma in k
  * order. A staging loop walks the panel with consecutive threads along
  * whichever of the operand's two strides is 1, so global loads coalesce
- * for row- and column-major operands alike. Sizes, strides and offsets
- * are constants of the text: one kernel per shape, as for every kernel.
+ * for row- and column-major operands alike: that choice and the element
+ * type make the kernel's variant; sizes, strides and offsets are read
+ * from a parameter array (cuda_gemm_params), so one kernel per variant
+ * serves every shape.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,6 +26,10 @@
 
 #define TILE 64
 #define BK 16
+
+/* The parameter array's entries (P[...] in the kernel). */
+enum { P_M, P_N, P_K, P_TN, P_PER_BATCH, P_A, P_B = P_A + 4, P_C = P_B + 4 };
+_Static_assert(P_C + 4 == CUDA_GEMM_NPARAMS, "parameter count");
 
 static bool spec_ok(const cuda_gemm_spec *s) {
   if (s->batch < 1 || s->m < 1 || s->n < 1 || s->k < 0) return false;
@@ -38,62 +44,79 @@ int64_t cuda_gemm_tiles(const cuda_gemm_spec *s) {
   return s->batch * ((s->m + TILE - 1) / TILE) * ((s->n + TILE - 1) / TILE);
 }
 
-void cuda_gemm_launch_rule(const cuda_gemm_spec *s, cuda_launch_rule *r) {
+void cuda_gemm_launch_rule(cuda_launch_rule *r) {
   r->kind = CUDA_LAUNCH_BLOCK_PER_INDEX;
-  r->extent = cuda_gemm_tiles(s);
+  r->extent = INT64_MAX; /* the launch's [start, end) is each product's tiles */
   r->block = CUDA_GEMM_THREADS;
+}
+
+cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s) {
+  return (cuda_gemm_variant){.f64 = s->f64, .a_along_k = s->a_k == 1 && s->a_m != 1,
+                             .b_along_k = s->b_k == 1 && s->b_n != 1};
+}
+
+int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char *err, size_t errlen) {
+  if (!spec_ok(s)) {
+    snprintf(err, errlen,
+             "cuda tiled GEMM: bad shape or strides (batch %" PRId64 ", %" PRId64 "x%" PRId64 "x%" PRId64
+             ", negative strides not supported)",
+             s->batch, s->m, s->n, s->k);
+    return KILN_ERR_ARG;
+  }
+  int64_t tn = (s->n + TILE - 1) / TILE;
+  const int64_t v[CUDA_GEMM_NPARAMS] = {s->m,     s->n,   s->k,   tn,     tn * ((s->m + TILE - 1) / TILE),
+                                        s->a_off, s->a_b, s->a_m, s->a_k, s->b_off,
+                                        s->b_b,   s->b_n, s->b_k, s->c_off, s->c_b,
+                                        s->c_m,   s->c_n};
+  for (int i = 0; i < CUDA_GEMM_NPARAMS; i++) p[i] = v[i];
+  return KILN_OK;
 }
 
 /* The loop that stages one operand's panel: element (row r < TILE, k
  * kk < BK) of the tile at (r0, k0) into sh[kk][r], read at
- * g[(r0 + r)·rs + (k0 + kk)·ks] when inside rows × K. Consecutive
- * threads step along k when ks is 1 (and rs is not), else along r. */
-static void stage(kir_strbuf *b, const char *sh, const char *g, int64_t rs, int64_t ks, const char *r0,
-                  int64_t rows, int64_t k) {
-  bool along_k = ks == 1 && rs != 1;
+ * g[(r0 + r)·rs + (k0 + kk)·ks] when inside rows × K (P[...] the
+ * operand's entries: rs at P[at + 2], ks at P[at + 3]). Consecutive
+ * threads step along k when along_k, else along r. */
+static void stage(kir_strbuf *b, const char *sh, const char *g, int at, bool along_k, const char *r0,
+                  const char *rows) {
   kir_sb_printf(b,
                 "      for (int i = threadIdx.x; i < %d; i += %d) {\n"
                 "        const int kk = %s, r = %s;\n"
                 "        const long long gr = %s + r, gk = k0 + kk;\n"
-                "        %s[kk][r] = gr < %" PRId64 "LL && gk < %" PRId64 "LL ? %s[gr * %" PRId64 "LL + gk * %" PRId64
-                "LL] : (T)0;\n"
+                "        %s[kk][r] = gr < %s && gk < K ? %s[gr * P[%d] + gk * P[%d]] : (T)0;\n"
                 "      }\n",
                 TILE * BK, CUDA_GEMM_THREADS, along_k ? "i % 16" : "i / 64", along_k ? "i / 16" : "i % 64", r0, sh,
-                rows, k, g, rs, ks);
+                rows, g, at + 2, at + 3);
 }
 
-int cuda_gemm_print(const cuda_gemm_spec *s, const char *fname, char **out, char *err, size_t errlen) {
+int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen) {
   *out = NULL;
-  if (!spec_ok(s)) {
-    snprintf(err, errlen, "cuda tiled GEMM: bad shape or strides (batch %" PRId64 ", %" PRId64 "x%" PRId64 "x%" PRId64
-             ", negative strides not supported)", s->batch, s->m, s->n, s->k);
-    return KILN_ERR_ARG;
-  }
-  int64_t tn = (s->n + TILE - 1) / TILE, per_batch = tn * ((s->m + TILE - 1) / TILE);
   kir_strbuf b = {0};
   kir_sb_printf(&b,
-                "/* Kiln tiled GEMM: C[%" PRId64 "][%" PRId64 "x%" PRId64 "] = A·B, K %" PRId64 " */\n"
+                "/* Kiln tiled GEMM (%s, A staged along %s, B along %s) */\n"
                 "typedef %s T;\n"
                 "extern \"C\" __global__ void __launch_bounds__(%d) %s(const T *__restrict__ A, "
-                "const T *__restrict__ B, T *__restrict__ C, long long start, long long end) {\n"
+                "const T *__restrict__ B, T *__restrict__ C, const long long *__restrict__ P, long long start, "
+                "long long end) {\n"
                 "  __shared__ T As[%d][%d];\n"
                 "  __shared__ T Bs[%d][%d];\n"
                 "  const int tx = threadIdx.x %% 16, ty = threadIdx.x / 16;\n"
+                "  const long long M = P[%d], N = P[%d], K = P[%d];\n"
                 "  for (long long t = start + blockIdx.x; t < end; t += gridDim.x) {\n"
-                "    const long long bt = t / %" PRId64 "LL, tile = t %% %" PRId64 "LL;\n"
-                "    const long long m0 = tile / %" PRId64 "LL * %d, n0 = tile %% %" PRId64 "LL * %d;\n"
-                "    const T *a = A + %" PRId64 "LL + bt * %" PRId64 "LL;\n"
-                "    const T *b = B + %" PRId64 "LL + bt * %" PRId64 "LL;\n"
-                "    T *c = C + %" PRId64 "LL + bt * %" PRId64 "LL;\n"
+                "    const long long bt = t / P[%d], tile = t %% P[%d];\n"
+                "    const long long m0 = tile / P[%d] * %d, n0 = tile %% P[%d] * %d;\n"
+                "    const T *a = A + P[%d] + bt * P[%d];\n"
+                "    const T *b = B + P[%d] + bt * P[%d];\n"
+                "    T *c = C + P[%d] + bt * P[%d];\n"
                 "    T acc[4][4];\n"
                 "    for (int i = 0; i < 4; i++)\n"
                 "      for (int j = 0; j < 4; j++) acc[i][j] = (T)0;\n"
-                "    for (long long k0 = 0; k0 < %" PRId64 "LL; k0 += %d) {\n",
-                s->batch, s->m, s->n, s->k, s->f64 ? "double" : "float", CUDA_GEMM_THREADS, fname ? fname : "kiln_gemm",
-                BK, TILE, BK, TILE, per_batch, per_batch, tn, TILE, tn, TILE, s->a_off, s->a_b, s->b_off, s->b_b,
-                s->c_off, s->c_b, s->k, BK);
-  stage(&b, "As", "a", s->a_m, s->a_k, "m0", s->m, s->k);
-  stage(&b, "Bs", "b", s->b_n, s->b_k, "n0", s->n, s->k);
+                "    for (long long k0 = 0; k0 < K; k0 += %d) {\n",
+                v.f64 ? "f64" : "f32", v.a_along_k ? "k" : "m", v.b_along_k ? "k" : "n", v.f64 ? "double" : "float",
+                CUDA_GEMM_THREADS, fname ? fname : "kiln_gemm", BK, TILE, BK, TILE, P_M, P_N, P_K, P_PER_BATCH,
+                P_PER_BATCH, P_TN, TILE, P_TN, TILE, P_A, P_A + 1, P_B, P_B + 1, P_C, P_C + 1, BK);
+  stage(&b, "As", "a", P_A, v.a_along_k, "m0", "M");
+  stage(&b, "Bs", "b", P_B, v.b_along_k, "n0", "N");
   kir_sb_printf(&b,
                 "      __syncthreads();\n"
                 "      for (int kk = 0; kk < %d; kk++) {\n"
@@ -107,12 +130,11 @@ int cuda_gemm_print(const cuda_gemm_spec *s, const char *fname, char **out, char
                 "    for (int i = 0; i < 4; i++)\n"
                 "      for (int j = 0; j < 4; j++) {\n"
                 "        const long long gm = m0 + ty + 16 * i, gn = n0 + tx + 16 * j;\n"
-                "        if (gm < %" PRId64 "LL && gn < %" PRId64 "LL) c[gm * %" PRId64 "LL + gn * %" PRId64
-                "LL] = acc[i][j];\n"
+                "        if (gm < M && gn < N) c[gm * P[%d] + gn * P[%d]] = acc[i][j];\n"
                 "      }\n"
                 "  }\n"
                 "}\n",
-                BK, s->m, s->n, s->c_m, s->c_n);
+                BK, P_C + 2, P_C + 3);
   if (b.oom) {
     free(b.p);
     snprintf(err, errlen, "cuda tiled GEMM: out of memory printing the kernel");

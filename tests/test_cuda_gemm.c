@@ -56,6 +56,21 @@ static int64_t place(layout l, int64_t rows, int64_t cols, int64_t batch, bool b
 
 static double value(int64_t i) { return (double)((i * 7919 + 13) % 17) / 8.0 - 1.0; }
 
+/* The cuda-emu build of variant v's kernel, built once per variant. */
+static cuda_emu_fn emu_kernel(cuda_gemm_variant v) {
+  static cuda_emu_fn built[8];
+  int i = v.f64 * 4 + v.a_along_k * 2 + v.b_along_k;
+  if (built[i]) return built[i];
+  char *src = NULL, err[4096];
+  assert_int_equal(cuda_gemm_print(v, "kiln_emu_kernel", &src, err, sizeof err), KILN_OK);
+  cuda_launch_rule rule;
+  cuda_gemm_launch_rule(&rule);
+  int st = cuda_emu_compile_source("gemm_test", src, 4, &rule, &rt_cuda_emu_launcher, &built[i], err, sizeof err);
+  if (st != KILN_OK) fail_msg("%s\n%s", err, src);
+  free(src);
+  return built[i];
+}
+
 /* Builds, runs and checks C = A·B for one spec; A and B hold values in
  * [-1, 1] where the spec reads them. */
 static void check_product(bool f64, int64_t batch, int64_t m, int64_t n, int64_t k, layout la, layout lb,
@@ -71,17 +86,12 @@ static void check_product(bool f64, int64_t batch, int64_t m, int64_t n, int64_t
   for (int64_t i = 0; i < nb; i++) f64 ? (((double *)b)[i] = value(i + 5)) : (((float *)b)[i] = (float)value(i + 5));
   for (int64_t i = 0; i < nc; i++) f64 ? (((double *)c)[i] = NAN) : (((float *)c)[i] = NAN);
 
-  char *src = NULL, err[4096];
-  assert_int_equal(cuda_gemm_print(&s, "kiln_emu_kernel", &src, err, sizeof err), KILN_OK);
-  cuda_launch_rule rule;
-  cuda_gemm_launch_rule(&s, &rule);
-  assert_int_equal(rule.extent, batch * ((m + 63) / 64) * ((n + 63) / 64));
-  cuda_emu_fn fn = NULL;
-  int st = cuda_emu_compile_source("gemm_test", src, 3, &rule, &rt_cuda_emu_launcher, &fn, err, sizeof err);
-  if (st != KILN_OK) fail_msg("%s\n%s", err, src);
-  free(src);
-  void *bufs[3] = {a, b, c};
-  fn(bufs, 0, rule.extent);
+  char err[4096];
+  int64_t params[CUDA_GEMM_NPARAMS];
+  assert_int_equal(cuda_gemm_params(&s, params, err, sizeof err), KILN_OK);
+  void *bufs[4] = {a, b, c, params};
+  emu_kernel(cuda_gemm_variant_of(&s))(bufs, 0, cuda_gemm_tiles(&s));
+  assert_int_equal(cuda_gemm_tiles(&s), batch * ((m + 63) / 64) * ((n + 63) / 64));
 
   for (int64_t bt = 0; bt < batch; bt++)
     for (int64_t i = 0; i < m; i++)
@@ -138,17 +148,22 @@ static void f64_and_batches(void **state) {
 
 static void bad_specs_are_errors(void **state) {
   (void)state;
-  char *src = (char *)1, err[256];
+  char err[256];
+  int64_t p[CUDA_GEMM_NPARAMS];
   cuda_gemm_spec s = {.batch = 1, .m = 4, .n = 4, .k = 4, .a_m = 4, .a_k = 1, .b_k = 4, .b_n = 1, .c_m = 4, .c_n = 1};
   cuda_gemm_spec bad = s;
   bad.m = 0;
-  assert_int_equal(cuda_gemm_print(&bad, NULL, &src, err, sizeof err), KILN_ERR_ARG);
-  assert_null(src);
+  assert_int_equal(cuda_gemm_params(&bad, p, err, sizeof err), KILN_ERR_ARG);
   assert_non_null(strstr(err, "bad shape or strides"));
   bad = s;
   bad.b_n = -1;
-  assert_int_equal(cuda_gemm_print(&bad, NULL, &src, err, sizeof err), KILN_ERR_ARG);
-  assert_int_equal(cuda_gemm_print(&s, NULL, &src, err, sizeof err), KILN_OK);
+  assert_int_equal(cuda_gemm_params(&bad, p, err, sizeof err), KILN_ERR_ARG);
+  assert_int_equal(cuda_gemm_params(&s, p, err, sizeof err), KILN_OK);
+  /* row-major A (k stride 1) stages along k, row-major B along n */
+  cuda_gemm_variant v = cuda_gemm_variant_of(&s);
+  assert_true(v.a_along_k && !v.b_along_k && !v.f64);
+  char *src = NULL;
+  assert_int_equal(cuda_gemm_print(v, NULL, &src, err, sizeof err), KILN_OK);
   assert_non_null(strstr(src, "void __launch_bounds__(256) kiln_gemm("));
   free(src);
 }
