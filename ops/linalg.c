@@ -12,12 +12,13 @@
  * in F32, integers in I64, then converted back as Torch's result dtype).
  * Elementwise readers of the product (bias, activation, scale) fuse into
  * one epilogue kernel, or into the generated GEMM's stores when it runs
- * the product (runtime/gemm_fused.c). F32/F64 products of KILN_CUDA tensors are the same
- * MATMUL node run by cuBLAS when it loads on the real device
- * (runtime/blas.c; an operand BLAS cannot take as it is is copied
- * contiguous first); otherwise (no cuBLAS, cuda-emu, other dtypes) they
- * take the generated kernel path, on the device (F64 accumulates in F64
- * there). Operands on different devices are KILN_ERR_DEVICE.
+ * the product (runtime/gemm_fused.c). F32/F64 products of KILN_CUDA
+ * tensors are the same MATMUL node, run by cuBLAS when it loads on the
+ * real device (runtime/blas.c; an operand BLAS cannot take as it is is
+ * copied contiguous first), else by the tiled GEMM kernel
+ * (runtime/cuda_gemm_run.c; also under cuda-emu); other dtypes take the
+ * generated kernel path on the device. Operands on different devices
+ * are KILN_ERR_DEVICE.
  */
 #include "ops.h"
 #include "runtime.h"
@@ -182,7 +183,7 @@ static kiln_tensor *product(kiln_tensor *a, kiln_tensor *b, const char *fn) {
     return NULL;
   }
   api_untracked_begin();
-  bool blas = (dtype == KILN_F32 || dtype == KILN_F64) && (da == KILN_CPU || rt_cublas_ready());
+  bool blas = dtype == KILN_F32 || dtype == KILN_F64;
   kiln_tensor *r = blas ? blas_product(a, b, &s, dtype, fn) : kernel_product(a, b, &s, dtype, fn);
   r = drop_dims(r, &s, fn);
   api_untracked_end();

@@ -75,6 +75,7 @@ typedef struct rt_launch_result {
 typedef struct rt_extern_run {
   int64_t t0, t1;
   bool on_device; /* on device memory (cuBLAS), not on host copies */
+  bool tiled;     /* a MATMUL run by the tiled GEMM kernel (cuda_gemm_run.c), not cuBLAS */
 } rt_extern_run;
 
 struct rt_gemm_epi; /* gemm_epilogue.h */

@@ -140,10 +140,15 @@ static int launch(const rt_launch *l, rt_launch_result *r, char *err, size_t err
 /* ------------------------------------------------------- contraction */
 
 /* cuBLAS on device memory when it can run n now (F32/F64, operands in a
- * layout it takes, 32-bit sizes, the library loaded); else OpenBLAS on
- * host copies, the result uploaded. */
+ * layout it takes, 32-bit sizes, the library loaded); else the tiled GEMM
+ * kernel (cuda_gemm_run.c); else OpenBLAS on host copies, the result
+ * uploaded. */
 static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char *err, size_t errlen) {
-  if (!rt_cublas_can_run(n)) return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
+  if (!rt_cublas_can_run(n)) {
+    cuda_gemm_spec s;
+    if (rt_cuda_gemm_spec_of(n, &s)) return rt_cuda_gemm_contract(n, &s, false, out, run, err, errlen);
+    return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
+  }
   int st = alloc(n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
   run->on_device = true;
   run->t0 = rt_now_ns();
@@ -151,8 +156,6 @@ static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char 
   run->t1 = rt_now_ns();
   return st;
 }
-
-bool rt_cublas_ready(void) { return rt_backend_of(KILN_CUDA) == &rt_backend_cuda && rt_cuda_blas_available(NULL, 0); }
 
 const rt_backend rt_backend_cuda = {
     .name = "cuda",

@@ -13,9 +13,11 @@
  *
  * Memory: KILN_CUDA buffers are emulated device memory — host blocks
  * (64-byte aligned) behind device.c's caching allocator, allocated apart
- * from host buffers; copies are memcpy. MATMUL runs on the host like llvm's (rt_matmul_host; api/
- * linalg.c records the generated kernel instead for KILN_CUDA tensors,
- * since rt_cublas_ready is false here).
+ * from host buffers; copies are memcpy. MATMUL of F32/F64 runs the
+ * tiled GEMM kernel the cuda backend runs without cuBLAS (cuda_gemm_run.c),
+ * of KILN_CPU and KILN_CUDA tensors alike; a product it does not take (an
+ * operand read through a pending copy, batch dims without one stride) runs
+ * on the host like llvm's (rt_matmul_host).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +87,11 @@ static int copy(graph_buffer *dst, const graph_buffer *src, char *err, size_t er
 
 /* ------------------------------------------------------- contraction */
 
+/* The tiled GEMM kernel, from its CUDA C (cuda_gemm_run.c); on the host
+ * as llvm's for the products it does not take. */
 static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char *err, size_t errlen) {
+  cuda_gemm_spec s;
+  if (rt_cuda_gemm_spec_of(n, &s)) return rt_cuda_gemm_contract(n, &s, true, out, run, err, errlen);
   return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
 }
 

@@ -119,30 +119,50 @@ int rt_cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, cha
   return st == KILN_OK ? check(api->memcpy_dtod(dst, src, bytes), "cuMemcpyDtoD", err, errlen) : st;
 }
 
-int rt_cuda_kernel_load(const kir_kernel *k, rt_cuda_kernel *out, char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
+/* Compiles src (entry point KERNEL_SYMBOL) for the device and loads it
+ * into *out (module, fn, arch). */
+static int load_source(const char *src, const char *name, rt_cuda_kernel *out, char *err, size_t errlen) {
   rt_cuda_device_info info;
   const rt_cuda_driver_api *api = ready(&info, err, errlen);
   if (!api) return KILN_ERR_DEVICE;
-  char *src = NULL, *image = NULL;
+  char *image = NULL;
   size_t image_len = 0;
   /* sm_XX (CUBIN) when NVRTC knows the device, else PTX for the highest
    * compute_YY <= XX it knows: cuModuleLoadData JIT-compiles PTX */
   int st = cuda_nvrtc_target(info.cc_major, info.cc_minor, out->arch, sizeof out->arch, err, errlen);
-  if (st == KILN_OK) st = cuda_print_kernel(k, KERNEL_SYMBOL, &src, err, errlen);
-  if (st == KILN_OK) st = cuda_nvrtc_compile(src, k->name, out->arch, &image, &image_len, err, errlen);
-  free(src);
+  if (st == KILN_OK) st = cuda_nvrtc_compile(src, name, out->arch, &image, &image_len, err, errlen);
   if (st != KILN_OK) return st;
   st = check(api->module_load_data(&out->module, image), "cuModuleLoadData", err, errlen);
   free(image);
   if (st == KILN_OK) st = check(api->module_get_function(&out->fn, out->module, KERNEL_SYMBOL), "cuModuleGetFunction",
                                 err, errlen);
+  return st;
+}
+
+int rt_cuda_kernel_load(const kir_kernel *k, rt_cuda_kernel *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  char *src = NULL;
+  int st = cuda_print_kernel(k, KERNEL_SYMBOL, &src, err, errlen);
+  if (st == KILN_OK) st = load_source(src, k->name, out, err, errlen);
+  free(src);
+  if (st != KILN_OK) return st;
   out->splittable = cuda_kernel_splittable(k);
   out->n_params = k->n_params;
-  if (st == KILN_OK && cuda_kernel_launch_rule(k, &out->rule) != KILN_OK) {
+  if (cuda_kernel_launch_rule(k, &out->rule) != KILN_OK) {
     snprintf(err, errlen, "rt_cuda_kernel_load: out of memory planning the launch of %s", k->name);
     st = KILN_ERR_OOM;
   }
+  return st;
+}
+
+int rt_cuda_gemm_load(cuda_gemm_variant v, rt_cuda_kernel *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  char *src = NULL;
+  int st = cuda_gemm_print(v, KERNEL_SYMBOL, &src, err, errlen);
+  if (st == KILN_OK) st = load_source(src, "kiln_gemm", out, err, errlen);
+  free(src);
+  out->n_params = 4; /* A, B, C, the parameter array */
+  cuda_gemm_launch_rule(&out->rule);
   return st;
 }
 

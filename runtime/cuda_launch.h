@@ -47,6 +47,10 @@ int rt_cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, cha
  *  and loads it. Release with rt_cuda_kernel_unload. */
 int rt_cuda_kernel_load(const kir_kernel *k, rt_cuda_kernel *out, char *err, size_t errlen);
 void rt_cuda_kernel_unload(rt_cuda_kernel *ck);
+/** The same for the tiled GEMM kernel of variant v (cuda_gemm_print):
+ *  parameters A, B, C and the product's parameter array, launched over
+ *  the product's tiles. */
+int rt_cuda_gemm_load(cuda_gemm_variant v, rt_cuda_kernel *out, char *err, size_t errlen);
 /** Runs ck over its parallel range [start, end) with one device pointer
  *  per kernel parameter (in order) on the stream, in the shape of its
  *  launch rule (cuda_launch_rule_shape), waits for it, and

@@ -82,6 +82,16 @@ static void describe_gemm(const graph_node *n, bool cublas, kiln_kernel_record *
   r->threads = threads;
 }
 
+/* A MATMUL the tiled GEMM kernel ran (cuda_gemm_run.c): cuda_gemm_MxNxK
+ * (cuda_gemm_f64_...), the backend's name. */
+static void describe_tiled(const graph_node *n, kiln_kernel_record *r, char *name, size_t len) {
+  describe_gemm(n, true, r, name, len);
+  int nd = n->ndim;
+  snprintf(name, len, "cuda_gemm_%s%lldx%lldx%lld", n->dtype == KILN_F64 ? "f64_" : "", (long long)n->sizes[nd - 2],
+           (long long)n->sizes[nd - 1], (long long)n->inputs[0].view.sizes[nd - 1]);
+  r->backend = rt_backend_for(n)->name;
+}
+
 /* One extern op's row: `host` runs it on host memory (MATMUL's is NULL:
  * it runs through its backend's contraction entry), `describe` fills
  * its profiler record, `hold` runs it under rt_pool_hold (idle pool
@@ -219,7 +229,8 @@ int rt_run_extern(graph_node *n, char *err, size_t errlen) {
   if (rt_debug_level() >= 1 || rt_profiling()) {
     kiln_kernel_record r = {.run_ns = run.t1 - run.t0};
     char name[96];
-    x->describe(n, run.on_device, &r, name, sizeof name);
+    if (run.tiled) describe_tiled(n, &r, name, sizeof name);
+    else x->describe(n, run.on_device, &r, name, sizeof name);
     if (rt_debug_level() >= 1) rt_debug_kernel(&r, n->ndim, n->sizes);
     if (rt_profiling()) rt_profile_add(&r, run.t0, NULL, 0);
   }

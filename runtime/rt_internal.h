@@ -256,6 +256,17 @@ bool rt_cublas_can_run(const graph_node *n);
 /** MATMUL through cuBLAS into out (a device buffer, contiguous [batch...,
  *  M, N]), waiting for the stream; only when rt_cublas_can_run(n). */
 int rt_cublas_matmul(graph_node *n, graph_buffer *out, char *err, size_t errlen);
+struct cuda_gemm_spec; /* codegen_cuda/cuda_backend.h */
+/** MATMUL n as a tiled GEMM product (cuda_gemm_run.c): false for other
+ *  dtypes than F32/F64, an empty product, an operand not realized (read
+ *  through a pending copy) or batch dims no single stride steps. */
+bool rt_cuda_gemm_spec_of(const graph_node *n, struct cuda_gemm_spec *s);
+/** Runs n (rt_cuda_gemm_spec_of gave s) through the tiled GEMM kernel of
+ *  its variant — under cuda-emu (emu) or on the device — into a new
+ *  buffer *out of n's device; sets run's times, on_device and tiled.
+ *  Errors: the kernel's build or launch, KILN_ERR_OOM. */
+int rt_cuda_gemm_contract(graph_node *n, const struct cuda_gemm_spec *s, bool emu, graph_buffer **out,
+                          rt_extern_run *run, char *err, size_t errlen);
 /** The ARGSORT and MODE extern ops (sort_loops.c): in[0] the host data of the
  *  input's buffer, out a fresh buffer of n's numel (I64). KILN_ERR_OOM
  *  when a row's scratch cannot be allocated. */

@@ -87,6 +87,20 @@ static void expect_same(kiln_tensor *on_cuda, kiln_tensor *on_cpu, double tol) {
   expect_values_tol(on_cuda, want, n, tol);
 }
 
+/* expect_same for results of any size: every element within tol. */
+static void expect_close(kiln_tensor *on_cuda, kiln_tensor *on_cpu, double tol) {
+  assert_int_equal(kiln_device_of(on_cuda), KILN_CUDA);
+  int64_t n = kiln_numel(on_cpu);
+  assert_int_equal(kiln_numel(on_cuda), n);
+  double *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+  assert_non_null(got), assert_non_null(want);
+  assert_int_equal(kiln_read(kiln_to_dtype(on_cuda, KILN_F64), got, (size_t)n * sizeof *got), KILN_OK);
+  assert_int_equal(kiln_read(kiln_to_dtype(on_cpu, KILN_F64), want, (size_t)n * sizeof *want), KILN_OK);
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs(got[i] - want[i]) <= tol)) fail_msg("element %lld: %.9g, want %.9g", (long long)i, got[i], want[i]);
+  free(got), free(want);
+}
+
 static void move_there_and_back(void **state) {
   (void)state;
   use_emu();
@@ -206,8 +220,10 @@ static void write_through_view(void **state) {
   expect_no_error();
 }
 
-/* matmul on CUDA tensors: a generated kernel on the device (a multiply
- * fused into a sum over K), not BLAS; F32 and F64, batched and 1-D. */
+/* matmul on CUDA tensors: the tiled GEMM kernel (runtime/cuda_gemm_run.c;
+ * under cuda-emu its CUDA C built for the host), not host BLAS; F32 and
+ * F64, transposed views, batched with a broadcast operand, batch dims no
+ * one stride steps (then on the host), and 1-D. */
 static void matmul(void **state) {
   (void)state;
   use_emu();
@@ -230,15 +246,23 @@ static void matmul(void **state) {
   kiln_tensor *v = kiln_randn(KILN_F64, 1, (int64_t[]){7});
   expect_same(kiln_matmul(cuda(x), cuda(y)), kiln_matmul(x, y), 1e-12); /* F64 accumulates in F64 */
   expect_same(kiln_matmul(cuda(x), cuda(v)), kiln_matmul(x, v), 1e-12);
+  kiln_tensor *w = kiln_randn(KILN_F32, 4, (int64_t[]){4, 2, 70, 33}), *z = kiln_randn(KILN_F32, 2, (int64_t[]){33, 66});
+  expect_close(kiln_matmul(cuda(w), cuda(z)), kiln_matmul(w, z), 1e-4);         /* z broadcast over 4 x 2 */
+  kiln_tensor *wp = kiln_permute(w, 4, (int[]){1, 0, 3, 2});                     /* [2, 4, 33, 70]: no one batch stride */
+  kiln_tensor *zt = kiln_randn(KILN_F32, 2, (int64_t[]){70, 5});
+  expect_close(kiln_matmul(cuda(wp), cuda(zt)), kiln_matmul(wp, zt), 1e-4);
   kiln_profile_begin();
   assert_int_equal(kiln_realize(kiln_matmul(cuda(ha), cuda(hb))), KILN_OK);
   kiln_profile_end();
   kiln_kernel_record rec;
   assert_true(kiln_profile_count() >= 1);
+  bool tiled = false;
   for (int i = 0; i < kiln_profile_count(); i++) {
     assert_int_equal(kiln_profile_get(i, &rec), KILN_OK);
-    assert_string_equal(rec.backend, device_backend()); /* no "blas" record */
+    if (strcmp(rec.backend, "cublas") != 0) assert_string_equal(rec.backend, device_backend()); /* no "blas" record */
+    tiled |= strcmp(rec.name, "cuda_gemm_2x2x3") == 0;
   }
+  if (!real_device()) assert_true(tiled);
   kiln_scope_end();
   expect_no_error();
 }

@@ -63,10 +63,6 @@ int rt_device_download(void *dst, const graph_buffer *src, int64_t offset, int64
  *  contiguous copy (the host packs one; the device path gets it from
  *  ops/linalg.c). */
 bool rt_blas_view_needs_copy(const graph_view *v);
-/** True when KILN_CUDA products can go to cuBLAS (backend_cuda.c): the
- *  real device holds KILN_CUDA buffers (not cuda-emu) and
- *  rt_cuda_blas_available. Loads cuBLAS on first use. */
-bool rt_cublas_ready(void);
 
 /* ------------------------------------------------- extern ops (extern.c) */
 
