@@ -311,22 +311,30 @@ static bool uses_half(const kir_kernel *k) {
   return false;
 }
 
-int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
+/* The toolchain checks of a source (NVRTC sm_80; NVRTC compute_90 +
+ * ptxas sm_90), counted; src NULL: kernel k's, printed here. */
+static int check_archs(const kir_kernel *k, const char *src, const char *name, char *err, size_t errlen) {
   static const char *const archs[] = {"sm_80", "compute_90"};
-  *fn = NULL;
   char why[1024];
   if (!cuda_nvrtc_available(why, sizeof why)) {
-    snprintf(err, errlen, "cuda-emu: %s: NVRTC not available: %s", k->name, why);
+    snprintf(err, errlen, "cuda-emu: %s: NVRTC not available: %s", name, why);
     return KILN_ERR_DEVICE;
   }
   for (int a = 0; a < 2; a++) {
-    int st = cuda_check_kernel(k, archs[a], err, errlen);
+    int st = src ? cuda_check_source(src, name, archs[a], err, errlen) : cuda_check_kernel(k, archs[a], err, errlen);
     pthread_mutex_lock(&emu_lock);
     stats.checks++;
     if (st != KILN_OK) stats.failures++;
     pthread_mutex_unlock(&emu_lock);
     if (st != KILN_OK) return st == KILN_ERR_DEVICE || st == KILN_ERR_IO ? st : KILN_ERR_COMPILE;
   }
+  return KILN_OK;
+}
+
+int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
+  *fn = NULL;
+  int checked = check_archs(k, NULL, k->name, err, errlen);
+  if (checked != KILN_OK) return checked;
   bool half = uses_half(k), coop = false;
   int st = KILN_OK;
   if (!half) {
@@ -355,22 +363,9 @@ int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu
 
 int cuda_emu_compile_source(const char *name, const char *src, int n_params, const cuda_launch_rule *rule,
                             const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
-  static const char *const archs[] = {"sm_80", "compute_90"};
   *fn = NULL;
-  char why[1024];
-  if (!cuda_nvrtc_available(why, sizeof why)) {
-    snprintf(err, errlen, "cuda-emu: %s: NVRTC not available: %s", name, why);
-    return KILN_ERR_DEVICE;
-  }
-  int st = KILN_OK;
-  for (int a = 0; a < 2 && st == KILN_OK; a++) {
-    st = cuda_check_source(src, name, archs[a], err, errlen);
-    pthread_mutex_lock(&emu_lock);
-    stats.checks++;
-    if (st != KILN_OK) stats.failures++;
-    pthread_mutex_unlock(&emu_lock);
-  }
-  if (st != KILN_OK) return st == KILN_ERR_DEVICE || st == KILN_ERR_IO ? st : KILN_ERR_COMPILE;
+  int st = check_archs(NULL, src, name, err, errlen);
+  if (st != KILN_OK) return st;
   st = host_compile(name, n_params, rule, src, launcher, fn, err, errlen);
   pthread_mutex_lock(&emu_lock);
   stats.kernels++;
