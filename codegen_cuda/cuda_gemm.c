@@ -13,7 +13,8 @@
  * neighbouring threads read neighbouring shared words) with fma in k
  * order. A staging loop walks the panel with consecutive threads along
  * whichever of the operand's two strides is 1, so global loads coalesce
- * for row- and column-major operands alike: that choice and the element
+ * for row- and column-major operands alike (a panel row holds TILE + 1
+ * words, so threads storing down a column of it hit different banks): that choice and the element
  * type make the kernel's variant; sizes, strides and offsets are read
  * from a parameter array (cuda_gemm_params), so one kernel per variant
  * serves every shape.
@@ -113,7 +114,7 @@ int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *er
                 "      for (int j = 0; j < 4; j++) acc[i][j] = (T)0;\n"
                 "    for (long long k0 = 0; k0 < K; k0 += %d) {\n",
                 v.f64 ? "f64" : "f32", v.a_along_k ? "k" : "m", v.b_along_k ? "k" : "n", v.f64 ? "double" : "float",
-                CUDA_GEMM_THREADS, fname ? fname : "kiln_gemm", BK, TILE, BK, TILE, P_M, P_N, P_K, P_PER_BATCH,
+                CUDA_GEMM_THREADS, fname ? fname : "kiln_gemm", BK, TILE + 1, BK, TILE + 1, P_M, P_N, P_K, P_PER_BATCH,
                 P_PER_BATCH, P_TN, TILE, P_TN, TILE, P_A, P_A + 1, P_B, P_B + 1, P_C, P_C + 1, BK);
   stage(&b, "As", "a", P_A, v.a_along_k, "m0", "M");
   stage(&b, "Bs", "b", P_B, v.b_along_k, "n0", "N");
