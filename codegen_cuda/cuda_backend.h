@@ -242,8 +242,8 @@ typedef struct cuda_emu_stats {
 bool cuda_emu_available(char *err, size_t errlen);
 
 /** The cuda-emu build of k: printed as CUDA C, checked with
- *  cuda_check_kernel for sm_80 and compute_90 (+ ptxas sm_90), then the
- *  same source compiled for the host with the emulation header and
+ *  cuda_check_source for sm_80 and compute_90 (+ ptxas sm_90), then the
+ *  same text compiled for the host with the emulation header and
  *  loaded, its launches going to `launcher` (which must outlive the
  *  build: the runtime's rt_cuda_emu_launcher). KILN_OK with *fn set, or
  *  with *fn NULL for a kernel that uses F16/BF16 (checked, to be run by

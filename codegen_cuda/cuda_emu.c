@@ -311,9 +311,9 @@ static bool uses_half(const kir_kernel *k) {
   return false;
 }
 
-/* The toolchain checks of a source (NVRTC sm_80; NVRTC compute_90 +
- * ptxas sm_90), counted; src NULL: kernel k's, printed here. */
-static int check_archs(const kir_kernel *k, const char *src, const char *name, char *err, size_t errlen) {
+/* The toolchain checks of src (NVRTC sm_80; NVRTC compute_90 + ptxas
+ * sm_90), counted in the stats; name for messages. */
+static int check_archs(const char *src, const char *name, char *err, size_t errlen) {
   static const char *const archs[] = {"sm_80", "compute_90"};
   char why[1024];
   if (!cuda_nvrtc_available(why, sizeof why)) {
@@ -321,7 +321,7 @@ static int check_archs(const kir_kernel *k, const char *src, const char *name, c
     return KILN_ERR_DEVICE;
   }
   for (int a = 0; a < 2; a++) {
-    int st = src ? cuda_check_source(src, name, archs[a], err, errlen) : cuda_check_kernel(k, archs[a], err, errlen);
+    int st = cuda_check_source(src, name, archs[a], err, errlen);
     pthread_mutex_lock(&emu_lock);
     stats.checks++;
     if (st != KILN_OK) stats.failures++;
@@ -331,47 +331,48 @@ static int check_archs(const kir_kernel *k, const char *src, const char *name, c
   return KILN_OK;
 }
 
-int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
-  *fn = NULL;
-  int checked = check_archs(k, NULL, k->name, err, errlen);
-  if (checked != KILN_OK) return checked;
-  bool half = uses_half(k), coop = false;
-  int st = KILN_OK;
-  if (!half) {
-    char *src = NULL;
-    cuda_launch_rule rule;
-    st = cuda_print_kernel(k, "kiln_emu_kernel", &src, err, errlen);
-    if (st == KILN_OK && cuda_kernel_launch_rule(k, &rule) != KILN_OK) {
-      snprintf(err, errlen, "cuda-emu: out of memory planning the launch of %s", k->name);
-      st = KILN_ERR_OOM;
-    }
-    if (st == KILN_OK) st = host_compile(k->name, k->n_params, &rule, src, launcher, fn, err, errlen);
-    coop = st == KILN_OK && (rule.kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule.kind == CUDA_LAUNCH_ONE_BLOCK);
-    free(src);
-  }
+/* Counts a checked kernel: built for the host with st (unless half: left
+ * to LLVM), cooperative under its rule. */
+static void count_build(int st, bool half, const cuda_launch_rule *rule) {
+  bool coop = rule->kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule->kind == CUDA_LAUNCH_ONE_BLOCK;
   pthread_mutex_lock(&emu_lock);
   stats.kernels++;
   if (half)
     stats.half_fallbacks++;
   else if (st == KILN_OK)
     stats.host_compiles++;
-  stats.cooperative += coop;
+  stats.cooperative += !half && st == KILN_OK && coop;
   if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
   pthread_mutex_unlock(&emu_lock);
+}
+
+/* Checks src and builds it for the host, counted. */
+static int check_and_build(const char *name, const char *src, int n_params, bool half, const cuda_launch_rule *rule,
+                           const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
+  *fn = NULL;
+  int st = check_archs(src, name, err, errlen);
+  if (st != KILN_OK) return st;
+  if (!half) st = host_compile(name, n_params, rule, src, launcher, fn, err, errlen);
+  count_build(st, half, rule);
+  return st;
+}
+
+int cuda_emu_compile(const kir_kernel *k, const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
+  *fn = NULL;
+  /* the text the toolchain checks is the text the host builds */
+  char *src = NULL;
+  cuda_launch_rule rule = {0};
+  int st = cuda_print_kernel(k, "kiln_emu_kernel", &src, err, errlen);
+  if (st == KILN_OK && cuda_kernel_launch_rule(k, &rule) != KILN_OK) {
+    snprintf(err, errlen, "cuda-emu: out of memory planning the launch of %s", k->name);
+    st = KILN_ERR_OOM;
+  }
+  if (st == KILN_OK) st = check_and_build(k->name, src, k->n_params, uses_half(k), &rule, launcher, fn, err, errlen);
+  free(src);
   return st;
 }
 
 int cuda_emu_compile_source(const char *name, const char *src, int n_params, const cuda_launch_rule *rule,
                             const cuda_emu_api *launcher, cuda_emu_fn *fn, char *err, size_t errlen) {
-  *fn = NULL;
-  int st = check_archs(NULL, src, name, err, errlen);
-  if (st != KILN_OK) return st;
-  st = host_compile(name, n_params, rule, src, launcher, fn, err, errlen);
-  pthread_mutex_lock(&emu_lock);
-  stats.kernels++;
-  stats.host_compiles += st == KILN_OK;
-  stats.cooperative += st == KILN_OK && (rule->kind == CUDA_LAUNCH_BLOCK_PER_INDEX || rule->kind == CUDA_LAUNCH_ONE_BLOCK);
-  if (!tmp_dir[0]) dir_locked(); /* registers the exit summary */
-  pthread_mutex_unlock(&emu_lock);
-  return st;
+  return check_and_build(name, src, n_params, false, rule, launcher, fn, err, errlen);
 }
