@@ -121,6 +121,9 @@ typedef struct cuda_gemm_variant {
 /** Entries of a tiled GEMM's parameter array (cuda_gemm_params). */
 #define CUDA_GEMM_NPARAMS 17
 
+/** True when s is a product the kernels run: batch, m and n at least 1,
+ *  k at least 0, no negative stride or offset. */
+bool cuda_gemm_spec_ok(const cuda_gemm_spec *s);
 /** The variant that runs s. */
 cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s);
 /** The kernel of variant v as CUDA C, named fname (NULL: "kiln_gemm"),
@@ -133,7 +136,7 @@ cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s);
  *  reductions (ops/linalg.c). */
 int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen);
 /** The parameter array of s for its variant's kernel. KILN_ERR_ARG (err
- *  set) for a size below its minimum or a negative stride or offset. */
+ *  set) unless cuda_gemm_spec_ok(s). */
 int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char *err, size_t errlen);
 /** The 64 × 64 tiles of C over every batch: the launch's extent. */
 int64_t cuda_gemm_tiles(const cuda_gemm_spec *s);

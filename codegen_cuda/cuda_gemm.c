@@ -14,10 +14,10 @@
  * order. A staging loop walks the panel with consecutive threads along
  * whichever of the operand's two strides is 1, so global loads coalesce
  * for row- and column-major operands alike (a panel row holds TILE + 1
- * words, so threads storing down a column of it hit different banks): that choice and the element
- * type make the kernel's variant; sizes, strides and offsets are read
- * from a parameter array (cuda_gemm_params), so one kernel per variant
- * serves every shape.
+ * words, so threads storing down a column of it hit different banks):
+ * that choice and the element type make the kernel's variant; sizes,
+ * strides and offsets are read from a parameter array
+ * (cuda_gemm_params), so one kernel per variant serves every shape.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,7 +32,7 @@
 enum { P_M, P_N, P_K, P_TN, P_PER_BATCH, P_A, P_B = P_A + 4, P_C = P_B + 4 };
 _Static_assert(P_C + 4 == CUDA_GEMM_NPARAMS, "parameter count");
 
-static bool spec_ok(const cuda_gemm_spec *s) {
+bool cuda_gemm_spec_ok(const cuda_gemm_spec *s) {
   if (s->batch < 1 || s->m < 1 || s->n < 1 || s->k < 0) return false;
   const int64_t *v[] = {&s->a_off, &s->a_b, &s->a_m, &s->a_k, &s->b_off, &s->b_b,
                         &s->b_k,   &s->b_n, &s->c_off, &s->c_b, &s->c_m, &s->c_n};
@@ -57,7 +57,7 @@ cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s) {
 }
 
 int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char *err, size_t errlen) {
-  if (!spec_ok(s)) {
+  if (!cuda_gemm_spec_ok(s)) {
     snprintf(err, errlen,
              "cuda tiled GEMM: bad shape or strides (batch %" PRId64 ", %" PRId64 "x%" PRId64 "x%" PRId64
              ", negative strides not supported)",

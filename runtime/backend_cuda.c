@@ -24,7 +24,6 @@
 #include "device.h"
 #include "rt_internal.h"
 
-static cu_deviceptr dptr(const void *p) { return (cu_deviceptr)(uintptr_t)p; }
 
 /* KILN_OK when device 0 is usable, else KILN_ERR_DEVICE "no CUDA device:
  * <why>" in err. */
@@ -46,7 +45,7 @@ static int block_alloc(int64_t bytes, void **out, char *err, size_t errlen) {
   return st;
 }
 
-static void block_free(void *p) { rt_cuda_buffer_free(dptr(p)); }
+static void block_free(void *p) { rt_cuda_buffer_free(rt_cuda_dptr(p)); }
 
 static const rt_device_blocks blocks = {block_alloc, block_free, release};
 
@@ -59,15 +58,15 @@ static int alloc(int64_t bytes, graph_buffer **out, char *err, size_t errlen) {
 static bool owns(const graph_buffer *b) { return b->free_fn == release; }
 
 static int upload(graph_buffer *dst, const void *src, int64_t bytes, char *err, size_t errlen) {
-  return rt_cuda_copy_to_device(dptr(dst->data), src, (size_t)bytes, err, errlen);
+  return rt_cuda_copy_to_device(rt_cuda_dptr(dst->data), src, (size_t)bytes, err, errlen);
 }
 
 static int download(void *dst, const graph_buffer *src, int64_t offset, int64_t bytes, char *err, size_t errlen) {
-  return rt_cuda_copy_to_host(dst, dptr(src->data) + (cu_deviceptr)offset, (size_t)bytes, err, errlen);
+  return rt_cuda_copy_to_host(dst, rt_cuda_dptr(src->data) + (cu_deviceptr)offset, (size_t)bytes, err, errlen);
 }
 
 static int copy(graph_buffer *dst, const graph_buffer *src, char *err, size_t errlen) {
-  return rt_cuda_copy_on_device(dptr(dst->data), dptr(src->data), (size_t)src->bytes, err, errlen);
+  return rt_cuda_copy_on_device(rt_cuda_dptr(dst->data), rt_cuda_dptr(src->data), (size_t)src->bytes, err, errlen);
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -128,7 +127,7 @@ static int launch(const rt_launch *l, rt_launch_result *r, char *err, size_t err
     st = upload_array(l->fargs, (int64_t)sizeof *l->fargs * (l->n_fargs > 0 ? l->n_fargs : 1), &fargs, err, errlen);
   cu_deviceptr ptrs[RT_CUDA_MAX_PARAMS];
   for (int i = 0; st == KILN_OK && i < l->n_bufs; i++)
-    ptrs[i] = dptr(i == 1 ? args->data : i == 2 ? fargs->data : l->bufs[i]->data);
+    ptrs[i] = rt_cuda_dptr(i == 1 ? args->data : i == 2 ? fargs->data : l->bufs[i]->data);
   float ms = 0;
   if (st == KILN_OK) st = rt_cuda_kernel_launch(l->code->dev, ptrs, l->n_bufs, 0, l->extent, &ms, err, errlen);
   r->device_ns = (int64_t)((double)ms * 1e6);

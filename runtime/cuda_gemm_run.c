@@ -51,10 +51,7 @@ bool rt_cuda_gemm_spec_of(const graph_node *n, cuda_gemm_spec *s) {
                         .a_off = a->offset, .a_m = a->strides[nd - 2], .a_k = a->strides[nd - 1],
                         .b_off = b->offset, .b_k = b->strides[nd - 2], .b_n = b->strides[nd - 1],
                         .c_b = d.m * d.nn, .c_m = d.nn, .c_n = 1};
-  if (!batch_stride(a, d.nb, &s->a_b) || !batch_stride(b, d.nb, &s->b_b)) return false;
-  int64_t p[CUDA_GEMM_NPARAMS];
-  char err[8];
-  return cuda_gemm_params(s, p, err, sizeof err) == KILN_OK;
+  return batch_stride(a, d.nb, &s->a_b) && batch_stride(b, d.nb, &s->b_b) && cuda_gemm_spec_ok(s);
 }
 
 /* The builds, per variant (index: f64·4 + a_along_k·2 + b_along_k). */
@@ -65,8 +62,9 @@ static bool dev_loaded[8];
 
 static int variant_index(cuda_gemm_variant v) { return v.f64 * 4 + v.a_along_k * 2 + v.b_along_k; }
 
-static int run_emu(const cuda_gemm_spec *s, void *a, void *b, void *c, char *err, size_t errlen) {
-  cuda_gemm_variant v = cuda_gemm_variant_of(s);
+/* One launch of s's kernel under cuda-emu over its tiles: bufs are A, B,
+ * C and the parameter array. */
+static int run_emu(cuda_gemm_variant v, void *const bufs[4], int64_t tiles, char *err, size_t errlen) {
   int i = variant_index(v), st = KILN_OK;
   pthread_mutex_lock(&lock);
   if (!emu_built[i]) {
@@ -80,18 +78,13 @@ static int run_emu(const cuda_gemm_spec *s, void *a, void *b, void *c, char *err
   }
   cuda_emu_fn fn = emu_built[i];
   pthread_mutex_unlock(&lock);
-  int64_t p[CUDA_GEMM_NPARAMS];
-  if (st == KILN_OK) st = cuda_gemm_params(s, p, err, errlen);
-  if (st != KILN_OK) return st;
-  void *bufs[4] = {a, b, c, p};
-  fn(bufs, 0, cuda_gemm_tiles(s));
-  return KILN_OK;
+  if (st == KILN_OK) fn(bufs, 0, tiles);
+  return st;
 }
 
-static cu_deviceptr dptr(const void *p) { return (cu_deviceptr)(uintptr_t)p; }
-
-static int run_device(const cuda_gemm_spec *s, void *a, void *b, void *c, char *err, size_t errlen) {
-  cuda_gemm_variant v = cuda_gemm_variant_of(s);
+/* The same on the device: the parameter array is copied to device memory
+ * for the launch. */
+static int run_device(cuda_gemm_variant v, void *const bufs[4], int64_t tiles, char *err, size_t errlen) {
   int i = variant_index(v), st = KILN_OK;
   pthread_mutex_lock(&lock);
   if (!dev_loaded[i]) {
@@ -100,25 +93,30 @@ static int run_device(const cuda_gemm_spec *s, void *a, void *b, void *c, char *
   }
   const rt_cuda_kernel *ck = &dev_built[i];
   pthread_mutex_unlock(&lock);
-  int64_t p[CUDA_GEMM_NPARAMS];
-  if (st == KILN_OK) st = cuda_gemm_params(s, p, err, errlen);
+  size_t bytes = CUDA_GEMM_NPARAMS * sizeof(int64_t);
   cu_deviceptr params = 0;
-  if (st == KILN_OK) st = rt_cuda_buffer_alloc(sizeof p, &params, err, errlen);
-  if (st == KILN_OK) st = rt_cuda_copy_to_device(params, p, sizeof p, err, errlen);
-  cu_deviceptr bufs[4] = {dptr(a), dptr(b), dptr(c), params};
-  if (st == KILN_OK) st = rt_cuda_kernel_launch(ck, bufs, 4, 0, cuda_gemm_tiles(s), NULL, err, errlen);
+  if (st == KILN_OK) st = rt_cuda_buffer_alloc(bytes, &params, err, errlen);
+  if (st == KILN_OK) st = rt_cuda_copy_to_device(params, bufs[3], bytes, err, errlen);
+  cu_deviceptr dev[4] = {rt_cuda_dptr(bufs[0]), rt_cuda_dptr(bufs[1]), rt_cuda_dptr(bufs[2]), params};
+  if (st == KILN_OK) st = rt_cuda_kernel_launch(ck, dev, 4, 0, tiles, NULL, err, errlen);
   if (params) rt_cuda_buffer_free(params);
   return st;
 }
 
 int rt_cuda_gemm_contract(graph_node *n, const cuda_gemm_spec *s, bool emu, graph_buffer **out, rt_extern_run *run,
                           char *err, size_t errlen) {
-  int st = rt_buffer_alloc(n->device, n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
+  int64_t p[CUDA_GEMM_NPARAMS];
+  int st = cuda_gemm_params(s, p, err, errlen);
+  if (st == KILN_OK) st = rt_buffer_alloc(n->device, n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
   run->on_device = true;
   run->tiled = true;
   run->t0 = rt_now_ns();
-  void *a = n->inputs[0].node->buffer->data, *b = n->inputs[1].node->buffer->data;
-  if (st == KILN_OK) st = emu ? run_emu(s, a, b, (*out)->data, err, errlen) : run_device(s, a, b, (*out)->data, err, errlen);
+  if (st == KILN_OK) {
+    void *const bufs[4] = {n->inputs[0].node->buffer->data, n->inputs[1].node->buffer->data, (*out)->data, p};
+    cuda_gemm_variant v = cuda_gemm_variant_of(s);
+    int64_t tiles = cuda_gemm_tiles(s);
+    st = emu ? run_emu(v, bufs, tiles, err, errlen) : run_device(v, bufs, tiles, err, errlen);
+  }
   run->t1 = rt_now_ns();
   return st;
 }

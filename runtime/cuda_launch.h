@@ -19,6 +19,9 @@
 
 enum { RT_CUDA_MAX_PARAMS = 64 };
 
+/** A KILN_CUDA buffer's data pointer as the driver's device pointer. */
+static inline cu_deviceptr rt_cuda_dptr(const void *p) { return (cu_deviceptr)(uintptr_t)p; }
+
 /** A kernel loaded on the device: its module and entry point. */
 typedef struct rt_cuda_kernel {
   cu_module module;
