@@ -27,7 +27,7 @@
  *
  * Memory is taken and returned in 2 MiB transparent huge pages where the
  * kernel gives them (THP "always" or "madvise"); without them each 4 KiB
- * page costs a fault (about 0.15 us more per tensor made), and kernels
+ * page is populated and returned on its own (slower), and kernels
  * that keep empty page tables after MADV_DONTNEED keep one byte of page
  * table per tensor ever made.
  *
