@@ -31,6 +31,8 @@ KILN_API int kiln_engine_stats_get(kiln_engine_stats *out) {
       .pending_nodes = graph_pending_count(),
       .history_weight = graph_history_weight(),
       .allocator_cached_bytes = rs.allocator_cached_bytes,
+      .allocator_live_bytes = rs.allocator_live_bytes,
+      .allocator_peak_bytes = rs.allocator_peak_bytes,
       .kernels_cached = rs.kernels_cached,
       .schedules_cached = rs.schedules_cached,
       .schedule_bytes = rs.schedule_bytes,
@@ -39,3 +41,5 @@ KILN_API int kiln_engine_stats_get(kiln_engine_stats *out) {
   };
   return KILN_OK;
 }
+
+KILN_API void kiln_engine_stats_reset_peak(void) { rt_stats_reset_peak(); }

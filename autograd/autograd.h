@@ -23,6 +23,8 @@ typedef struct grad_inputs {
   const graph_node *n;
   kiln_tensor *x[GRAPH_MAX_INPUTS];
   kiln_tensor *y; /* grad_output's */
+  kiln_tensor *joint; /* a value a rule computes once for all inputs
+                         (ATTENTION's backward node), NULL before */
 } grad_inputs;
 
 /** A tensor over node n's flat contents read through view v: the way a

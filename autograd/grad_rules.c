@@ -345,6 +345,13 @@ static kiln_tensor *r_solve(grad_inputs *in, int k, kiln_tensor *g) {
   return kiln_neg(kiln_matmul(gb, kiln_transpose(x, -1, -2)));
 }
 
+/* q's, kv's (the ATTENTION_BWD node both share) or a float mask's. */
+static kiln_tensor *r_attention(grad_inputs *in, int k, kiln_tensor *g) {
+  kiln_tensor *x[3] = {X0, X1, grad_n_inputs(in->n) > 2 ? grad_input(in, 2) : NULL};
+  kiln_tensor *fwd = grad_has_output(in->n) ? grad_output(in) : NULL;
+  return ops_attention_grad(in->n, x, fwd, g, &in->joint, k, "kiln_grad");
+}
+
 /* ------------------------------------------------------------- table */
 
 static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
@@ -368,6 +375,7 @@ static const grad_rule_fn rules[GRAPH_OP_COUNT] = {
     [GRAPH_OP_SCATTER] = r_scatter,   [GRAPH_OP_ALL_REDUCE] = r_collective,
     [GRAPH_OP_ALL_GATHER] = r_collective, [GRAPH_OP_REDUCE_SCATTER] = r_collective,
     [GRAPH_OP_BROADCAST] = r_collective, [GRAPH_OP_SOLVE] = r_solve,
+    [GRAPH_OP_ATTENTION] = r_attention,
 };
 
 grad_rule_fn grad_rule_of(graph_op op) { return (unsigned)op < GRAPH_OP_COUNT ? rules[op] : NULL; }

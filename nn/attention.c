@@ -31,6 +31,8 @@
  * once.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "nn_internal.h"
 
@@ -144,6 +146,21 @@ static kiln_tensor *attend(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_
   return kiln_matmul(p, v);
 }
 
+/* KILN_ATTENTION=unfused records the composition even where the fused
+ * kernel would run (for measurements against it); read at every call. */
+static bool nn_fused_attention(void) {
+  const char *s = getenv("KILN_ATTENTION");
+  return !s || strcmp(s, "unfused") != 0;
+}
+
+/* The fused kernel runs it (ops_attention): no dropout, all on the
+ * host (a CUDA tensor runs the composition, as device kernels). */
+static bool fused(const kiln_tensor *q, const kiln_tensor *k, const kiln_tensor *v, const kiln_tensor *mask,
+                  double dropout_p) {
+  bool host = q->storage->device == KILN_CPU && k->storage->device == KILN_CPU && v->storage->device == KILN_CPU;
+  return dropout_p == 0 && host && (!mask || mask->storage->device == KILN_CPU) && nn_fused_attention();
+}
+
 KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
                                                         kiln_tensor *attn_mask, double dropout_p, bool is_causal,
                                                         double scale) {
@@ -172,7 +189,13 @@ KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_ten
   if (attn_mask && !check_mask(attn_mask, dtype, nb + 2, sizes)) return NULL;
   if (scale == 0) scale = 1 / sqrt((double)q->view.sizes[q->view.ndim - 1]);
   kiln_scope_begin(); /* owns the intermediates */
-  kiln_tensor *o = attend(nn_widen(q), nn_widen(k), nn_widen(v), attn_mask, dropout_p, is_causal, scale);
+  kiln_tensor *o;
+  if (fused(q, k, v, attn_mask, dropout_p)) {
+    kiln_tensor *m = attn_mask && attn_mask->storage->dtype != KILN_BOOL ? nn_widen(attn_mask) : attn_mask;
+    o = ops_attention(nn_widen(q), nn_widen(k), nn_widen(v), m, is_causal, scale, nb, sizes, SDPA);
+  } else {
+    o = attend(nn_widen(q), nn_widen(k), nn_widen(v), attn_mask, dropout_p, is_causal, scale);
+  }
   o = kiln_to_dtype(o, dtype);
   kiln_keep(o);
   kiln_scope_end();

@@ -105,4 +105,25 @@ void ops_mark_detached_write(kiln_tensor *t);
  *  KILN_ERR_ARG, and the first error stays). */
 int ops_write_detached(kiln_tensor *dst, kiln_tensor *value);
 
+/* ---- fused attention (attention_nodes.c) ---- */
+
+/** The fused attention of q [.., L, E], k [.., S, E], v [.., S, Ev] (one
+ *  float dtype, F32 or F64; checked by the caller, as their batch dims,
+ *  which broadcast to batch [nb]) with mask NULL, or BOOL / q's dtype
+ *  broadcastable to [batch..., L, S], or causal (keep j <= i): one
+ *  ATTENTION node (graph/ops.def) over q, cat(k, v) and the mask, the
+ *  k/v copy the only one. Returns O [batch..., L, Ev] (contiguous).
+ *  Tracked; NULL with the error set (naming fn). */
+kiln_tensor *ops_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask, bool causal,
+                           double scale, int nb, const int64_t *batch, const char *fn);
+/** ATTENTION node n's gradient for its input k (0 q, 1 kv, 2 a float
+ *  mask) in the sizes of that input's view, from cotangent g (n's sizes):
+ *  x[] are n's inputs as tensors (x[2] NULL without a mask), o n's
+ *  result or NULL when it can no longer be read (it is then computed
+ *  again from x). *joint caches the ATTENTION_BWD node the calls for q
+ *  and kv share (NULL before the first). Tracked; NULL with the error
+ *  set. */
+kiln_tensor *ops_attention_grad(const graph_node *n, kiln_tensor *const *x, kiln_tensor *o, kiln_tensor *g,
+                                kiln_tensor **joint, int k, const char *fn);
+
 #endif /* KILN_OPS_H */

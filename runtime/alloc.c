@@ -15,6 +15,7 @@
  * buffer records); the cache is emptied at exit. Thread-safe (one mutex).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ static struct {
 } large[N_LARGE];
 static int n_large;
 static int64_t cached_bytes;
+/* Bytes (by size class) in buffers handed out and not yet freed, and the
+ * most at once since the start or rt_alloc_reset_peak. */
+static atomic_int_fast64_t live_bytes, peak_bytes;
 static atomic_int_fast64_t cache_limit = GRAPH_ENV_UNREAD;
 
 static int64_t class_bytes(int64_t bytes) {
@@ -127,18 +131,27 @@ static int64_t memory_bytes(void) {
   return graph_env_once(&bytes, read_memory_bytes);
 }
 
+static void count_alloc(int64_t cls) {
+  int64_t live = atomic_fetch_add_explicit(&live_bytes, cls, memory_order_relaxed) + cls;
+  int64_t peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+  while (live > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, live)) {
+  }
+}
+
 static void *rt_alloc(int64_t bytes) {
   if (bytes > memory_bytes()) return NULL;
   int64_t cls = class_bytes(bytes);
   pthread_mutex_lock(&lock);
   void *p = take_cached(cls);
   pthread_mutex_unlock(&lock);
-  if (p) return p;
-  return cls <= SMALL_MAX ? aligned_alloc(64, (size_t)cls) : map_large(cls);
+  if (!p) p = cls <= SMALL_MAX ? aligned_alloc(64, (size_t)cls) : map_large(cls);
+  if (p) count_alloc(cls);
+  return p;
 }
 
 static void rt_free(void *p, int64_t bytes) {
   int64_t cls = class_bytes(bytes);
+  atomic_fetch_sub_explicit(&live_bytes, cls, memory_order_relaxed);
   pthread_mutex_lock(&lock);
   bool keep = cached_bytes + cls <= limit() && (cls <= SMALL_MAX || n_large < N_LARGE);
   if (keep && cls <= SMALL_MAX) {
@@ -169,6 +182,12 @@ void rt_alloc_trim(void) {
 }
 
 int64_t rt_alloc_cached_bytes(void) { return cached_bytes; }
+
+int64_t rt_alloc_live_bytes(void) { return atomic_load_explicit(&live_bytes, memory_order_relaxed); }
+
+int64_t rt_alloc_peak_bytes(void) { return atomic_load_explicit(&peak_bytes, memory_order_relaxed); }
+
+void rt_alloc_reset_peak(void) { atomic_store(&peak_bytes, atomic_load(&live_bytes)); }
 
 static void install(void) {
   static const graph_allocator a = {rt_alloc, rt_free};

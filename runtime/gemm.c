@@ -658,3 +658,47 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
   snprintf(err, errlen, "out of memory allocating the generated GEMM's packing buffers");
   return KILN_ERR_OOM;
 }
+
+/* ------------------------------------- single-threaded block products */
+
+int rt_gemm_block_init(rt_gemm_block *g, kiln_dtype dtype, char *err, size_t errlen) {
+  gemm_job j = {.d = {.esz = graph_dtypes[dtype].size}};
+  int st = choose_spec(&j, dtype, err, errlen);
+  if (st == KILN_OK) st = get_kernel(&j, err, errlen);
+  if (st != KILN_OK) return st;
+  *g = (rt_gemm_block){.spec = j.spec, .ukr = j.ukr, .esz = j.d.esz};
+  g->blk = rt_gemm_blocking_for(j.spec.mr, j.spec.nr, j.d.esz);
+  return KILN_OK;
+}
+
+int64_t rt_gemm_block_scratch(const rt_gemm_block *g, int64_t m, int64_t n) {
+  int64_t a = round_up(min64(g->blk.mc, mm_max1(m)), g->spec.mr) * g->blk.kc * g->esz;
+  int64_t b = round_up(min64(g->blk.nc, mm_max1(n)), g->spec.nr) * g->blk.kc * g->esz;
+  return round_up(a, 64) + round_up(b, 64);
+}
+
+void rt_gemm_block_run(const rt_gemm_block *g, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars,
+                       int64_t acs, const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc, bool acc,
+                       void *scratch) {
+  gemm_job j = {.d = {.esz = g->esz, .nn = ldc}, .spec = g->spec, .ukr = g->ukr, .blk = g->blk};
+  int esz = g->esz, mr = g->spec.mr, nr = g->spec.nr;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t r = 0; !acc && r < m; r++) memset((char *)c + r * ldc * esz, 0, (size_t)(n * esz));
+    return;
+  }
+  char *apack = scratch, *bpack = apack + round_up(round_up(min64(g->blk.mc, m), mr) * g->blk.kc * esz, 64);
+  for (int64_t jc = 0; jc < n; jc += g->blk.nc) {
+    int64_t nc = min64(n - jc, g->blk.nc);
+    for (int64_t pc = 0; pc < k; pc += g->blk.kc) {
+      int64_t kc = min64(k - pc, g->blk.kc);
+      int64_t flags = (pc > 0 || acc ? LLVM_GEMM_ACCUMULATE : 0) | (pc + kc == k ? LLVM_GEMM_LAST : 0);
+      pack_b(bpack, (const char *)b + (pc * brs + jc * bcs) * esz, brs, bcs, kc, nc, nr, esz);
+      for (int64_t ic = 0; ic < m; ic += g->blk.mc) {
+        int64_t mc = min64(m - ic, g->blk.mc);
+        pack_a(apack, (const char *)a + (ic * ars + pc * acs) * esz, ars, acs, mc, kc, mr, esz);
+        macro_kernel(&j, apack, bpack, (char *)c + (ic * ldc + jc) * esz, mc, nc, kc, flags, NULL, ic, jc, NULL);
+      }
+    }
+  }
+}

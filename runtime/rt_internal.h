@@ -229,6 +229,30 @@ rt_gemm_blocking rt_gemm_blocking_for(int mr, int nr, int esz);
 /** For tuning and tests: MC, KC, NC instead of the cache rule's (0: the
  *  rule's). Set it between products, not during one. */
 void rt_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc);
+/** The generated micro-kernel for products run on the calling thread
+ *  (rt_gemm_block_run): the fused attention kernels' block products
+ *  (attention_kernels.c). */
+typedef struct rt_gemm_block {
+  llvm_gemm_spec spec;
+  llvm_gemm_fn ukr;
+  rt_gemm_blocking blk;
+  int esz;
+} rt_gemm_block;
+/** The target's micro-kernel for dtype (F32/F64), compiled or loaded at
+ *  its first use. Errors as rt_gemm_matmul's. */
+int rt_gemm_block_init(rt_gemm_block *g, kiln_dtype dtype, char *err, size_t errlen);
+/** Bytes of packing scratch rt_gemm_block_run needs for products of at
+ *  most m rows and n columns (any K). */
+int64_t rt_gemm_block_scratch(const rt_gemm_block *g, int64_t m, int64_t n);
+/** C [m, n] (row stride ldc) = A·B, or C += A·B when acc, on the calling
+ *  thread through BLIS's loops around g's micro-kernel: A [m, k] at a
+ *  (strides ars, acs), B [k, n] at b (strides brs, bcs), in elements.
+ *  k = 0 zeroes C (leaves it when acc). scratch: rt_gemm_block_scratch
+ *  bytes for these m and n, 64-byte aligned. Each element sums its k
+ *  products in k order, as rt_gemm_matmul's do. */
+void rt_gemm_block_run(const rt_gemm_block *g, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars,
+                       int64_t acs, const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc, bool acc,
+                       void *scratch);
 /** When input i of n (an F32/F64 MATMUL on the CPU) is a reshape copy
  *  (a CAST of the same dtype) of a realized host buffer, and n's view of
  *  it splits over the copy's input (graph_view_split, into *s when s is
@@ -267,6 +291,38 @@ bool rt_cuda_gemm_spec_of(const graph_node *n, struct cuda_gemm_spec *s);
  *  Errors: the kernel's build or launch, KILN_ERR_OOM. */
 int rt_cuda_gemm_contract(graph_node *n, const struct cuda_gemm_spec *s, bool emu, graph_buffer **out,
                           rt_extern_run *run, char *err, size_t errlen);
+/** One operand of a fused attention: element (r, c) of batch i at
+ *  base[mm_batch_offset(view, nb, i) + r·rs + c·cs] (elements; base: the
+ *  data with the view's offset, and any column shift, applied). */
+typedef struct rt_attention_operand {
+  const char *base;
+  const graph_view *view; /* for its batch dims' strides */
+  int64_t rs, cs;
+} rt_attention_operand;
+/** The mask kinds (graph/ops.def ATTENTION's reduce_mask). */
+enum { RT_ATTENTION_NONE = 0, RT_ATTENTION_CAUSAL = 1, RT_ATTENTION_MASK = 2 };
+/** One attention softmax(q·kᵀ·scale + mask)·v over `batches` batches (nb
+ *  batch dims): q [L, E], k [S, E], v [S, Ev], mask [L, S] (BOOL when
+ *  bool_mask, else dtype) per batch; for the backward also dO [L, Ev]
+ *  and D = rowsum(dO ∘ O) [L, 1]. */
+typedef struct rt_attention {
+  kiln_dtype dtype; /* F32 or F64 */
+  int nb, kind;     /* RT_ATTENTION_* */
+  int64_t batches, L, S, E, Ev;
+  double scale;
+  bool bool_mask;
+  rt_attention_operand q, k, v, mask, dout, dsum;
+} rt_attention;
+/** The fused forward of a (attention_kernels.c): O into out (contiguous
+ *  [batches, L, Ev]), and the rows' log-sum-exp into lse [batches, L]
+ *  when not NULL. KILN_ERR_OOM when an item's blocks cannot be
+ *  allocated, KILN_ERR_COMPILE when the micro-kernel does not compile. */
+int rt_attention_run(const rt_attention *a, void *out, void *lse, char *err, size_t errlen);
+/** The ATTENTION and ATTENTION_BWD extern ops (attention_kernels.c; layouts in
+ *  graph/ops.def): in[i] the host data of input i's buffer, out a fresh
+ *  buffer of n's numel. Errors as rt_attention_run's. */
+int rt_attention_forward(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+int rt_attention_backward(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 /** The ARGSORT and MODE extern ops (sort_loops.c): in[0] the host data of the
  *  input's buffer, out a fresh buffer of n's numel (I64). KILN_ERR_OOM
  *  when a row's scratch cannot be allocated. */
@@ -281,6 +337,12 @@ int rt_sort_last_threads(void);
 void rt_alloc_trim(void);
 /** Bytes held in the cache (free, ready for reuse). */
 int64_t rt_alloc_cached_bytes(void);
+/** Bytes (by size class) in host buffers handed out and not freed yet,
+ *  and the most at once since the start or the last rt_alloc_reset_peak
+ *  (which sets it to the bytes live now). */
+int64_t rt_alloc_live_bytes(void);
+int64_t rt_alloc_peak_bytes(void);
+void rt_alloc_reset_peak(void);
 /** At most `bytes` of freed buffers are kept (overriding env
  *  KILN_CACHE_BYTES, a non-negative integer; default 2 GiB); -1 goes back
  *  to the environment's value. For tests. */

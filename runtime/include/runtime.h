@@ -94,8 +94,12 @@ int rt_extern_register(graph_op op, rt_extern_fn host, rt_extern_describe_fn des
 /** What the runtime's caches hold now (kiln_engine_stats_get). */
 typedef struct rt_stats {
   int64_t kernels_cached, schedules_cached, schedule_bytes, kernels_compiled, allocator_cached_bytes;
+  int64_t allocator_live_bytes, allocator_peak_bytes;
 } rt_stats;
 void rt_stats_get(rt_stats *out);
+/** Sets the allocator's peak (rt_stats.allocator_peak_bytes) to the bytes
+ *  live now. */
+void rt_stats_reset_peak(void);
 
 /* ------------------------------------------------- profiler (profiler.c) */
 

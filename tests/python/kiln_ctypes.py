@@ -129,6 +129,7 @@ SIGNATURES = {
     "default_dtype": ("i", ""),
     "cpu_target": ("i", "mnpp"),
     "engine_stats_get": ("i", "p"),
+    "engine_stats_reset_peak": ("v", ""),
     "empty": ("T", "iiL"),
     "zeros": ("T", "iiL"),
     "ones": ("T", "iiL"),

@@ -100,6 +100,31 @@ def test_sdpa(d, batch, L, S, E, Ev, mask, mask_rank, scale, seed):
           torch_sdpa(tq, tk, tv, tm, causal, scale), kins, tins, d, what)
 
 
+@examples(12)
+@given(d=FLOATS, L=st.integers(1, 200), S=st.integers(1, 200), E=st.integers(1, 80), Ev=st.integers(1, 80),
+       mask=st.sampled_from(["none", "bool", "float", "causal"]), seed=st.integers(0, 2**32 - 1))
+def test_sdpa_blocks(d, L, S, E, Ev, mask, seed):
+    """Lengths across the fused kernel's 64-query and 64-key blocks (not
+    multiples of them; causal with L != S skips blocks), a head dim past
+    the micro-kernel's tile, the mask broadcast over the heads."""
+    rng = np.random.default_rng(seed)
+    q, tq = leaf(rng.standard_normal([2, 3, L, E]).astype(NP[d]))
+    k, tk = leaf(rng.standard_normal([2, 3, S, E]).astype(NP[d]))
+    v, tv = leaf(rng.standard_normal([2, 1, S, Ev]).astype(NP[d]))
+    kins, tins, km, tm = [q, k, v], [tq, tk, tv], None, None
+    if mask == "bool":
+        m = rng.random([2, 1, L, S]) < 0.5
+        m[..., 0] = True
+        km, tm = K.from_numpy(m), torch.from_numpy(m.copy())
+    elif mask == "float":
+        km, tm = leaf(rng.standard_normal([L, S]).astype(NP[d]))
+        kins.append(km)
+        tins.append(tm)
+    causal = mask == "causal"
+    check(K.scaled_dot_product_attention(q, k, v, km, 0.0, causal, 0.0), torch_sdpa(tq, tk, tv, tm, causal, 0.0),
+          kins, tins, d, f"sdpa blocks L {L} S {S} E {E} Ev {Ev} {mask}")
+
+
 def test_sdpa_dropout():
     """Dropout draws from Kiln's generator: reproducible under the seed,
     the kept fraction near 1 - p, the kept weights scaled by 1 / (1 - p):

@@ -61,6 +61,11 @@ typedef struct kiln_engine_stats {
   int64_t schedule_bytes;         /* bytes those schedules take */
   int64_t kernels_compiled;       /* kernels compiled since the process started (cache misses) */
   int64_t rss_bytes;              /* the process's resident set size, bytes (Linux; -1 where unknown) */
+  int64_t allocator_live_bytes;   /* host buffers the caching allocator handed out and not taken back,
+                                     bytes (by size class: a buffer of 3 MiB counts 4; Torch:
+                                     memory_allocated) */
+  int64_t allocator_peak_bytes;   /* the most allocator_live_bytes was at once since the process started
+                                     or the last kiln_engine_stats_reset_peak (Torch: max_memory_allocated) */
 } kiln_engine_stats;
 
 /** Fills *out with what the engine holds now (see kiln_engine_stats);
@@ -69,6 +74,12 @@ typedef struct kiln_engine_stats {
  *  KILN_ERR_ARG for NULL out (then untouched). (Torch: no one call;
  *  torch.cuda.memory_stats for the allocator's part.) */
 KILN_API int kiln_engine_stats_get(kiln_engine_stats *out);
+/** Sets allocator_peak_bytes to allocator_live_bytes now, so that the
+ *  next kiln_engine_stats_get reports the peak of what runs in between
+ *  (a force's intermediates: the fused attention's test checks that no
+ *  [L, S] buffer is made). Thread-safe; the peak is process-wide. (Torch:
+ *  torch.cuda.reset_peak_memory_stats.) */
+KILN_API void kiln_engine_stats_reset_peak(void);
 
 /** kiln_graph_write_dot flags. */
 typedef enum kiln_dot_flags {

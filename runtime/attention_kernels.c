@@ -1,0 +1,267 @@
+/*
+ * attention_kernels.c — the fused attention kernels: ATTENTION and ATTENTION_BWD
+ * (graph/ops.def), softmax(q·kᵀ·scale + mask)·v and its gradients,
+ * computed block by block so that the [L, S] scores never exist
+ * (docs/internals.md, "Attention").
+ *
+ * Forward, one pool item per (batch, block of BR queries): the block's
+ * scores against BC keys at a time (S = Q_i·K_jᵀ, a product through the
+ * generated micro-kernel: rt_gemm_block_run), scaled and masked in
+ * place, then an online softmax — each row keeps its running maximum m
+ * and sum l; a new block with a larger maximum rescales the row's sum
+ * and its output accumulator by exp(m_old − m_new) — and the
+ * accumulator gets P_ij·V_j (a second product). At the end O = acc / l
+ * and the row's log-sum-exp m + log l, which the backward reads.
+ *
+ * Backward (FlashAttention-2's recomputation, split in two sweeps so
+ * that no two items write one element and no atomics are needed): one
+ * item per (batch, block of BC keys) recomputes P_ij = exp(S_ij −
+ * lse_i) for every query block, adds P_ijᵀ·dO_i to dV_j and dS_ijᵀ·Q_i
+ * to dK_j, with dS = P ∘ (dO_i·V_jᵀ − D_i)·scale and D_i = rowsum(dO_i ∘
+ * O_i) given; one item per (batch, block of BR queries) recomputes the
+ * same P and dS for every key block and adds dS_ij·K_j to dQ_i. Every
+ * sum runs in a fixed order, so results do not depend on the thread
+ * count. Causal masks skip the blocks they mask whole.
+ *
+ * Scratch per item: a few [BR, BC] and [BR or BC, E + Ev] blocks and the
+ * products' packing buffers, so both kernels use O((L + S)·(E + Ev))
+ * memory: their inputs and results. Rows with no key kept (a BOOL mask
+ * false throughout) give NaN, as Torch's math attention.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "matmul_dims.h"
+#include "pool.h"
+#include "rt_internal.h"
+
+enum { BR = 64, BC = 64 };
+
+/* The job: one attention (rt_attention) and where its kernels write. */
+typedef struct att_job {
+  rt_attention a;
+  rt_gemm_block g;
+  int esz;
+  char *out;  /* forward: O [B, L, Ev]; backward: dQ [B, L, E], then d(kv) [B, S, E + Ev] */
+  char *lse;  /* [B, L]: the forward writes it when not NULL; the backward computes it first */
+  int64_t scratch_bytes;
+  atomic_bool oom;
+} att_job;
+
+static const char *at(const rt_attention_operand *o, int nb, int64_t i, int64_t r, int64_t c, int esz) {
+  return o->base + (mm_batch_offset(o->view, nb, i) + r * o->rs + c * o->cs) * esz;
+}
+
+static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+/* Operand i of n read from data: its view's offset applied, and shifted
+ * by `col` columns. */
+static rt_attention_operand operand(const graph_node *n, int i, const void *data, int64_t col) {
+  const graph_view *v = &n->inputs[i].view;
+  int esz = graph_dtypes[n->inputs[i].node->dtype].size, nd = v->ndim;
+  int64_t rs = v->strides[nd - 2], cs = v->strides[nd - 1];
+  return (rt_attention_operand){.base = (const char *)data + (v->offset + col * cs) * esz, .view = v, .rs = rs,
+                                .cs = cs};
+}
+
+/* The attention of node n (ATTENTION or ATTENTION_BWD: graph/ops.def)
+ * over host data in[]: q (or the backward's rows: q, dO and D side by
+ * side), k and v (kv's two parts), the mask. */
+static rt_attention attention_of(const graph_node *n, const void *const *in) {
+  const graph_view *qv = &n->inputs[0].view, *kvv = &n->inputs[1].view;
+  int nd = qv->ndim;
+  rt_attention a = {.dtype = n->dtype, .nb = nd - 2, .batches = 1, .L = qv->sizes[nd - 2], .S = kvv->sizes[nd - 2],
+                    .E = (int64_t)graph_attr_scalar2(n), .scale = graph_attr_scalar(n),
+                    .kind = (int)graph_attr_reduce_mask(n)};
+  a.Ev = kvv->sizes[nd - 1] - a.E;
+  for (int d = 0; d < a.nb; d++) a.batches *= qv->sizes[d];
+  a.q = operand(n, 0, in[0], 0);
+  a.k = operand(n, 1, in[1], 0);
+  a.v = operand(n, 1, in[1], a.E);
+  if (n->op == GRAPH_OP_ATTENTION_BWD) {
+    a.dout = operand(n, 0, in[0], a.E);
+    a.dsum = operand(n, 0, in[0], a.E + a.Ev);
+  }
+  if (a.kind == RT_ATTENTION_MASK) {
+    a.mask = operand(n, 2, in[2], 0);
+    a.bool_mask = n->inputs[2].node->dtype == KILN_BOOL;
+  }
+  return a;
+}
+
+static int job_init(att_job *j, const rt_attention *a, void *out, void *lse, char *err, size_t errlen) {
+  *j = (att_job){.a = *a, .esz = graph_dtypes[a->dtype].size, .out = out, .lse = lse};
+  atomic_init(&j->oom, false);
+  return rt_gemm_block_init(&j->g, a->dtype, err, errlen);
+}
+
+static int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
+static int64_t round64(int64_t x) { return (x + 63) / 64 * 64; }
+
+/* Scratch of one forward item: the scores block [BR, BC], the output
+ * accumulator [BR, Ev], the rows' max and sum; then the products' packs. */
+static int64_t fwd_blocks_bytes(const att_job *j) { return round64((BR * BC + BR * j->a.Ev + 2 * BR) * j->esz); }
+static int64_t fwd_scratch(const att_job *j) {
+  return fwd_blocks_bytes(j) + rt_gemm_block_scratch(&j->g, BR, max64(BC, j->a.Ev));
+}
+/* Of one backward item: P and dS [BR, BC] and the item's gradient
+ * accumulator (dQ_i [BR, E], or dK_j and dV_j side by side [BC, E + Ev]). */
+static int64_t bwd_blocks_bytes(const att_job *j) {
+  return round64((2 * BR * BC + max64(BR, BC) * (j->a.E + j->a.Ev)) * j->esz);
+}
+static int64_t bwd_scratch(const att_job *j) {
+  return bwd_blocks_bytes(j) + rt_gemm_block_scratch(&j->g, max64(BR, BC), max64(BC, max64(j->a.E, j->a.Ev)));
+}
+
+/* ------------------------------------------------------- row work */
+
+/* The rows of a block are processed BC elements wide (columns past a
+ * short block's end hold -inf: exp gives 0 there). F32 rows are loops the
+ * compiler vectorizes (this file is built with -O3), in a clone per ISA
+ * the host may have, picked at load time (target_clones; the products
+ * are the JIT's micro-kernel); F64 rows go through libm's exp. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ROW_CLONES
+#endif
+
+enum { LANES = 16 }; /* partial sums per row: a fixed order, whatever the ISA */
+
+/* e^x: Cody and Waite's reduction x = n·ln 2 + r, |r| ≤ ln 2 / 2, and
+ * Cephes' degree-7 polynomial for e^r (within about 1 ulp of expf),
+ * scaled by 2^n through the exponent bits; 0 below -87.3 (where expf is
+ * subnormal), +inf above 88, NaN for NaN. Branch-free: it vectorizes. */
+static inline __attribute__((always_inline)) float fexp(float x) {
+  float xc = x < -87.33654f ? -87.33654f : x > 88.0f ? 88.0f : x;
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  float y = p * scale;
+  y = x < -87.33654f ? 0.0f : y;
+  y = x > 88.0f ? INFINITY : y;
+  return x != x ? x : y;
+}
+
+/* The row's largest element (NaN ignored; -inf when none). */
+ROW_CLONES static float row_max_f32(const float *x) {
+  float m[LANES];
+  for (int k = 0; k < LANES; k++) m[k] = -INFINITY;
+  for (int c = 0; c < BC; c += LANES)
+    for (int k = 0; k < LANES; k++) m[k] = x[c + k] > m[k] ? x[c + k] : m[k];
+  float t = -INFINITY;
+  for (int k = 0; k < LANES; k++) t = m[k] > t ? m[k] : t;
+  return t;
+}
+
+/* x = exp(x − sub) over the row; returns its sum. */
+ROW_CLONES static float exp_sum_f32(float *restrict x, float sub) {
+  float part[LANES] = {0};
+  for (int c = 0; c < BC; c++) x[c] = fexp(x[c] - sub);
+  for (int c = 0; c < BC; c += LANES)
+    for (int k = 0; k < LANES; k++) part[k] += x[c + k];
+  float t = 0;
+  for (int k = 0; k < LANES; k++) t += part[k];
+  return t;
+}
+
+/* p = exp(p − lse), ds = p ∘ (ds − d)·scale over the row. */
+ROW_CLONES static void grad_row_f32(float *restrict p, float *restrict ds, float lse, float d, float scale) {
+  for (int c = 0; c < BC; c++) {
+    p[c] = fexp(p[c] - lse);
+    ds[c] = p[c] * (ds[c] - d) * scale;
+  }
+}
+
+static double row_max_f64(const double *x) {
+  double t = -INFINITY;
+  for (int c = 0; c < BC; c++) t = x[c] > t ? x[c] : t;
+  return t;
+}
+
+static double exp_sum_f64(double *x, double sub) {
+  double sum = 0;
+  for (int c = 0; c < BC; c++) sum += x[c] = exp(x[c] - sub);
+  return sum;
+}
+
+static void grad_row_f64(double *p, double *ds, double lse, double d, double scale) {
+  for (int c = 0; c < BC; c++) {
+    p[c] = exp(p[c] - lse);
+    ds[c] = p[c] * (ds[c] - d) * scale;
+  }
+}
+
+#define ATT_T float
+#define ATT_LOG logf
+#define ATT_SFX f32
+#include "attention_kernels_impl.h"
+#define ATT_T double
+#define ATT_LOG log
+#define ATT_SFX f64
+#include "attention_kernels_impl.h"
+
+/* Runs chunk over items on the pool with scratch_bytes per chunk. */
+static int run_items(att_job *j, llvm_kernel_fn chunk, int64_t items, double macs_per_item, char *err,
+                     size_t errlen) {
+  if (items <= 0) return KILN_OK;
+  void *bufs[1] = {j};
+  int64_t cost = macs_per_item / 16 > 1e15 ? INT64_C(1000000000000000) : (int64_t)(macs_per_item / 16) + 1;
+  rt_pool_run(chunk, bufs, items, cost);
+  if (!atomic_load(&j->oom)) return KILN_OK;
+  snprintf(err, errlen, "out of memory allocating the attention kernel's blocks");
+  return KILN_ERR_OOM;
+}
+
+int rt_attention_run(const rt_attention *a, void *out, void *lse, char *err, size_t errlen) {
+  att_job j;
+  int st = job_init(&j, a, out, lse, err, errlen);
+  if (st != KILN_OK) return st;
+  j.scratch_bytes = fwd_scratch(&j);
+  double macs = (double)BR * (double)a->S * (double)(a->E + a->Ev);
+  bool f64 = a->dtype == KILN_F64;
+  return run_items(&j, f64 ? fwd_chunk_f64 : fwd_chunk_f32, a->batches * ((a->L + BR - 1) / BR), macs, err, errlen);
+}
+
+int rt_attention_forward(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
+  rt_attention a = attention_of(n, in);
+  return rt_attention_run(&a, out->data, NULL, err, errlen);
+}
+
+int rt_attention_backward(const graph_node *n, const void *const *in, graph_buffer *out, char *err,
+                          size_t errlen) {
+  rt_attention a = attention_of(n, in);
+  att_job j;
+  graph_buffer *lse = graph_buffer_alloc(a.batches * a.L * graph_dtypes[a.dtype].size);
+  int st = lse ? job_init(&j, &a, out->data, lse->data, err, errlen) : KILN_ERR_OOM;
+  if (!lse) snprintf(err, errlen, "out of memory allocating the attention backward's row statistics");
+  bool f64 = a.dtype == KILN_F64;
+  if (st == KILN_OK) { /* the rows' log-sum-exp first: the forward's sweep without its products with v */
+    j.scratch_bytes = fwd_scratch(&j);
+    double macs = (double)BR * (double)a.S * (double)a.E;
+    st = run_items(&j, f64 ? lse_chunk_f64 : lse_chunk_f32, a.batches * ((a.L + BR - 1) / BR), macs, err, errlen);
+  }
+  j.scratch_bytes = bwd_scratch(&j);
+  if (st == KILN_OK && a.batches >= rt_pool_threads()) { /* a batch per item: one sweep, P made once */
+    double macs = (double)a.L * (double)a.S * (double)(3 * a.E + 2 * a.Ev);
+    st = run_items(&j, f64 ? batch_chunk_f64 : batch_chunk_f32, a.batches, macs, err, errlen);
+  } else if (st == KILN_OK) { /* dK and dV per key block, then dQ per query block */
+    double macs = (double)BC * (double)a.L * (double)(2 * a.E + 2 * a.Ev);
+    st = run_items(&j, f64 ? dkv_chunk_f64 : dkv_chunk_f32, a.batches * ((a.S + BC - 1) / BC), macs, err, errlen);
+    macs = (double)BR * (double)a.S * (double)(2 * a.E + a.Ev);
+    if (st == KILN_OK)
+      st = run_items(&j, f64 ? dq_chunk_f64 : dq_chunk_f32, a.batches * ((a.L + BR - 1) / BR), macs, err, errlen);
+  }
+  graph_buffer_release(lse);
+  return st;
+}
