@@ -332,6 +332,52 @@ static kiln_tensor *logical(const graph_node *n, kiln_tensor *cot) {
   return n->op == GRAPH_OP_ASSIGN ? cot : kiln_reshape(cot, n->ndim, n->sizes);
 }
 
+/* ------------------------------------------- attention written by hand */
+
+/* A gradient flows along edge e into a relevant float value. */
+static bool edge_wanted(gtable *t, const graph_input *e) {
+  return e && e->node && !e->no_grad && !e->order_only && graph_is_float(e->node->dtype) && find(t, e->node)->relevant;
+}
+
+/* n is the last matmul of an attention written out of ops
+ * (graph_attention_match) none of whose intermediates is a wrt or stops
+ * gradients: its inputs get the fused backward's gradients directly
+ * (backward_attention). */
+static bool attention_shortcut(gtable *t, graph_node *n, graph_attention *m) {
+  if (n->op != GRAPH_OP_MATMUL || !graph_attention_match(n, m)) return false;
+  for (int i = 0; i < m->n_chain; i++) {
+    const graph_node *c = m->chain[i];
+    gslot *s = find(t, c);
+    if ((s->n && s->wrt) || (c->no_grad && c->op != GRAPH_OP_DETACH)) return false;
+  }
+  return true;
+}
+
+/* q, k, v and a float mask get the fused backward's contributions
+ * (ops_attention_backward: the scores are recomputed blockwise, never
+ * stored); the chain gets none from n (a reader of it outside the chain
+ * still sends its own through the chain's rules). */
+static int backward_attention(gtable *t, graph_node *n, const graph_attention *m, kiln_tensor *g) {
+  const graph_input *e[4] = {m->q, m->kt, m->v, m->mask};
+  kiln_tensor *x[4] = {NULL};
+  for (int i = 0; i < 4; i++)
+    if (e[i] && !(x[i] = grad_wrap(e[i]->node, &e[i]->view))) return api_status();
+  graph_view ov = graph_view_contiguous(n->ndim, n->sizes);
+  kiln_tensor *o = grad_has_output(n) ? grad_wrap(n, &ov) : NULL;
+  bool want_mask = m->mask && m->mask->node->dtype != KILN_BOOL && edge_wanted(t, m->mask);
+  kiln_tensor *d[4];
+  if (!ops_attention_backward(x[0], kiln_transpose(x[1], -2, -1), x[2], x[3], m->kind, m->scale, o, g, want_mask, d,
+                              FN))
+    return api_status();
+  d[1] = kiln_transpose(d[1], -2, -1); /* kᵀ's gradient */
+  for (int i = 0; i < 4; i++) {
+    if (!edge_wanted(t, e[i]) || (i == 3 && !want_mask)) continue;
+    int st = accumulate(t, e[i]->node, &e[i]->view, d[i]);
+    if (st != KILN_OK) return st;
+  }
+  return KILN_OK;
+}
+
 static int backward_node(gtable *t, graph_node *n, kiln_tensor *cot) {
   if (n->opaque)
     return api_error(KILN_ERR_UNSUPPORTED, FN, "the gradient path goes through %s (an element callback has no derivative)",
@@ -341,6 +387,8 @@ static int backward_node(gtable *t, graph_node *n, kiln_tensor *cot) {
     return api_error(KILN_ERR_UNSUPPORTED, FN, "no gradient rule for op %s", graph_ops[n->op].name);
   kiln_tensor *g = logical(n, cot);
   if (!g) return api_status();
+  graph_attention m;
+  if (attention_shortcut(t, n, &m)) return backward_attention(t, n, &m, g);
   grad_inputs in = {.n = n};
   for (int k = 0; k < grad_n_inputs(n); k++) {
     graph_input *x = &n->inputs[k];

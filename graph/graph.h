@@ -422,6 +422,39 @@ void graph_node_drop_history(graph_node *n);
  *  (graph/history.c), whose oldest entries let their recipes go while the
  *  queue weighs more than the budget. */
 void graph_node_orphan(graph_node *n);
+/* ------------------------------------------ attention (attention_pattern.c) */
+
+/** The mask kinds of an attention (graph/ops.def ATTENTION's reduce_mask). */
+enum { GRAPH_ATTENTION_NONE = 0, GRAPH_ATTENTION_CAUSAL = 1, GRAPH_ATTENTION_MASK = 2 };
+/** Most nodes in a hand-written attention's chain. */
+#define GRAPH_ATTENTION_CHAIN 11
+
+/** An attention written out of ordinary ops (graph_attention_match):
+ *  o = softmax(q·kᵀ·scale + mask)·v. The edges point into the nodes of
+ *  the chain (o's and the scores' inputs, the mask's reader's). */
+typedef struct graph_attention {
+  graph_node *o;      /* the last matmul */
+  graph_node *scores; /* q·kᵀ, a MATMUL [batch..., L, S] */
+  graph_node *chain[GRAPH_ATTENTION_CHAIN]; /* the chain's nodes from p to the scores (o not included) */
+  int n_chain;
+  const graph_input *q, *kt, *v; /* q [batch..., L, E], kᵀ [batch..., E, S], v [batch..., S, Ev] */
+  const graph_input *mask;       /* GRAPH_ATTENTION_MASK: the keep (BOOL) or added mask, read at [batch..., L, S] */
+  int kind;                      /* GRAPH_ATTENTION_* */
+  double scale;
+} graph_attention;
+
+/** Whether o (a MATMUL, pending or realized with its recipe) is the last
+ *  product of softmax(q·kᵀ·scale + mask)·v written out of ordinary ops,
+ *  as kiln_softmax and a user record it (attention_pattern.c's comment
+ *  lists the chain); fills *m. F32/F64, no casts in the chain. Reads the
+ *  graph only. */
+bool graph_attention_match(graph_node *o, graph_attention *m);
+/** False under env KILN_ATTENTION=unfused (read at each call): attention
+ *  then runs as the composition it is written as (no match, and
+ *  kiln_scaled_dot_product_attention records the composition), for
+ *  measurements against it. */
+bool graph_attention_fused(void);
+
 /** Called by graph_node_settle for a node that keeps its recipe: an
  *  orphan realized after it became one joins the queue then. */
 void graph_history_settled(graph_node *n);

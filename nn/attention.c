@@ -31,8 +31,6 @@
  * once.
  */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "nn_internal.h"
 
@@ -146,19 +144,12 @@ static kiln_tensor *attend(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_
   return kiln_matmul(p, v);
 }
 
-/* KILN_ATTENTION=unfused records the composition even where the fused
- * kernel would run (for measurements against it); read at every call. */
-static bool nn_fused_attention(void) {
-  const char *s = getenv("KILN_ATTENTION");
-  return !s || strcmp(s, "unfused") != 0;
-}
-
 /* The fused kernel runs it (ops_attention): no dropout, all on the
  * host (a CUDA tensor runs the composition, as device kernels). */
 static bool fused(const kiln_tensor *q, const kiln_tensor *k, const kiln_tensor *v, const kiln_tensor *mask,
                   double dropout_p) {
   bool host = q->storage->device == KILN_CPU && k->storage->device == KILN_CPU && v->storage->device == KILN_CPU;
-  return dropout_p == 0 && host && (!mask || mask->storage->device == KILN_CPU) && nn_fused_attention();
+  return dropout_p == 0 && host && (!mask || mask->storage->device == KILN_CPU) && graph_attention_fused();
 }
 
 KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,

@@ -17,8 +17,8 @@
  */
 #include "ops.h"
 
-#define MASK_CAUSAL 1
-#define MASK_INPUT 2
+#define MASK_CAUSAL GRAPH_ATTENTION_CAUSAL
+#define MASK_INPUT GRAPH_ATTENTION_MASK
 
 /* sizes [batch..., r, c] into out; returns the rank. */
 static int shape(int nb, const int64_t *batch, int64_t r, int64_t c, int64_t *out) {
@@ -91,6 +91,21 @@ static kiln_tensor *mask_grad(kiln_tensor *q, kiln_tensor *kv, kiln_tensor *mask
   return kiln_mul(p, kiln_sub(dp, d));
 }
 
+/* The ATTENTION_BWD node (flat: dq, then d(kv)) of the attention of q,
+ * kv, mask with cotangent g; o its value, or NULL (computed again). */
+static kiln_tensor *backward(kiln_tensor *q, kiln_tensor *kv, kiln_tensor *mask, int kind, double scale, int64_t E,
+                             kiln_tensor *o, kiln_tensor *g, const char *fn) {
+  if (!q || !kv || !g) return NULL;
+  int nd = q->view.ndim, nb = nd - 2;
+  int64_t L = q->view.sizes[nd - 2], S = kv->view.sizes[nd - 2], W = kv->view.sizes[nd - 1];
+  int64_t B = prod(nb, q->view.sizes), sz[KILN_MAX_DIMS];
+  if (!o) o = node(GRAPH_OP_ATTENTION, shape(nb, q->view.sizes, L, W - E, sz), sz, q, kv, mask, kind, scale, E, fn);
+  kiln_tensor *d = kiln_sum(kiln_mul(g, o), 1, (int[]){-1}, true);
+  kiln_tensor *rows = kiln_cat((kiln_tensor *[]){q, g, d}, 3, -1);
+  int64_t numel = B * L * E + B * S * W;
+  return rows ? node(GRAPH_OP_ATTENTION_BWD, 1, &numel, rows, kv, mask, kind, scale, E, fn) : NULL;
+}
+
 kiln_tensor *ops_attention_grad(const graph_node *n, kiln_tensor *const *x, kiln_tensor *o, kiln_tensor *g,
                                 kiln_tensor **joint, int k, const char *fn) {
   kiln_tensor *q = x[0], *kv = x[1], *mask = x[2];
@@ -101,14 +116,26 @@ kiln_tensor *ops_attention_grad(const graph_node *n, kiln_tensor *const *x, kiln
   int64_t W = kv->view.sizes[nd - 1], B = prod(nb, q->view.sizes), sz[KILN_MAX_DIMS];
   const int64_t *batch = q->view.sizes;
   if (k == 2) return mask_grad(q, kv, mask, g, scale, E);
-  if (!*joint) {
-    if (!o) o = node(GRAPH_OP_ATTENTION, n->ndim, n->sizes, q, kv, mask, kind, scale, E, fn);
-    kiln_tensor *d = kiln_sum(kiln_mul(g, o), 1, (int[]){-1}, true);
-    kiln_tensor *rows = kiln_cat((kiln_tensor *[]){q, g, d}, 3, -1);
-    int64_t numel = B * L * E + B * S * W;
-    *joint = rows ? node(GRAPH_OP_ATTENTION_BWD, 1, &numel, rows, kv, mask, kind, scale, E, fn) : NULL;
-    if (!*joint) return NULL;
-  }
+  if (!*joint) *joint = backward(q, kv, mask, kind, scale, E, o, g, fn);
+  if (!*joint) return NULL;
   if (k == 0) return part(*joint, shape(nb, batch, L, E, sz), sz, 0);
   return part(*joint, shape(nb, batch, S, W, sz), sz, B * L * E);
+}
+
+bool ops_attention_backward(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask, int kind,
+                            double scale, kiln_tensor *o, kiln_tensor *g, bool mask_grad_too, kiln_tensor **out,
+                            const char *fn) {
+  if (!q || !k || !v || !g) return false;
+  int nd = q->view.ndim, nb = nd - 2;
+  int64_t L = q->view.sizes[nd - 2], S = k->view.sizes[nd - 2], E = q->view.sizes[nd - 1];
+  int64_t Ev = v->view.sizes[nd - 1], B = prod(nb, q->view.sizes), sz[KILN_MAX_DIMS];
+  kiln_tensor *kv = kiln_cat((kiln_tensor *[]){k, v}, 2, -1);
+  kiln_tensor *joint = backward(q, kv, kind == MASK_INPUT ? mask : NULL, kind, scale, E, o, g, fn);
+  if (!joint) return false;
+  out[0] = part(joint, shape(nb, q->view.sizes, L, E, sz), sz, 0);
+  kiln_tensor *dkv = part(joint, shape(nb, q->view.sizes, S, E + Ev, sz), sz, B * L * E);
+  out[1] = kiln_narrow(dkv, -1, 0, E);
+  out[2] = kiln_narrow(dkv, -1, E, Ev);
+  out[3] = mask_grad_too ? mask_grad(q, kv, mask, g, scale, E) : NULL;
+  return out[1] && out[2] && (!mask_grad_too || out[3]);
 }

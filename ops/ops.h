@@ -125,5 +125,15 @@ kiln_tensor *ops_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_
  *  set. */
 kiln_tensor *ops_attention_grad(const graph_node *n, kiln_tensor *const *x, kiln_tensor *o, kiln_tensor *g,
                                 kiln_tensor **joint, int k, const char *fn);
+/** The fused backward of o = softmax(q·kᵀ·scale + mask)·v written out of
+ *  ops (kiln_grad's shortcut for graph_attention_match): q [b.., L, E],
+ *  k [b.., S, E], v [b.., S, Ev] (the same batch dims), mask read at
+ *  [b.., L, S] as kind (GRAPH_ATTENTION_*) says, o its value or NULL
+ *  (computed again), cotangent g [b.., L, Ev]. out[0..2] = dq, dk, dv;
+ *  out[3] = the float mask's gradient when mask_grad_too (else NULL).
+ *  Tracked; false with the error set. */
+bool ops_attention_backward(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask, int kind,
+                            double scale, kiln_tensor *o, kiln_tensor *g, bool mask_grad_too, kiln_tensor **out,
+                            const char *fn);
 
 #endif /* KILN_OPS_H */

@@ -587,4 +587,5 @@ void pass_fuse(pass_plan *p, graph_node *const *roots, int n_roots, bool enabled
   materialize_broadcast_reads(p);
   fit_kernel_limits(p);
   plan_outputs(p, roots, n_roots);
+  pass_attention(p, roots, n_roots);
 }

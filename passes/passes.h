@@ -223,6 +223,13 @@ int pass_simplify(pass_plan *p, graph_node *const *roots, int n_roots, graph_nod
  *  (KILN_FUSE=0) keeps one kernel per node. The cost function is
  *  documented in fuse.c. */
 void pass_fuse(pass_plan *p, graph_node *const *roots, int n_roots, bool enabled);
+/** The attention decision, the last step of pass_fuse (attention_plan.c): a
+ *  hand-written attention whose chain nothing else in p reads gets its
+ *  chain marked fused, so only its last matmul runs (rt_attention_matmul
+ *  computes it with the fused kernel). */
+void pass_attention(pass_plan *p, graph_node *const *roots, int n_roots);
+/** o (at its turn in p) is such an attention: fills *m. */
+bool pass_attention_planned(const pass_plan *p, graph_node *o, graph_attention *m);
 /** Undoes fusion into n's inputs (they become kernels of their own); used
  *  when n's group would not fit a kernel's parameter limits. */
 void pass_unfuse_inputs(pass_plan *p, const graph_node *n);

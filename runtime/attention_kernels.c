@@ -1,51 +1,67 @@
 /*
- * attention_kernels.c — the fused attention kernels: ATTENTION and ATTENTION_BWD
- * (graph/ops.def), softmax(q·kᵀ·scale + mask)·v and its gradients,
- * computed block by block so that the [L, S] scores never exist
- * (docs/internals.md, "Attention").
+ * attention_kernels.c — the fused attention kernels: ATTENTION and
+ * ATTENTION_BWD (graph/ops.def), and a hand-written attention's last
+ * matmul (rt_attention_matmul): softmax(q·kᵀ·scale + mask)·v and its
+ * gradients, computed block by block so that the [L, S] scores never
+ * exist (docs/internals.md, "Attention").
  *
- * Forward, one pool item per (batch, block of BR queries): the block's
- * scores against BC keys at a time (S = Q_i·K_jᵀ, a product through the
- * generated micro-kernel: rt_gemm_block_run), scaled and masked in
- * place, then an online softmax — each row keeps its running maximum m
- * and sum l; a new block with a larger maximum rescales the row's sum
- * and its output accumulator by exp(m_old − m_new) — and the
+ * Forward, one pool item per (batch, block of br queries; br about 64,
+ * a multiple of the micro-kernel's MR): the block's scores against BC
+ * keys at a time (S = Q_i·K_jᵀ, a product through the generated
+ * micro-kernel over packed panels: rt_gemm_block_panels), scaled and
+ * masked in place, then an online softmax — each row keeps its running
+ * maximum m and sum l; a new block with a larger maximum rescales the
+ * row's sum and its output accumulator by exp(m_old − m_new) — and the
  * accumulator gets P_ij·V_j (a second product). At the end O = acc / l
- * and the row's log-sum-exp m + log l, which the backward reads.
+ * (and, when asked, the rows' log-sum-exp m + log l).
  *
- * Backward (FlashAttention-2's recomputation, split in two sweeps so
- * that no two items write one element and no atomics are needed): one
- * item per (batch, block of BC keys) recomputes P_ij = exp(S_ij −
- * lse_i) for every query block, adds P_ijᵀ·dO_i to dV_j and dS_ijᵀ·Q_i
- * to dK_j, with dS = P ∘ (dO_i·V_jᵀ − D_i)·scale and D_i = rowsum(dO_i ∘
- * O_i) given; one item per (batch, block of BR queries) recomputes the
- * same P and dS for every key block and adds dS_ij·K_j to dQ_i. Every
- * sum runs in a fixed order, so results do not depend on the thread
- * count. Causal masks skip the blocks they mask whole.
+ * Backward (FlashAttention-2's recomputation): the rows' log-sum-exp
+ * first (the forward's sweep without v), then P_ij = exp(S_ij − lse_i)
+ * is recomputed per block, dV_j += P_ijᵀ·dO_i, dS = P ∘ (dO_i·V_jᵀ −
+ * D_i)·scale with D = rowsum(dO ∘ O) given, dK_j += dS_ijᵀ·Q_i and
+ * dQ_i += dS_ij·K_j. With at least as many batches as threads an item
+ * is a batch (one sweep); else one item per (batch, key block) makes
+ * dK_j and dV_j and one per (batch, query block) dQ_i, so no two items
+ * write one element and no atomics are needed. Every sum runs in a fixed
+ * order: results do not depend on the thread count. Causal masks skip
+ * the blocks they mask whole.
  *
- * Scratch per item: a few [BR, BC] and [BR or BC, E + Ev] blocks and the
- * products' packing buffers, so both kernels use O((L + S)·(E + Ev))
- * memory: their inputs and results. Rows with no key kept (a BOOL mask
- * false throughout) give NaN, as Torch's math attention.
+ * Each pool chunk packs a batch's operands once as the micro-kernel's
+ * panels (Kᵀ and V; for the backward also Q and dO, and Vᵀ, Q, K as the
+ * products read them) and keeps a few [br, BC] blocks: O((L + S)·(E +
+ * Ev)) per thread besides inputs and results. Rows with no key kept (a
+ * BOOL mask false throughout) give NaN, as Torch's math attention.
  */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include "device.h"
 #include "matmul_dims.h"
 #include "pool.h"
 #include "rt_internal.h"
 
-enum { BR = 64, BC = 64 };
+enum { BC = 64 }; /* keys per block: a multiple of every NR (the packed Kᵀ's panels start at block starts) */
+
+/* Where a chunk's scratch holds what (byte offsets; 0 bytes when a
+ * kernel needs no such part): the blocks one item works on, then the
+ * current batch's operands packed once as the micro-kernel's panels. */
+typedef struct att_layout {
+  int64_t s, ds, acc, ml, blk, qi;  /* scores/P and dS [br, BC], the accumulator, m and l, a block as A panels, Q_i */
+  int64_t kt, vb;                   /* Kᵀ (B panels over keys, K-dim E) and V (K-dim S): the forward's */
+  int64_t qa, doa, vt, dob, qb, kb; /* the backward's: Q and dO as A panels, Vᵀ, and dO, Q, K as B panels */
+  int64_t total;
+} att_layout;
 
 /* The job: one attention (rt_attention) and where its kernels write. */
 typedef struct att_job {
   rt_attention a;
   rt_gemm_block g;
   int esz;
+  int64_t br; /* queries per block: about 64, a multiple of MR and even (the packed Q's panels start at block starts) */
   char *out;  /* forward: O [B, L, Ev]; backward: dQ [B, L, E], then d(kv) [B, S, E + Ev] */
   char *lse;  /* [B, L]: the forward writes it when not NULL; the backward computes it first */
-  int64_t scratch_bytes;
+  att_layout lay;
   atomic_bool oom;
 } att_job;
 
@@ -90,28 +106,36 @@ static rt_attention attention_of(const graph_node *n, const void *const *in) {
   return a;
 }
 
+static int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* The chunk scratch's layout: with `bwd` the backward's parts, else the
+ * forward's (and the log-sum-exp pass's). */
+static att_layout layout(const att_job *j, bool bwd) {
+  const rt_attention *a = &j->a;
+  int64_t mr = j->g.spec.mr, nr = j->g.spec.nr, br = j->br, big = max64(br, BC), at = 0;
+  int64_t sizes[14] = {br * BC, bwd ? br * BC : 0, big * (a->E + a->Ev), 2 * br, round_up(big, mr) * big,
+                       bwd ? 0 : round_up(br, mr) * a->E, round_up(a->S, nr) * a->E, bwd ? 0 : round_up(a->Ev, nr) * a->S};
+  if (bwd) {
+    sizes[8] = round_up(a->L, mr) * a->E, sizes[9] = round_up(a->L, mr) * a->Ev, sizes[10] = round_up(a->S, nr) * a->Ev;
+    sizes[11] = round_up(a->Ev, nr) * a->L, sizes[12] = round_up(a->E, nr) * a->L, sizes[13] = round_up(a->E, nr) * a->S;
+  }
+  int64_t off[14];
+  for (int i = 0; i < 14; i++) off[i] = at, at += round_up(sizes[i] * j->esz, 64);
+  return (att_layout){off[0], off[1], off[2], off[3], off[4], off[5], off[6], off[7], off[8], off[9], off[10], off[11],
+                      off[12], off[13], at};
+}
+
 static int job_init(att_job *j, const rt_attention *a, void *out, void *lse, char *err, size_t errlen) {
   *j = (att_job){.a = *a, .esz = graph_dtypes[a->dtype].size, .out = out, .lse = lse};
   atomic_init(&j->oom, false);
-  return rt_gemm_block_init(&j->g, a->dtype, err, errlen);
-}
-
-static int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
-static int64_t round64(int64_t x) { return (x + 63) / 64 * 64; }
-
-/* Scratch of one forward item: the scores block [BR, BC], the output
- * accumulator [BR, Ev], the rows' max and sum; then the products' packs. */
-static int64_t fwd_blocks_bytes(const att_job *j) { return round64((BR * BC + BR * j->a.Ev + 2 * BR) * j->esz); }
-static int64_t fwd_scratch(const att_job *j) {
-  return fwd_blocks_bytes(j) + rt_gemm_block_scratch(&j->g, BR, max64(BC, j->a.Ev));
-}
-/* Of one backward item: P and dS [BR, BC] and the item's gradient
- * accumulator (dQ_i [BR, E], or dK_j and dV_j side by side [BC, E + Ev]). */
-static int64_t bwd_blocks_bytes(const att_job *j) {
-  return round64((2 * BR * BC + max64(BR, BC) * (j->a.E + j->a.Ev)) * j->esz);
-}
-static int64_t bwd_scratch(const att_job *j) {
-  return bwd_blocks_bytes(j) + rt_gemm_block_scratch(&j->g, max64(BR, BC), max64(BC, max64(j->a.E, j->a.Ev)));
+  int st = rt_gemm_block_init(&j->g, a->dtype, err, errlen);
+  if (st != KILN_OK) return st;
+  int64_t mr = j->g.spec.mr, step = mr % 2 ? 2 * mr : mr;
+  j->br = round_up(64, step);
+  if (BC % j->g.spec.nr == 0) return KILN_OK;
+  snprintf(err, errlen, "the attention kernel needs a micro-kernel whose NR divides %d, not %d", BC, j->g.spec.nr);
+  return KILN_ERR_UNSUPPORTED;
 }
 
 /* ------------------------------------------------------- row work */
@@ -211,7 +235,8 @@ static void grad_row_f64(double *p, double *ds, double lse, double d, double sca
 #define ATT_SFX f64
 #include "attention_kernels_impl.h"
 
-/* Runs chunk over items on the pool with scratch_bytes per chunk. */
+/* Runs chunk over items on the pool (each chunk allocates j->lay.total
+ * bytes of scratch). */
 static int run_items(att_job *j, llvm_kernel_fn chunk, int64_t items, double macs_per_item, char *err,
                      size_t errlen) {
   if (items <= 0) return KILN_OK;
@@ -227,10 +252,11 @@ int rt_attention_run(const rt_attention *a, void *out, void *lse, char *err, siz
   att_job j;
   int st = job_init(&j, a, out, lse, err, errlen);
   if (st != KILN_OK) return st;
-  j.scratch_bytes = fwd_scratch(&j);
-  double macs = (double)BR * (double)a->S * (double)(a->E + a->Ev);
+  j.lay = layout(&j, false);
+  double macs = (double)j.br * (double)a->S * (double)(a->E + a->Ev);
   bool f64 = a->dtype == KILN_F64;
-  return run_items(&j, f64 ? fwd_chunk_f64 : fwd_chunk_f32, a->batches * ((a->L + BR - 1) / BR), macs, err, errlen);
+  return run_items(&j, f64 ? fwd_chunk_f64 : fwd_chunk_f32, a->batches * ((a->L + j.br - 1) / j.br), macs, err,
+                   errlen);
 }
 
 int rt_attention_forward(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen) {
@@ -246,22 +272,87 @@ int rt_attention_backward(const graph_node *n, const void *const *in, graph_buff
   int st = lse ? job_init(&j, &a, out->data, lse->data, err, errlen) : KILN_ERR_OOM;
   if (!lse) snprintf(err, errlen, "out of memory allocating the attention backward's row statistics");
   bool f64 = a.dtype == KILN_F64;
+  int64_t qb = st == KILN_OK ? (a.L + j.br - 1) / j.br : 0;
   if (st == KILN_OK) { /* the rows' log-sum-exp first: the forward's sweep without its products with v */
-    j.scratch_bytes = fwd_scratch(&j);
-    double macs = (double)BR * (double)a.S * (double)a.E;
-    st = run_items(&j, f64 ? lse_chunk_f64 : lse_chunk_f32, a.batches * ((a.L + BR - 1) / BR), macs, err, errlen);
+    j.lay = layout(&j, false);
+    double macs = (double)j.br * (double)a.S * (double)a.E;
+    st = run_items(&j, f64 ? lse_chunk_f64 : lse_chunk_f32, a.batches * qb, macs, err, errlen);
   }
-  j.scratch_bytes = bwd_scratch(&j);
+  if (st == KILN_OK) j.lay = layout(&j, true);
   if (st == KILN_OK && a.batches >= rt_pool_threads()) { /* a batch per item: one sweep, P made once */
     double macs = (double)a.L * (double)a.S * (double)(3 * a.E + 2 * a.Ev);
     st = run_items(&j, f64 ? batch_chunk_f64 : batch_chunk_f32, a.batches, macs, err, errlen);
   } else if (st == KILN_OK) { /* dK and dV per key block, then dQ per query block */
     double macs = (double)BC * (double)a.L * (double)(2 * a.E + 2 * a.Ev);
     st = run_items(&j, f64 ? dkv_chunk_f64 : dkv_chunk_f32, a.batches * ((a.S + BC - 1) / BC), macs, err, errlen);
-    macs = (double)BR * (double)a.S * (double)(2 * a.E + a.Ev);
-    if (st == KILN_OK)
-      st = run_items(&j, f64 ? dq_chunk_f64 : dq_chunk_f32, a.batches * ((a.L + BR - 1) / BR), macs, err, errlen);
+    macs = (double)j.br * (double)a.S * (double)(2 * a.E + a.Ev);
+    if (st == KILN_OK) st = run_items(&j, f64 ? dq_chunk_f64 : dq_chunk_f32, a.batches * qb, macs, err, errlen);
   }
   graph_buffer_release(lse);
   return st;
+}
+
+/* ------------------------------------- a hand-written attention's matmul */
+
+/* Edge e of a planned attention as a kernel operand (the view's offset
+ * applied; its rows and columns swapped with `transpose`). */
+static rt_attention_operand edge_operand(const graph_input *e, bool transpose) {
+  const graph_view *v = &e->view;
+  int nd = v->ndim, esz = graph_dtypes[e->node->dtype].size;
+  int64_t rs = v->strides[nd - 2], cs = v->strides[nd - 1];
+  return (rt_attention_operand){.base = (const char *)e->node->buffer->data + v->offset * esz, .view = v,
+                                .rs = transpose ? cs : rs, .cs = transpose ? rs : cs};
+}
+
+/* The profiler's record of a fused attention forward run from t0 to t1. */
+static void record(const rt_attention *a, int64_t t0, int64_t t1, int64_t numel) {
+  if (rt_debug_level() < 1 && !rt_profiling()) return;
+  char name[96];
+  int esz = graph_dtypes[a->dtype].size;
+  snprintf(name, sizeof name, "attention_%s%lldx%lldx%lldx%lld", a->dtype == KILN_F64 ? "f64_" : "",
+           (long long)a->batches, (long long)a->L, (long long)a->S, (long long)a->E);
+  int64_t macs = a->batches * a->L * a->S * (a->E + a->Ev);
+  kiln_kernel_record r = {.name = name,
+                          .backend = "llvm",
+                          .n_ops = 1,
+                          .numel = numel,
+                          .bytes_read = a->batches * (a->L * a->E + a->S * (a->E + a->Ev)) * esz,
+                          .bytes_written = numel * esz,
+                          .flops = 2 * (a->kind == RT_ATTENTION_CAUSAL ? macs / 2 : macs),
+                          .run_ns = t1 - t0,
+                          .cache_hit = true,
+                          .threads = rt_pool_threads()};
+  if (rt_debug_level() >= 1) rt_debug_kernel(&r, 0, NULL);
+  if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
+}
+
+int rt_attention_matmul(graph_node *o, const graph_attention *m, char *err, size_t errlen) {
+  const graph_input *edges[] = {m->q, m->kt, m->v, m->mask};
+  for (int i = 0; i < 4; i++) {
+    graph_node *x = edges[i] ? edges[i]->node : NULL;
+    int st = !x || x->buffer ? KILN_OK : rt_realize(&x, 1, err, errlen); /* a leaf the chain would have fused */
+    if (st != KILN_OK) return st;
+  }
+  int nd = o->ndim;
+  const graph_view *qv = &m->q->view, *vv = &m->v->view;
+  rt_attention a = {.dtype = o->dtype, .nb = nd - 2, .batches = 1, .L = qv->sizes[nd - 2],
+                    .S = vv->sizes[nd - 2], .E = qv->sizes[nd - 1], .Ev = vv->sizes[nd - 1], .scale = m->scale,
+                    .kind = m->kind, .q = edge_operand(m->q, false), .k = edge_operand(m->kt, true),
+                    .v = edge_operand(m->v, false)};
+  for (int d = 0; d < a.nb; d++) a.batches *= o->sizes[d];
+  if (m->mask) {
+    a.mask = edge_operand(m->mask, false);
+    a.bool_mask = m->mask->node->dtype == KILN_BOOL;
+  }
+  graph_buffer *out = NULL;
+  int st = rt_buffer_alloc(KILN_CPU, o->numel * graph_dtypes[o->dtype].size, &out, err, errlen);
+  int64_t t0 = rt_now_ns();
+  if (st == KILN_OK) st = rt_attention_run(&a, out->data, NULL, err, errlen);
+  if (st != KILN_OK) {
+    graph_buffer_release(out);
+    return st;
+  }
+  record(&a, t0, rt_now_ns(), o->numel);
+  graph_node_set_buffer(o, out);
+  return KILN_OK;
 }

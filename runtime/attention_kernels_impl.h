@@ -10,9 +10,57 @@
 #define ATT_CAT(a, b) ATT_CAT2(a, b)
 #define ATT_FN(name) ATT_CAT(name, ATT_SFX)
 
+/* A chunk's scratch: the layout's parts as pointers, and the batch whose
+ * operands its panels hold (-1: none yet). */
+typedef struct ATT_FN(chunk) {
+  ATT_T *s, *ds, *acc, *m, *l, *blk, *qi, *kt, *vb, *qa, *doa, *vt, *dob, *qb, *kb;
+  int64_t batch;
+  graph_buffer *buf;
+} ATT_FN(chunk);
+
+static bool ATT_FN(chunk_open)(att_job *j, ATT_FN(chunk) *c) {
+  c->buf = graph_buffer_alloc(j->lay.total);
+  if (!c->buf) {
+    atomic_store(&j->oom, true);
+    return false;
+  }
+  char *b = c->buf->data;
+  const att_layout *y = &j->lay;
+  int64_t off[] = {y->s, y->ds, y->acc, y->ml, y->blk, y->qi, y->kt, y->vb, y->qa, y->doa, y->vt, y->dob, y->qb, y->kb};
+  ATT_T **ptr[] = {&c->s, &c->ds, &c->acc, &c->m, &c->blk, &c->qi, &c->kt, &c->vb, &c->qa, &c->doa, &c->vt, &c->dob,
+                   &c->qb, &c->kb};
+  for (int i = 0; i < 14; i++) *ptr[i] = (ATT_T *)(b + off[i]);
+  c->l = c->m + j->br;
+  c->batch = -1;
+  return true;
+}
+
+/* Batch i's operands packed as panels, once per batch a chunk visits:
+ * Kᵀ always; V for the forward's output (with_v); Q, dO as A panels,
+ * Vᵀ, and dO, Q, K as B panels over their rows for the backward (bwd). */
+static void ATT_FN(pack_batch)(const att_job *j, ATT_FN(chunk) *c, int64_t i, bool bwd, bool with_v) {
+  if (c->batch == i) return;
+  const rt_attention *a = &j->a;
+  const rt_gemm_block *g = &j->g;
+  const char *q = at(&a->q, a->nb, i, 0, 0, j->esz), *k = at(&a->k, a->nb, i, 0, 0, j->esz);
+  const char *v = at(&a->v, a->nb, i, 0, 0, j->esz);
+  rt_gemm_block_pack_b(g, c->kt, k, a->k.cs, a->k.rs, a->E, a->S);
+  if (with_v) rt_gemm_block_pack_b(g, c->vb, v, a->v.rs, a->v.cs, a->S, a->Ev);
+  if (bwd) {
+    const char *dout = at(&a->dout, a->nb, i, 0, 0, j->esz);
+    rt_gemm_block_pack_a(g, c->qa, q, a->q.rs, a->q.cs, a->L, a->E);
+    rt_gemm_block_pack_a(g, c->doa, dout, a->dout.rs, a->dout.cs, a->L, a->Ev);
+    rt_gemm_block_pack_b(g, c->vt, v, a->v.cs, a->v.rs, a->Ev, a->S);
+    rt_gemm_block_pack_b(g, c->dob, dout, a->dout.rs, a->dout.cs, a->L, a->Ev);
+    rt_gemm_block_pack_b(g, c->qb, q, a->q.rs, a->q.cs, a->L, a->E);
+    rt_gemm_block_pack_b(g, c->kb, k, a->k.rs, a->k.cs, a->S, a->E);
+  }
+  c->batch = i;
+}
+
 /* Block x [br, bc] (row stride BC) of raw scores q·kᵀ for query rows
  * r0.. and key columns c0.. of batch i: scaled and masked in place
- * (masked: -inf). */
+ * (masked: -inf), columns from bc on -inf. */
 static void ATT_FN(mask_block)(const att_job *j, int64_t i, int64_t r0, int64_t br, int64_t c0, int64_t bc,
                                ATT_T *x) {
   const rt_attention *a = &j->a;
@@ -20,6 +68,7 @@ static void ATT_FN(mask_block)(const att_job *j, int64_t i, int64_t r0, int64_t 
   for (int64_t r = 0; r < br; r++) {
     ATT_T *row = x + r * BC;
     for (int64_t c = 0; c < bc; c++) row[c] *= scale;
+    for (int64_t c = bc; c < BC; c++) row[c] = -INFINITY;
     if (a->kind == RT_ATTENTION_CAUSAL)
       for (int64_t c = r0 + r + 1 - c0 > 0 ? r0 + r + 1 - c0 : 0; c < bc; c++) row[c] = -INFINITY;
     if (a->kind != RT_ATTENTION_MASK) continue;
@@ -30,18 +79,6 @@ static void ATT_FN(mask_block)(const att_job *j, int64_t i, int64_t r0, int64_t 
     else
       for (int64_t c = 0; c < bc; c++) row[c] += ((const ATT_T *)m)[c * cs];
   }
-}
-
-/* S [br, BC] (row stride BC) = Q_i·K_jᵀ, scaled and masked: query rows
- * r0.., keys c0..; columns from bc on -inf. */
-static void ATT_FN(scores)(const att_job *j, int64_t i, int64_t r0, int64_t br, int64_t c0, int64_t bc, ATT_T *s,
-                           void *pack) {
-  const rt_attention *a = &j->a;
-  const char *q = at(&a->q, a->nb, i, r0, 0, j->esz), *k = at(&a->k, a->nb, i, c0, 0, j->esz);
-  rt_gemm_block_run(&j->g, br, bc, a->E, q, a->q.rs, a->q.cs, k, a->k.cs, a->k.rs, s, BC, false, pack);
-  ATT_FN(mask_block)(j, i, r0, br, c0, bc, s);
-  for (int64_t r = 0; r < br && bc < BC; r++)
-    for (int64_t c = bc; c < BC; c++) s[r * BC + c] = -INFINITY;
 }
 
 /* The online softmax step of block x [br, BC] for rows with running max
@@ -68,29 +105,31 @@ static void ATT_FN(online_step)(int64_t br, int64_t bc, int64_t ev, ATT_T *x, AT
 /* Batch i, query rows [r0, r0 + br): the online softmax over every key
  * block kept, and with `with_v` the output O = Σ P·V / l; the rows'
  * log-sum-exp m + log l goes to j->lse when there is one. */
-static void ATT_FN(fwd_block)(const att_job *j, int64_t i, int64_t r0, int64_t br, bool with_v, char *scratch) {
+static void ATT_FN(fwd_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int64_t r0, int64_t br, bool with_v) {
   const rt_attention *a = &j->a;
-  int64_t ev = with_v ? a->Ev : 0;
-  ATT_T *s = (ATT_T *)scratch, *acc = s + BR * BC, *m = acc + BR * a->Ev, *l = m + BR;
-  void *pack = (char *)scratch + fwd_blocks_bytes(j);
-  for (int64_t r = 0; r < br; r++) m[r] = -INFINITY, l[r] = 0;
-  memset(acc, 0, sizeof *acc * (size_t)(br * ev));
+  const rt_gemm_block *g = &j->g;
+  int64_t ev = with_v ? a->Ev : 0, mr = g->spec.mr, nr = g->spec.nr;
+  ATT_FN(pack_batch)(j, c, i, false, with_v);
+  rt_gemm_block_pack_a(g, c->qi, at(&a->q, a->nb, i, r0, 0, j->esz), a->q.rs, a->q.cs, br, a->E);
+  for (int64_t r = 0; r < br; r++) c->m[r] = -INFINITY, c->l[r] = 0;
+  memset(c->acc, 0, sizeof *c->acc * (size_t)(br * ev));
   int64_t cend = a->kind == RT_ATTENTION_CAUSAL ? min64(a->S, r0 + br) : a->S;
   for (int64_t c0 = 0; c0 < cend; c0 += BC) {
     int64_t bc = min64(BC, cend - c0);
-    ATT_FN(scores)(j, i, r0, br, c0, bc, s, pack);
-    ATT_FN(online_step)(br, bc, ev, s, m, l, acc);
+    rt_gemm_block_panels(g, br, bc, a->E, c->qi, a->E * mr, c->kt + c0 / nr * a->E * nr, a->E * nr, c->s, BC, false);
+    ATT_FN(mask_block)(j, i, r0, br, c0, bc, c->s);
+    ATT_FN(online_step)(br, bc, ev, c->s, c->m, c->l, c->acc);
     if (!with_v) continue;
-    const char *v = at(&a->v, a->nb, i, c0, 0, j->esz);
-    rt_gemm_block_run(&j->g, br, ev, bc, s, BC, 1, v, a->v.rs, a->v.cs, acc, ev, true, pack);
+    rt_gemm_block_pack_a(g, c->blk, c->s, BC, 1, br, bc);
+    rt_gemm_block_panels(g, br, ev, bc, c->blk, bc * mr, c->vb + c0 * nr, a->S * nr, c->acc, ev, true);
   }
   if (j->lse)
-    for (int64_t r = 0; r < br; r++) ((ATT_T *)j->lse)[i * a->L + r0 + r] = m[r] + ATT_LOG(l[r]);
+    for (int64_t r = 0; r < br; r++) ((ATT_T *)j->lse)[i * a->L + r0 + r] = c->m[r] + ATT_LOG(c->l[r]);
   if (!with_v) return;
   ATT_T *o = (ATT_T *)j->out + (i * a->L + r0) * ev;
   for (int64_t r = 0; r < br; r++) {
-    ATT_T inv = a->S == 0 ? 0 : 1 / l[r]; /* no keys at all: O = 0 (an empty sum), as p·v with S = 0 */
-    for (int64_t e = 0; e < ev; e++) o[r * ev + e] = acc[r * ev + e] * inv;
+    ATT_T inv = a->S == 0 ? 0 : 1 / c->l[r]; /* no keys at all: O = 0 (an empty sum), as p·v with S = 0 */
+    for (int64_t e = 0; e < ev; e++) o[r * ev + e] = c->acc[r * ev + e] * inv;
   }
 }
 
@@ -98,17 +137,14 @@ static void ATT_FN(fwd_block)(const att_job *j, int64_t i, int64_t r0, int64_t b
  * when asked, the log-sum-exp), or the log-sum-exp alone. */
 static void ATT_FN(rows_chunk)(void *const *bufs, int64_t start, int64_t end, bool with_v) {
   att_job *j = bufs[0];
-  graph_buffer *scratch = graph_buffer_alloc(j->scratch_bytes);
-  if (!scratch) {
-    atomic_store(&j->oom, true);
-    return;
-  }
-  int64_t qb = (j->a.L + BR - 1) / BR;
+  ATT_FN(chunk) c;
+  if (!ATT_FN(chunk_open)(j, &c)) return;
+  int64_t qb = (j->a.L + j->br - 1) / j->br;
   for (int64_t it = start; it < end; it++) {
-    int64_t i = it / qb, r0 = it % qb * BR;
-    ATT_FN(fwd_block)(j, i, r0, min64(BR, j->a.L - r0), with_v, scratch->data);
+    int64_t i = it / qb, r0 = it % qb * j->br;
+    ATT_FN(fwd_block)(j, &c, i, r0, min64(j->br, j->a.L - r0), with_v);
   }
-  graph_buffer_release(scratch);
+  graph_buffer_release(c.buf);
 }
 
 static void ATT_FN(fwd_chunk)(void *const *bufs, int64_t start, int64_t end) {
@@ -121,105 +157,104 @@ static void ATT_FN(lse_chunk)(void *const *bufs, int64_t start, int64_t end) {
 
 /* ------------------------------------------------------------ backward */
 
-/* P = exp(S − lse) and dS = P ∘ (dO_i·V_jᵀ − D)·scale for batch i, query
- * rows r0.. and keys c0..: p and ds [br, BC] (row stride BC). */
-static void ATT_FN(probs_and_grads)(const att_job *j, int64_t i, int64_t r0, int64_t br, int64_t c0, int64_t bc,
-                                    ATT_T *p, ATT_T *ds, void *pack) {
+/* P = exp(S − lse) into c->s and dS = P ∘ (dO_i·V_jᵀ − D)·scale into
+ * c->ds for batch i (packed), query rows r0.. (a block start) and keys
+ * c0... */
+static void ATT_FN(probs_and_grads)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int64_t r0, int64_t br, int64_t c0,
+                                    int64_t bc) {
   const rt_attention *a = &j->a;
-  ATT_FN(scores)(j, i, r0, br, c0, bc, p, pack);
-  const char *dout = at(&a->dout, a->nb, i, r0, 0, j->esz), *v = at(&a->v, a->nb, i, c0, 0, j->esz);
-  rt_gemm_block_run(&j->g, br, bc, a->Ev, dout, a->dout.rs, a->dout.cs, v, a->v.cs, a->v.rs, ds, BC, false, pack);
+  const rt_gemm_block *g = &j->g;
+  int64_t mr = g->spec.mr, nr = g->spec.nr;
+  rt_gemm_block_panels(g, br, bc, a->E, c->qa + r0 / mr * a->E * mr, a->E * mr, c->kt + c0 / nr * a->E * nr,
+                       a->E * nr, c->s, BC, false);
+  ATT_FN(mask_block)(j, i, r0, br, c0, bc, c->s);
+  rt_gemm_block_panels(g, br, bc, a->Ev, c->doa + r0 / mr * a->Ev * mr, a->Ev * mr, c->vt + c0 / nr * a->Ev * nr,
+                       a->Ev * nr, c->ds, BC, false);
   const ATT_T *lse = (const ATT_T *)j->lse + i * a->L + r0;
   for (int64_t r = 0; r < br; r++) {
     ATT_T d = *(const ATT_T *)at(&a->dsum, a->nb, i, r0 + r, 0, j->esz);
-    ATT_FN(grad_row)(p + r * BC, ds + r * BC, lse[r], d, (ATT_T)a->scale);
+    ATT_FN(grad_row)(c->s + r * BC, c->ds + r * BC, lse[r], d, (ATT_T)a->scale);
   }
 }
 
-/* dK_j and dV_j for batch i, keys [c0, c0 + bc): acc [bc, E + Ev]; with
- * dq (batch i's dQ [L, E], already summing the key blocks before c0),
- * dS_ij·K_j is added to it too (the one-sweep backward). */
-static void ATT_FN(dkv_block)(const att_job *j, int64_t i, int64_t c0, int64_t bc, char *scratch, ATT_T *dq) {
+/* dK_j and dV_j for batch i, keys [c0, c0 + bc): c->acc [bc, E + Ev];
+ * with dq (batch i's dQ [L, E], already summing the key blocks before
+ * c0), dS_ij·K_j is added to it too (the one-sweep backward). */
+static void ATT_FN(dkv_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int64_t c0, int64_t bc, ATT_T *dq) {
   const rt_attention *a = &j->a;
-  int64_t w = a->E + a->Ev;
-  ATT_T *p = (ATT_T *)scratch, *ds = p + BR * BC, *acc = ds + BR * BC;
-  void *pack = (char *)scratch + bwd_blocks_bytes(j);
-  memset(acc, 0, sizeof *acc * (size_t)(bc * w));
-  const char *k = at(&a->k, a->nb, i, c0, 0, j->esz);
-  for (int64_t r0 = a->kind == RT_ATTENTION_CAUSAL ? c0 : 0; r0 < a->L; r0 += BR) {
-    int64_t br = min64(BR, a->L - r0);
-    ATT_FN(probs_and_grads)(j, i, r0, br, c0, bc, p, ds, pack);
-    const char *q = at(&a->q, a->nb, i, r0, 0, j->esz), *dout = at(&a->dout, a->nb, i, r0, 0, j->esz);
-    /* dV_j += Pᵀ·dO_i, dK_j += dSᵀ·Q_i */
-    rt_gemm_block_run(&j->g, bc, a->Ev, br, p, 1, BC, dout, a->dout.rs, a->dout.cs, acc + a->E, w, true, pack);
-    rt_gemm_block_run(&j->g, bc, a->E, br, ds, 1, BC, q, a->q.rs, a->q.cs, acc, w, true, pack);
-    if (dq) rt_gemm_block_run(&j->g, br, a->E, bc, ds, BC, 1, k, a->k.rs, a->k.cs, dq + r0 * a->E, a->E, true, pack);
+  const rt_gemm_block *g = &j->g;
+  int64_t w = a->E + a->Ev, mr = g->spec.mr, nr = g->spec.nr;
+  ATT_FN(pack_batch)(j, c, i, true, false);
+  memset(c->acc, 0, sizeof *c->acc * (size_t)(bc * w));
+  int64_t rstart = a->kind == RT_ATTENTION_CAUSAL ? c0 / j->br * j->br : 0; /* rows before c0 see none of these keys */
+  for (int64_t r0 = rstart; r0 < a->L; r0 += j->br) {
+    int64_t br = min64(j->br, a->L - r0);
+    ATT_FN(probs_and_grads)(j, c, i, r0, br, c0, bc);
+    /* dV_j += Pᵀ·dO_i, dK_j += dSᵀ·Q_i, dQ_i += dS·K_j */
+    rt_gemm_block_pack_a(g, c->blk, c->s, 1, BC, bc, br);
+    rt_gemm_block_panels(g, bc, a->Ev, br, c->blk, br * mr, c->dob + r0 * nr, a->L * nr, c->acc + a->E, w, true);
+    rt_gemm_block_pack_a(g, c->blk, c->ds, 1, BC, bc, br);
+    rt_gemm_block_panels(g, bc, a->E, br, c->blk, br * mr, c->qb + r0 * nr, a->L * nr, c->acc, w, true);
+    if (!dq) continue;
+    rt_gemm_block_pack_a(g, c->blk, c->ds, BC, 1, br, bc);
+    rt_gemm_block_panels(g, br, a->E, bc, c->blk, bc * mr, c->kb + c0 * nr, a->S * nr, dq + r0 * a->E, a->E, true);
   }
   ATT_T *out = (ATT_T *)j->out + a->batches * a->L * a->E + (i * a->S + c0) * w;
-  memcpy(out, acc, sizeof *acc * (size_t)(bc * w));
+  memcpy(out, c->acc, sizeof *c->acc * (size_t)(bc * w));
 }
 
-/* dQ_i for batch i, query rows [r0, r0 + br). */
-static void ATT_FN(dq_block)(const att_job *j, int64_t i, int64_t r0, int64_t br, char *scratch) {
+/* dQ_i for batch i, query rows [r0, r0 + br) (a block start). */
+static void ATT_FN(dq_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int64_t r0, int64_t br) {
   const rt_attention *a = &j->a;
-  ATT_T *p = (ATT_T *)scratch, *ds = p + BR * BC, *acc = ds + BR * BC;
-  void *pack = (char *)scratch + bwd_blocks_bytes(j);
-  memset(acc, 0, sizeof *acc * (size_t)(br * a->E));
+  const rt_gemm_block *g = &j->g;
+  int64_t mr = g->spec.mr, nr = g->spec.nr;
+  ATT_FN(pack_batch)(j, c, i, true, false);
+  memset(c->acc, 0, sizeof *c->acc * (size_t)(br * a->E));
   int64_t cend = a->kind == RT_ATTENTION_CAUSAL ? min64(a->S, r0 + br) : a->S;
   for (int64_t c0 = 0; c0 < cend; c0 += BC) {
     int64_t bc = min64(BC, cend - c0);
-    ATT_FN(probs_and_grads)(j, i, r0, br, c0, bc, p, ds, pack);
-    const char *k = at(&a->k, a->nb, i, c0, 0, j->esz);
-    rt_gemm_block_run(&j->g, br, a->E, bc, ds, BC, 1, k, a->k.rs, a->k.cs, acc, a->E, true, pack);
+    ATT_FN(probs_and_grads)(j, c, i, r0, br, c0, bc);
+    rt_gemm_block_pack_a(g, c->blk, c->ds, BC, 1, br, bc);
+    rt_gemm_block_panels(g, br, a->E, bc, c->blk, bc * mr, c->kb + c0 * nr, a->S * nr, c->acc, a->E, true);
   }
-  memcpy((ATT_T *)j->out + (i * a->L + r0) * a->E, acc, sizeof *acc * (size_t)(br * a->E));
+  memcpy((ATT_T *)j->out + (i * a->L + r0) * a->E, c->acc, sizeof *c->acc * (size_t)(br * a->E));
 }
 
 static void ATT_FN(dkv_chunk)(void *const *bufs, int64_t start, int64_t end) {
   att_job *j = bufs[0];
-  graph_buffer *scratch = graph_buffer_alloc(j->scratch_bytes);
-  if (!scratch) {
-    atomic_store(&j->oom, true);
-    return;
-  }
+  ATT_FN(chunk) c;
+  if (!ATT_FN(chunk_open)(j, &c)) return;
   int64_t kb = (j->a.S + BC - 1) / BC;
   for (int64_t it = start; it < end; it++) {
     int64_t i = it / kb, c0 = it % kb * BC;
-    ATT_FN(dkv_block)(j, i, c0, min64(BC, j->a.S - c0), scratch->data, NULL);
+    ATT_FN(dkv_block)(j, &c, i, c0, min64(BC, j->a.S - c0), NULL);
   }
-  graph_buffer_release(scratch);
+  graph_buffer_release(c.buf);
 }
 
 static void ATT_FN(dq_chunk)(void *const *bufs, int64_t start, int64_t end) {
   att_job *j = bufs[0];
-  graph_buffer *scratch = graph_buffer_alloc(j->scratch_bytes);
-  if (!scratch) {
-    atomic_store(&j->oom, true);
-    return;
-  }
-  int64_t qb = (j->a.L + BR - 1) / BR;
+  ATT_FN(chunk) c;
+  if (!ATT_FN(chunk_open)(j, &c)) return;
+  int64_t qb = (j->a.L + j->br - 1) / j->br;
   for (int64_t it = start; it < end; it++) {
-    int64_t i = it / qb, r0 = it % qb * BR;
-    ATT_FN(dq_block)(j, i, r0, min64(BR, j->a.L - r0), scratch->data);
+    int64_t i = it / qb, r0 = it % qb * j->br;
+    ATT_FN(dq_block)(j, &c, i, r0, min64(j->br, j->a.L - r0));
   }
-  graph_buffer_release(scratch);
+  graph_buffer_release(c.buf);
 }
 
 /* One sweep per batch: dQ, dK and dV of whole batches [start, end). */
 static void ATT_FN(batch_chunk)(void *const *bufs, int64_t start, int64_t end) {
   att_job *j = bufs[0];
-  graph_buffer *scratch = graph_buffer_alloc(j->scratch_bytes);
-  if (!scratch) {
-    atomic_store(&j->oom, true);
-    return;
-  }
+  ATT_FN(chunk) c;
+  if (!ATT_FN(chunk_open)(j, &c)) return;
   for (int64_t i = start; i < end; i++) {
     ATT_T *dq = (ATT_T *)j->out + i * j->a.L * j->a.E;
     memset(dq, 0, sizeof *dq * (size_t)(j->a.L * j->a.E));
-    for (int64_t c0 = 0; c0 < j->a.S; c0 += BC)
-      ATT_FN(dkv_block)(j, i, c0, min64(BC, j->a.S - c0), scratch->data, dq);
+    for (int64_t c0 = 0; c0 < j->a.S; c0 += BC) ATT_FN(dkv_block)(j, &c, i, c0, min64(BC, j->a.S - c0), dq);
   }
-  graph_buffer_release(scratch);
+  graph_buffer_release(c.buf);
 }
 
 #undef ATT_FN

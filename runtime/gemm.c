@@ -224,6 +224,8 @@ static inline __attribute__((always_inline)) void pack_a_panel(char *dst, const 
     for (int64_t k = 0; k < kc; k++) memset(dst + (k * mr + rows) * esz, 0, (size_t)((mr - rows) * esz));
   if (cs == 1 && rs != 1) { /* rows contiguous: read along k */
     pack_transposed(dst, mr, src, rs, rows, kc, esz);
+  } else if (rs == 1) { /* columns contiguous: a panel row is one copy */
+    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * mr * esz, src + k * cs * esz, (size_t)(rows * esz));
   } else {
     for (int64_t k = 0; k < kc; k++)
       for (int64_t r = 0; r < rows; r++) copy_elem(dst + (k * mr + r) * esz, src + (r * rs + k * cs) * esz, esz);
@@ -671,34 +673,29 @@ int rt_gemm_block_init(rt_gemm_block *g, kiln_dtype dtype, char *err, size_t err
   return KILN_OK;
 }
 
-int64_t rt_gemm_block_scratch(const rt_gemm_block *g, int64_t m, int64_t n) {
-  int64_t a = round_up(min64(g->blk.mc, mm_max1(m)), g->spec.mr) * g->blk.kc * g->esz;
-  int64_t b = round_up(min64(g->blk.nc, mm_max1(n)), g->spec.nr) * g->blk.kc * g->esz;
-  return round_up(a, 64) + round_up(b, 64);
+void rt_gemm_block_pack_a(const rt_gemm_block *g, void *dst, const void *src, int64_t rs, int64_t cs, int64_t m,
+                          int64_t k) {
+  pack_a(dst, src, rs, cs, m, k, g->spec.mr, g->esz);
 }
 
-void rt_gemm_block_run(const rt_gemm_block *g, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars,
-                       int64_t acs, const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc, bool acc,
-                       void *scratch) {
-  gemm_job j = {.d = {.esz = g->esz, .nn = ldc}, .spec = g->spec, .ukr = g->ukr, .blk = g->blk};
-  int esz = g->esz, mr = g->spec.mr, nr = g->spec.nr;
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t r = 0; !acc && r < m; r++) memset((char *)c + r * ldc * esz, 0, (size_t)(n * esz));
-    return;
-  }
-  char *apack = scratch, *bpack = apack + round_up(round_up(min64(g->blk.mc, m), mr) * g->blk.kc * esz, 64);
-  for (int64_t jc = 0; jc < n; jc += g->blk.nc) {
-    int64_t nc = min64(n - jc, g->blk.nc);
-    for (int64_t pc = 0; pc < k; pc += g->blk.kc) {
-      int64_t kc = min64(k - pc, g->blk.kc);
-      int64_t flags = (pc > 0 || acc ? LLVM_GEMM_ACCUMULATE : 0) | (pc + kc == k ? LLVM_GEMM_LAST : 0);
-      pack_b(bpack, (const char *)b + (pc * brs + jc * bcs) * esz, brs, bcs, kc, nc, nr, esz);
-      for (int64_t ic = 0; ic < m; ic += g->blk.mc) {
-        int64_t mc = min64(m - ic, g->blk.mc);
-        pack_a(apack, (const char *)a + (ic * ars + pc * acs) * esz, ars, acs, mc, kc, mr, esz);
-        macro_kernel(&j, apack, bpack, (char *)c + (ic * ldc + jc) * esz, mc, nc, kc, flags, NULL, ic, jc, NULL);
-      }
+void rt_gemm_block_pack_b(const rt_gemm_block *g, void *dst, const void *src, int64_t rs, int64_t cs, int64_t k,
+                          int64_t n) {
+  pack_b(dst, src, rs, cs, k, n, g->spec.nr, g->esz);
+}
+
+void rt_gemm_block_panels(const rt_gemm_block *g, int64_t m, int64_t n, int64_t k, const void *a, int64_t as,
+                          const void *b, int64_t bs, void *c, int64_t ldc, bool acc) {
+  gemm_job j = {.d = {.esz = g->esz, .nn = ldc}, .spec = g->spec, .ukr = g->ukr};
+  int64_t mr = g->spec.mr, nr = g->spec.nr, esz = g->esz, flags = (acc ? LLVM_GEMM_ACCUMULATE : 0) | LLVM_GEMM_LAST;
+  for (int64_t jr = 0; jr < n; jr += nr) {
+    const char *bp = (const char *)b + jr / nr * bs * esz;
+    int64_t cols = min64(nr, n - jr);
+    for (int64_t ir = 0; ir < m; ir += mr) {
+      const char *ap = (const char *)a + ir / mr * as * esz;
+      char *ct = (char *)c + (ir * ldc + jr) * esz;
+      int64_t rows = min64(mr, m - ir);
+      if (rows == mr && cols == nr) g->ukr(k, ap, bp, ct, ldc, flags, NULL);
+      else edge_tile(&j, k, ap, bp, ct, rows, cols, flags, NULL, 0, 0);
     }
   }
 }

@@ -513,10 +513,14 @@ static int run_transfer(graph_node *n, char *err, size_t errlen) {
   return KILN_OK;
 }
 
-/* A MATMUL whose elementwise epilogue its GEMM applies (gemm_fused.c:
- * the epilogue kernel's result is computed here, its kernel skipped;
- * not in the unfused mode), else the extern op. */
+/* The last matmul of a hand-written attention the fusion pass planned
+ * (passes/attention_plan.c: its chain never runs); a MATMUL whose elementwise
+ * epilogue its GEMM applies (gemm_fused.c: the epilogue kernel's result
+ * is computed here, its kernel skipped; not in the unfused mode); else
+ * the extern op. */
 static int run_extern(graph_node *n, int pos, sched_run *run, char *err, size_t errlen) {
+  graph_attention m;
+  if (fusion_enabled() && pass_attention_planned(run->plan, n, &m)) return rt_attention_matmul(n, &m, err, errlen);
   bool done = false;
   if (n->op == GRAPH_OP_MATMUL && fusion_enabled()) {
     int st = rt_gemm_fused_run(run->plan, pos, run->roots, run->n_roots, &done, err, errlen);

@@ -230,8 +230,8 @@ rt_gemm_blocking rt_gemm_blocking_for(int mr, int nr, int esz);
  *  rule's). Set it between products, not during one. */
 void rt_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc);
 /** The generated micro-kernel for products run on the calling thread
- *  (rt_gemm_block_run): the fused attention kernels' block products
- *  (attention_kernels.c). */
+ *  over packed panels (rt_gemm_block_panels): the fused attention
+ *  kernels' block products (attention_kernels.c). */
 typedef struct rt_gemm_block {
   llvm_gemm_spec spec;
   llvm_gemm_fn ukr;
@@ -241,18 +241,21 @@ typedef struct rt_gemm_block {
 /** The target's micro-kernel for dtype (F32/F64), compiled or loaded at
  *  its first use. Errors as rt_gemm_matmul's. */
 int rt_gemm_block_init(rt_gemm_block *g, kiln_dtype dtype, char *err, size_t errlen);
-/** Bytes of packing scratch rt_gemm_block_run needs for products of at
- *  most m rows and n columns (any K). */
-int64_t rt_gemm_block_scratch(const rt_gemm_block *g, int64_t m, int64_t n);
-/** C [m, n] (row stride ldc) = A·B, or C += A·B when acc, on the calling
- *  thread through BLIS's loops around g's micro-kernel: A [m, k] at a
- *  (strides ars, acs), B [k, n] at b (strides brs, bcs), in elements.
- *  k = 0 zeroes C (leaves it when acc). scratch: rt_gemm_block_scratch
- *  bytes for these m and n, 64-byte aligned. Each element sums its k
- *  products in k order, as rt_gemm_matmul's do. */
-void rt_gemm_block_run(const rt_gemm_block *g, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars,
-                       int64_t acs, const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc, bool acc,
-                       void *scratch);
+/** Packs A [m, k] at src (strides rs, cs) into g's MR-row panels: panel
+ *  p (rows p·MR..) at dst + p·k·MR elements, [k, MR] each, rows past m
+ *  zero. */
+void rt_gemm_block_pack_a(const rt_gemm_block *g, void *dst, const void *src, int64_t rs, int64_t cs, int64_t m,
+                          int64_t k);
+/** Packs B [k, n] at src into g's NR-column panels: panel q (columns
+ *  q·NR..) at dst + q·k·NR elements, [k, NR] each (row r of a panel at
+ *  r·NR: rows [r0, r0 + k') of it are a panel of k' rows). */
+void rt_gemm_block_pack_b(const rt_gemm_block *g, void *dst, const void *src, int64_t rs, int64_t cs, int64_t k,
+                          int64_t n);
+/** C [m, n] (row stride ldc) = A·B, or += with acc, from packed panels on
+ *  the calling thread: A's panel p at a + p·as elements ([k, MR]), B's
+ *  panel q at b + q·bs ([k, NR], 64-byte aligned). */
+void rt_gemm_block_panels(const rt_gemm_block *g, int64_t m, int64_t n, int64_t k, const void *a, int64_t as,
+                          const void *b, int64_t bs, void *c, int64_t ldc, bool acc);
 /** When input i of n (an F32/F64 MATMUL on the CPU) is a reshape copy
  *  (a CAST of the same dtype) of a realized host buffer, and n's view of
  *  it splits over the copy's input (graph_view_split, into *s when s is
@@ -318,6 +321,11 @@ typedef struct rt_attention {
  *  when not NULL. KILN_ERR_OOM when an item's blocks cannot be
  *  allocated, KILN_ERR_COMPILE when the micro-kernel does not compile. */
 int rt_attention_run(const rt_attention *a, void *out, void *lse, char *err, size_t errlen);
+/** Computes o, the last matmul of a hand-written attention the fusion
+ *  pass planned (pass_attention_planned gave m), with the fused forward:
+ *  realizes q, k, v and the mask where still pending, sets o's buffer;
+ *  the chain's nodes stay pending. Errors as rt_attention_run's. */
+int rt_attention_matmul(graph_node *o, const graph_attention *m, char *err, size_t errlen);
 /** The ATTENTION and ATTENTION_BWD extern ops (attention_kernels.c; layouts in
  *  graph/ops.def): in[i] the host data of input i's buffer, out a fresh
  *  buffer of n's numel. Errors as rt_attention_run's. */

@@ -3,11 +3,14 @@
  * without Torch: values against a double-precision loop written here
  * (causal, BOOL and float masks, broadcast batch dims, F64, F32, F16 and
  * BF16, lengths that are not multiples of 8), gradients w.r.t. q, k, v and a
- * float mask by central differences (grad_check.h), the causal mask's
- * cost (it fuses into the softmax's kernel: the same kernels and the same
- * bytes written as without a mask), and the errors.
+ * float mask by central differences (grad_check.h) — through the fused
+ * kernel (test_attention_fused.c compares it with the composition) —, the
+ * composition's causal mask cost (it fuses into the softmax's kernel: the
+ * same kernels and the same bytes written as without a mask), and the
+ * errors.
  * tests/python/test_attention_torch.py compares with Torch at random.
  */
+#define _GNU_SOURCE /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -148,10 +151,13 @@ static void run_profiled(kiln_tensor *q, bool causal, int *kernels, int64_t *wri
   }
 }
 
-/* Fusion pinned on, whatever KILN_FUSE says (CI also runs the suite with
+/* The composition's causal mask (KILN_ATTENTION=unfused: what dropout
+ * and CUDA tensors run; the fused kernel takes it as an attribute), with
+ * fusion pinned on, whatever KILN_FUSE says (CI also runs the suite with
  * KILN_FUSE=0, where every node is a kernel of its own). */
 static void test_causal_mask_is_free(void **state) {
   (void)state;
+  setenv("KILN_ATTENTION", "unfused", 1);
   rt_set_fusion(1);
   kiln_scope_begin();
   kiln_manual_seed(3);
@@ -167,6 +173,7 @@ static void test_causal_mask_is_free(void **state) {
   assert_int_equal(w1, w0);
   kiln_scope_end();
   rt_set_fusion(-1);
+  unsetenv("KILN_ATTENTION");
   expect_no_error();
 }
 

@@ -133,18 +133,19 @@ static void matches_the_composition(void **state) {
     }
 }
 
-/* Forward and backward of [1, 1, 2048, 8] against 2100 keys: the
+/* Forward and backward of [1, 1, 4096, 8] against 4200 keys: the
  * allocator's peak over the force stays below a quarter of the [L, S]
- * scores (2048 × 2100 F32, 16.4 MiB; the unfused chain makes several of
+ * scores (4096 × 4200 F32, 65.6 MiB; the unfused chain makes several of
  * them) — what it makes is O(L·E): q, k, v, o and their gradients, the
- * kernels' blocks — and the profile names the two kernels and no
- * product or kernel of the scores' shape. */
+ * kernels' blocks and each thread's panels of the operands (E rounded
+ * up to the micro-kernel's NR) — and the profile names the two kernels
+ * and no product or kernel of the scores' shape. */
 static void stores_no_scores(void **state) {
   (void)state;
   kiln_scope_begin();
   kiln_manual_seed(2);
-  kiln_tensor *q = kiln_randn(KILN_F32, 4, V(1, 1, 2048, 8)), *k = kiln_randn(KILN_F32, 4, V(1, 1, 2100, 8));
-  kiln_tensor *v = kiln_randn(KILN_F32, 4, V(1, 1, 2100, 8)), *c = kiln_randn(KILN_F32, 4, V(1, 1, 2048, 8));
+  kiln_tensor *q = kiln_randn(KILN_F32, 4, V(1, 1, 4096, 8)), *k = kiln_randn(KILN_F32, 4, V(1, 1, 4200, 8));
+  kiln_tensor *v = kiln_randn(KILN_F32, 4, V(1, 1, 4200, 8)), *c = kiln_randn(KILN_F32, 4, V(1, 1, 4096, 8));
   kiln_tensor *all[] = {q, k, v, c};
   assert_int_equal(kiln_realize_many(all, 4), KILN_OK);
   kiln_engine_stats before, after;
@@ -157,7 +158,7 @@ static void stores_no_scores(void **state) {
   assert_int_equal(kiln_realize_many(g, 3), KILN_OK);
   kiln_profile_end();
   assert_int_equal(kiln_engine_stats_get(&after), KILN_OK);
-  int64_t added = after.allocator_peak_bytes - before.allocator_live_bytes, scores = INT64_C(2048) * 2100 * 4;
+  int64_t added = after.allocator_peak_bytes - before.allocator_live_bytes, scores = INT64_C(4096) * 4200 * 4;
   if (added >= scores / 4)
     fail_msg("the force's buffers peaked at %lld bytes, not below a quarter of the scores' %lld", (long long)added,
              (long long)scores);
@@ -165,9 +166,9 @@ static void stores_no_scores(void **state) {
   for (int i = 0; i < kiln_profile_count(); i++) {
     kiln_kernel_record r;
     assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
-    fwd += strcmp(r.name, "attention_1x2048x2100x8") == 0;
-    bwd += strcmp(r.name, "attention_bwd_1x2048x2100x8") == 0;
-    if (strstr(r.name, "2048x2100")) assert_non_null(strstr(r.name, "attention")); /* no [L, S] GEMM or kernel */
+    fwd += strcmp(r.name, "attention_1x4096x4200x8") == 0;
+    bwd += strcmp(r.name, "attention_bwd_1x4096x4200x8") == 0;
+    if (strstr(r.name, "4096x4200")) assert_non_null(strstr(r.name, "attention")); /* no [L, S] GEMM or kernel */
   }
   assert_int_equal(fwd, 1);
   assert_int_equal(bwd, 1);
@@ -259,11 +260,128 @@ static void same_bits_for_any_thread_count(void **state) {
   expect_no_error();
 }
 
+/* --------------------------------------- attention written out by hand */
+
+/* softmax(q·kᵀ / sqrt(E) + mask)·v written as a user would (the scale a
+ * division, the causal mask two aranges); `near` makes it almost
+ * attention: 1 a mask that reads the scores, 2 log_softmax. */
+static kiln_tensor *by_hand(const inputs *x, const problem *p, int near, kiln_tensor **scores) {
+  kiln_tensor *s = kiln_div_scalar(kiln_matmul(x->q, kiln_transpose(x->k, -2, -1)), sqrt((double)p->E));
+  *scores = s;
+  kiln_tensor *ninf = kiln_scalar(p->dtype, -INFINITY);
+  if (p->mask == MASK_CAUSAL) {
+    kiln_tensor *row = kiln_view(kiln_arange(KILN_I64, 0, (double)p->L, 1), 2, V(p->L, 1));
+    kiln_tensor *col = kiln_view(kiln_arange(KILN_I64, 0, (double)p->S, 1), 2, V(1, p->S));
+    s = kiln_where(kiln_le(col, row), s, ninf);
+  }
+  if (p->mask == MASK_BOOL) s = kiln_where(x->m, s, ninf);
+  if (p->mask == MASK_FLOAT) s = kiln_add(s, x->m);
+  if (near == 1) s = kiln_where(kiln_gt(s, kiln_scalar(p->dtype, -1)), s, ninf);
+  return kiln_matmul(near == 2 ? kiln_log_softmax(s, -1) : kiln_softmax(s, -1), x->v);
+}
+
+/* o by hand and the gradients of sum(o * c) w.r.t. q, k, v (a float mask,
+ * and the scores when `wrt_scores`) into out[]; kernels named attention*
+ * counted into *fused. */
+static int run_by_hand(const inputs *x, const problem *p, int near, bool wrt_scores, kiln_tensor **out, int *fused) {
+  kiln_profile_begin();
+  kiln_tensor *scores;
+  out[0] = by_hand(x, p, near, &scores);
+  kiln_tensor *loss = kiln_sum(kiln_mul(out[0], x->c), 0, NULL, false);
+  kiln_tensor *wrt[5] = {x->q, x->k, x->v};
+  int n = 3;
+  if (p->mask == MASK_FLOAT) wrt[n++] = x->m;
+  if (wrt_scores) wrt[n++] = scores;
+  assert_int_equal(kiln_grad(&loss, NULL, 1, wrt, n, out + 1), KILN_OK);
+  assert_int_equal(kiln_realize_many(out, n + 1), KILN_OK);
+  kiln_profile_end();
+  *fused = 0;
+  for (int i = 0; i < kiln_profile_count(); i++) {
+    kiln_kernel_record r;
+    assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+    *fused += strncmp(r.name, "attention", 9) == 0;
+  }
+  return n + 1;
+}
+
+/* The hand-written chain, with and without KILN_ATTENTION=unfused: the
+ * same values within tol; *fused_runs: attention kernels in the first. */
+static void compare_by_hand(const problem *p, int near, bool wrt_scores, double tol, int *fused_runs) {
+  kiln_scope_begin();
+  inputs x = make(p, 21);
+  kiln_tensor *a[6], *b[6];
+  int unfused_runs;
+  int n = run_by_hand(&x, p, near, wrt_scores, a, fused_runs);
+  set_fused(false);
+  run_by_hand(&x, p, near, wrt_scores, b, &unfused_runs);
+  set_fused(true);
+  assert_int_equal(unfused_runs, 0);
+  for (int i = 0; i < n; i++) {
+    double d = max_diff(a[i], b[i]);
+    if (!(d <= tol)) fail_msg("mask %d near %d: output %d differs by %g", p->mask, near, i, d);
+  }
+  kiln_scope_end();
+  expect_no_error();
+}
+
+/* Written by hand, attention runs as the fused forward and backward
+ * (two attention kernels) for every mask kind, with the gradients of the
+ * composition. */
+static void by_hand_fuses(void **state) {
+  (void)state;
+  for (int mask = MASK_NONE; mask <= MASK_CAUSAL; mask++) {
+    problem p = {100, 130, 16, 12, mask, KILN_F64, 0, 0};
+    int runs;
+    compare_by_hand(&p, 0, false, 1e-12, &runs);
+    assert_int_equal(runs, 2);
+  }
+}
+
+/* Almost attention (a mask that reads the scores; log_softmax) computes
+ * the composition's values, unfused; a gradient w.r.t. the scores
+ * themselves keeps the forward fused but not the backward. */
+static void near_misses_stay_unfused(void **state) {
+  (void)state;
+  problem p = {70, 90, 8, 6, MASK_FLOAT, KILN_F64, 0, 0};
+  int runs;
+  compare_by_hand(&p, 1, false, 1e-12, &runs);
+  assert_int_equal(runs, 0);
+  compare_by_hand(&p, 2, false, 1e-12, &runs);
+  assert_int_equal(runs, 0);
+  compare_by_hand(&p, 0, true, 1e-12, &runs);
+  assert_int_equal(runs, 0); /* the backward reads the scores' chain: the forward's is not private either */
+}
+
+/* The hand-written forward and backward of [1, 1, 4096, 8] × 4200 keys
+ * make no [L, S] buffer either. */
+static void by_hand_stores_no_scores(void **state) {
+  (void)state;
+  problem p = {4096, 4200, 8, 8, MASK_CAUSAL, KILN_F32, 1, 1};
+  kiln_scope_begin();
+  inputs x = make(&p, 3);
+  kiln_engine_stats before, after;
+  assert_int_equal(kiln_engine_stats_get(&before), KILN_OK);
+  kiln_engine_stats_reset_peak();
+  kiln_tensor *out[5];
+  int runs;
+  run_by_hand(&x, &p, 0, false, out, &runs);
+  assert_int_equal(kiln_engine_stats_get(&after), KILN_OK);
+  assert_int_equal(runs, 2);
+  int64_t added = after.allocator_peak_bytes - before.allocator_live_bytes, scores = INT64_C(4096) * 4200 * 4;
+  if (added >= scores / 4)
+    fail_msg("the force's buffers peaked at %lld bytes, not below a quarter of the scores' %lld", (long long)added,
+             (long long)scores);
+  kiln_scope_end();
+  expect_no_error();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(matches_the_composition),     cmocka_unit_test(stores_no_scores),
       cmocka_unit_test(empty_dims),                  cmocka_unit_test(row_without_keys_is_nan),
       cmocka_unit_test(backward_after_in_place_write), cmocka_unit_test(same_bits_for_any_thread_count),
+      cmocka_unit_test(by_hand_fuses),               cmocka_unit_test(near_misses_stay_unfused),
+      cmocka_unit_test(by_hand_stores_no_scores),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
