@@ -43,15 +43,13 @@
 
 enum { BC = 64 }; /* keys per block: a multiple of every NR (the packed Kᵀ's panels start at block starts) */
 
-/* Where a chunk's scratch holds what (byte offsets; 0 bytes when a
- * kernel needs no such part): the blocks one item works on, then the
- * current batch's operands packed once as the micro-kernel's panels. */
-typedef struct att_layout {
-  int64_t s, ds, acc, ml, blk, qi;  /* scores/P and dS [br, BC], the accumulator, m and l, a block as A panels, Q_i */
-  int64_t kt, vb;                   /* Kᵀ (B panels over keys, K-dim E) and V (K-dim S): the forward's */
-  int64_t qa, doa, vt, dob, qb, kb; /* the backward's: Q and dO as A panels, Vᵀ, and dO, Q, K as B panels */
-  int64_t total;
-} att_layout;
+/* The parts of a chunk's scratch: the blocks one item works on — scores
+ * or P and dS [br, BC], the accumulator, the rows' m and l, a block
+ * packed as A panels, Q_i packed — then the current batch's operands
+ * packed once as the micro-kernel's panels: Kᵀ and V (K-dim S) for the
+ * forward; Q and dO as A panels, Vᵀ, and dO, Q, K as B panels over their
+ * rows for the backward. */
+enum att_part { P_S, P_DS, P_ACC, P_ML, P_BLK, P_QI, P_KT, P_VB, P_QA, P_DOA, P_VT, P_DOB, P_QB, P_KB, P_COUNT };
 
 /* The job: one attention (rt_attention) and where its kernels write. */
 typedef struct att_job {
@@ -61,7 +59,7 @@ typedef struct att_job {
   int64_t br; /* queries per block: about 64, a multiple of MR and even (the packed Q's panels start at block starts) */
   char *out;  /* forward: O [B, L, Ev]; backward: dQ [B, L, E], then d(kv) [B, S, E + Ev] */
   char *lse;  /* [B, L]: the forward writes it when not NULL; the backward computes it first */
-  att_layout lay;
+  int64_t off[P_COUNT + 1]; /* byte offsets of the parts (layout), then the scratch's size */
   atomic_bool oom;
 } att_job;
 
@@ -109,21 +107,23 @@ static rt_attention attention_of(const graph_node *n, const void *const *in) {
 static int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* The chunk scratch's layout: with `bwd` the backward's parts, else the
- * forward's (and the log-sum-exp pass's). */
-static att_layout layout(const att_job *j, bool bwd) {
+/* The chunk scratch's layout into j->off: with `bwd` the backward's
+ * parts, else the forward's (and the log-sum-exp pass's); 0 bytes for a
+ * part not needed. */
+static void layout(att_job *j, bool bwd) {
   const rt_attention *a = &j->a;
-  int64_t mr = j->g.spec.mr, nr = j->g.spec.nr, br = j->br, big = max64(br, BC), at = 0;
-  int64_t sizes[14] = {br * BC, bwd ? br * BC : 0, big * (a->E + a->Ev), 2 * br, round_up(big, mr) * big,
-                       bwd ? 0 : round_up(br, mr) * a->E, round_up(a->S, nr) * a->E, bwd ? 0 : round_up(a->Ev, nr) * a->S};
-  if (bwd) {
-    sizes[8] = round_up(a->L, mr) * a->E, sizes[9] = round_up(a->L, mr) * a->Ev, sizes[10] = round_up(a->S, nr) * a->Ev;
-    sizes[11] = round_up(a->Ev, nr) * a->L, sizes[12] = round_up(a->E, nr) * a->L, sizes[13] = round_up(a->E, nr) * a->S;
+  int64_t mr = j->g.spec.mr, nr = j->g.spec.nr, br = j->br, big = max64(br, BC), n[P_COUNT] = {0};
+  n[P_S] = br * BC, n[P_ACC] = big * (a->E + a->Ev), n[P_ML] = 2 * br, n[P_BLK] = round_up(big, mr) * big;
+  n[P_KT] = round_up(a->S, nr) * a->E;
+  if (!bwd) {
+    n[P_QI] = round_up(br, mr) * a->E, n[P_VB] = round_up(a->Ev, nr) * a->S;
+  } else {
+    n[P_DS] = br * BC, n[P_QA] = round_up(a->L, mr) * a->E, n[P_DOA] = round_up(a->L, mr) * a->Ev;
+    n[P_VT] = round_up(a->S, nr) * a->Ev, n[P_DOB] = round_up(a->Ev, nr) * a->L;
+    n[P_QB] = round_up(a->E, nr) * a->L, n[P_KB] = round_up(a->E, nr) * a->S;
   }
-  int64_t off[14];
-  for (int i = 0; i < 14; i++) off[i] = at, at += round_up(sizes[i] * j->esz, 64);
-  return (att_layout){off[0], off[1], off[2], off[3], off[4], off[5], off[6], off[7], off[8], off[9], off[10], off[11],
-                      off[12], off[13], at};
+  j->off[0] = 0;
+  for (int i = 0; i < P_COUNT; i++) j->off[i + 1] = j->off[i] + round_up(n[i] * j->esz, 64);
 }
 
 static int job_init(att_job *j, const rt_attention *a, void *out, void *lse, char *err, size_t errlen) {
@@ -235,8 +235,8 @@ static void grad_row_f64(double *p, double *ds, double lse, double d, double sca
 #define ATT_SFX f64
 #include "attention_kernels_impl.h"
 
-/* Runs chunk over items on the pool (each chunk allocates j->lay.total
- * bytes of scratch). */
+/* Runs chunk over items on the pool (each chunk allocates the scratch
+ * of j's layout). */
 static int run_items(att_job *j, llvm_kernel_fn chunk, int64_t items, double macs_per_item, char *err,
                      size_t errlen) {
   if (items <= 0) return KILN_OK;
@@ -252,7 +252,7 @@ int rt_attention_run(const rt_attention *a, void *out, void *lse, char *err, siz
   att_job j;
   int st = job_init(&j, a, out, lse, err, errlen);
   if (st != KILN_OK) return st;
-  j.lay = layout(&j, false);
+  layout(&j, false);
   double macs = (double)j.br * (double)a->S * (double)(a->E + a->Ev);
   bool f64 = a->dtype == KILN_F64;
   return run_items(&j, f64 ? fwd_chunk_f64 : fwd_chunk_f32, a->batches * ((a->L + j.br - 1) / j.br), macs, err,
@@ -274,11 +274,11 @@ int rt_attention_backward(const graph_node *n, const void *const *in, graph_buff
   bool f64 = a.dtype == KILN_F64;
   int64_t qb = st == KILN_OK ? (a.L + j.br - 1) / j.br : 0;
   if (st == KILN_OK) { /* the rows' log-sum-exp first: the forward's sweep without its products with v */
-    j.lay = layout(&j, false);
+    layout(&j, false);
     double macs = (double)j.br * (double)a.S * (double)a.E;
     st = run_items(&j, f64 ? lse_chunk_f64 : lse_chunk_f32, a.batches * qb, macs, err, errlen);
   }
-  if (st == KILN_OK) j.lay = layout(&j, true);
+  if (st == KILN_OK) layout(&j, true);
   if (st == KILN_OK && a.batches >= rt_pool_threads()) { /* a batch per item: one sweep, P made once */
     double macs = (double)a.L * (double)a.S * (double)(3 * a.E + 2 * a.Ev);
     st = run_items(&j, f64 ? batch_chunk_f64 : batch_chunk_f32, a.batches, macs, err, errlen);

@@ -19,17 +19,14 @@ typedef struct ATT_FN(chunk) {
 } ATT_FN(chunk);
 
 static bool ATT_FN(chunk_open)(att_job *j, ATT_FN(chunk) *c) {
-  c->buf = graph_buffer_alloc(j->lay.total);
+  c->buf = graph_buffer_alloc(j->off[P_COUNT]);
   if (!c->buf) {
     atomic_store(&j->oom, true);
     return false;
   }
-  char *b = c->buf->data;
-  const att_layout *y = &j->lay;
-  int64_t off[] = {y->s, y->ds, y->acc, y->ml, y->blk, y->qi, y->kt, y->vb, y->qa, y->doa, y->vt, y->dob, y->qb, y->kb};
-  ATT_T **ptr[] = {&c->s, &c->ds, &c->acc, &c->m, &c->blk, &c->qi, &c->kt, &c->vb, &c->qa, &c->doa, &c->vt, &c->dob,
-                   &c->qb, &c->kb};
-  for (int i = 0; i < 14; i++) *ptr[i] = (ATT_T *)(b + off[i]);
+  ATT_T **ptr[P_COUNT] = {&c->s, &c->ds, &c->acc, &c->m, &c->blk, &c->qi, &c->kt, &c->vb, &c->qa, &c->doa, &c->vt,
+                          &c->dob, &c->qb, &c->kb};
+  for (int i = 0; i < P_COUNT; i++) *ptr[i] = (ATT_T *)(c->buf->data + j->off[i]);
   c->l = c->m + j->br;
   c->batch = -1;
   return true;
