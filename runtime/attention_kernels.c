@@ -97,7 +97,7 @@ static rt_attention attention_of(const graph_node *n, const void *const *in) {
     a.dout = operand(n, 0, in[0], a.E);
     a.dsum = operand(n, 0, in[0], a.E + a.Ev);
   }
-  if (a.kind == RT_ATTENTION_MASK) {
+  if (a.kind == GRAPH_ATTENTION_MASK) {
     a.mask = operand(n, 2, in[2], 0);
     a.bool_mask = n->inputs[2].node->dtype == KILN_BOOL;
   }
@@ -318,7 +318,7 @@ static void record(const rt_attention *a, int64_t t0, int64_t t1, int64_t numel)
                           .numel = numel,
                           .bytes_read = a->batches * (a->L * a->E + a->S * (a->E + a->Ev)) * esz,
                           .bytes_written = numel * esz,
-                          .flops = 2 * (a->kind == RT_ATTENTION_CAUSAL ? macs / 2 : macs),
+                          .flops = 2 * (a->kind == GRAPH_ATTENTION_CAUSAL ? macs / 2 : macs),
                           .run_ns = t1 - t0,
                           .cache_hit = true,
                           .threads = rt_pool_threads()};

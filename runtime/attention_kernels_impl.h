@@ -66,9 +66,9 @@ static void ATT_FN(mask_block)(const att_job *j, int64_t i, int64_t r0, int64_t 
     ATT_T *row = x + r * BC;
     for (int64_t c = 0; c < bc; c++) row[c] *= scale;
     for (int64_t c = bc; c < BC; c++) row[c] = -INFINITY;
-    if (a->kind == RT_ATTENTION_CAUSAL)
+    if (a->kind == GRAPH_ATTENTION_CAUSAL)
       for (int64_t c = r0 + r + 1 - c0 > 0 ? r0 + r + 1 - c0 : 0; c < bc; c++) row[c] = -INFINITY;
-    if (a->kind != RT_ATTENTION_MASK) continue;
+    if (a->kind != GRAPH_ATTENTION_MASK) continue;
     const char *m = at(&a->mask, a->nb, i, r0 + r, c0, a->bool_mask ? 1 : j->esz);
     int64_t cs = a->mask.cs;
     if (a->bool_mask)
@@ -110,7 +110,7 @@ static void ATT_FN(fwd_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int
   rt_gemm_block_pack_a(g, c->qi, at(&a->q, a->nb, i, r0, 0, j->esz), a->q.rs, a->q.cs, br, a->E);
   for (int64_t r = 0; r < br; r++) c->m[r] = -INFINITY, c->l[r] = 0;
   memset(c->acc, 0, sizeof *c->acc * (size_t)(br * ev));
-  int64_t cend = a->kind == RT_ATTENTION_CAUSAL ? min64(a->S, r0 + br) : a->S;
+  int64_t cend = a->kind == GRAPH_ATTENTION_CAUSAL ? min64(a->S, r0 + br) : a->S;
   for (int64_t c0 = 0; c0 < cend; c0 += BC) {
     int64_t bc = min64(BC, cend - c0);
     rt_gemm_block_panels(g, br, bc, a->E, c->qi, a->E * mr, c->kt + c0 / nr * a->E * nr, a->E * nr, c->s, BC, false);
@@ -130,26 +130,30 @@ static void ATT_FN(fwd_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int
   }
 }
 
-/* Pool chunks over (batch, query block) items: the forward (O and,
- * when asked, the log-sum-exp), or the log-sum-exp alone. */
-static void ATT_FN(rows_chunk)(void *const *bufs, int64_t start, int64_t end, bool with_v) {
+/* A pool chunk over (batch, query block) items [start, end), each run
+ * by block (fwd_block or dq_block) with the flag. */
+static void ATT_FN(query_chunk)(void *const *bufs, int64_t start, int64_t end,
+                                void (*block)(const att_job *, ATT_FN(chunk) *, int64_t, int64_t, int64_t, bool),
+                                bool flag) {
   att_job *j = bufs[0];
   ATT_FN(chunk) c;
   if (!ATT_FN(chunk_open)(j, &c)) return;
   int64_t qb = (j->a.L + j->br - 1) / j->br;
   for (int64_t it = start; it < end; it++) {
     int64_t i = it / qb, r0 = it % qb * j->br;
-    ATT_FN(fwd_block)(j, &c, i, r0, min64(j->br, j->a.L - r0), with_v);
+    block(j, &c, i, r0, min64(j->br, j->a.L - r0), flag);
   }
   graph_buffer_release(c.buf);
 }
 
+/* The forward (O and, when asked, the log-sum-exp), or the log-sum-exp
+ * alone. */
 static void ATT_FN(fwd_chunk)(void *const *bufs, int64_t start, int64_t end) {
-  ATT_FN(rows_chunk)(bufs, start, end, true);
+  ATT_FN(query_chunk)(bufs, start, end, ATT_FN(fwd_block), true);
 }
 
 static void ATT_FN(lse_chunk)(void *const *bufs, int64_t start, int64_t end) {
-  ATT_FN(rows_chunk)(bufs, start, end, false);
+  ATT_FN(query_chunk)(bufs, start, end, ATT_FN(fwd_block), false);
 }
 
 /* ------------------------------------------------------------ backward */
@@ -183,7 +187,7 @@ static void ATT_FN(dkv_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int
   int64_t w = a->E + a->Ev, mr = g->spec.mr, nr = g->spec.nr;
   ATT_FN(pack_batch)(j, c, i, true, false);
   memset(c->acc, 0, sizeof *c->acc * (size_t)(bc * w));
-  int64_t rstart = a->kind == RT_ATTENTION_CAUSAL ? c0 / j->br * j->br : 0; /* rows before c0 see none of these keys */
+  int64_t rstart = a->kind == GRAPH_ATTENTION_CAUSAL ? c0 / j->br * j->br : 0; /* rows before c0 see none of these keys */
   for (int64_t r0 = rstart; r0 < a->L; r0 += j->br) {
     int64_t br = min64(j->br, a->L - r0);
     ATT_FN(probs_and_grads)(j, c, i, r0, br, c0, bc);
@@ -200,14 +204,16 @@ static void ATT_FN(dkv_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int
   memcpy(out, c->acc, sizeof *c->acc * (size_t)(bc * w));
 }
 
-/* dQ_i for batch i, query rows [r0, r0 + br) (a block start). */
-static void ATT_FN(dq_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int64_t r0, int64_t br) {
+/* dQ_i for batch i, query rows [r0, r0 + br) (a block start); `unused`:
+ * query_chunk's flag. */
+static void ATT_FN(dq_block)(const att_job *j, ATT_FN(chunk) *c, int64_t i, int64_t r0, int64_t br, bool unused) {
+  (void)unused;
   const rt_attention *a = &j->a;
   const rt_gemm_block *g = &j->g;
   int64_t mr = g->spec.mr, nr = g->spec.nr;
   ATT_FN(pack_batch)(j, c, i, true, false);
   memset(c->acc, 0, sizeof *c->acc * (size_t)(br * a->E));
-  int64_t cend = a->kind == RT_ATTENTION_CAUSAL ? min64(a->S, r0 + br) : a->S;
+  int64_t cend = a->kind == GRAPH_ATTENTION_CAUSAL ? min64(a->S, r0 + br) : a->S;
   for (int64_t c0 = 0; c0 < cend; c0 += BC) {
     int64_t bc = min64(BC, cend - c0);
     ATT_FN(probs_and_grads)(j, c, i, r0, br, c0, bc);
@@ -230,15 +236,7 @@ static void ATT_FN(dkv_chunk)(void *const *bufs, int64_t start, int64_t end) {
 }
 
 static void ATT_FN(dq_chunk)(void *const *bufs, int64_t start, int64_t end) {
-  att_job *j = bufs[0];
-  ATT_FN(chunk) c;
-  if (!ATT_FN(chunk_open)(j, &c)) return;
-  int64_t qb = (j->a.L + j->br - 1) / j->br;
-  for (int64_t it = start; it < end; it++) {
-    int64_t i = it / qb, r0 = it % qb * j->br;
-    ATT_FN(dq_block)(j, &c, i, r0, min64(j->br, j->a.L - r0));
-  }
-  graph_buffer_release(c.buf);
+  ATT_FN(query_chunk)(bufs, start, end, ATT_FN(dq_block), false);
 }
 
 /* One sweep per batch: dQ, dK and dV of whole batches [start, end). */

@@ -302,15 +302,13 @@ typedef struct rt_attention_operand {
   const graph_view *view; /* for its batch dims' strides */
   int64_t rs, cs;
 } rt_attention_operand;
-/** The mask kinds (graph/ops.def ATTENTION's reduce_mask). */
-enum { RT_ATTENTION_NONE = 0, RT_ATTENTION_CAUSAL = 1, RT_ATTENTION_MASK = 2 };
 /** One attention softmax(q·kᵀ·scale + mask)·v over `batches` batches (nb
  *  batch dims): q [L, E], k [S, E], v [S, Ev], mask [L, S] (BOOL when
  *  bool_mask, else dtype) per batch; for the backward also dO [L, Ev]
  *  and D = rowsum(dO ∘ O) [L, 1]. */
 typedef struct rt_attention {
   kiln_dtype dtype; /* F32 or F64 */
-  int nb, kind;     /* RT_ATTENTION_* */
+  int nb, kind;     /* GRAPH_ATTENTION_* (graph.h) */
   int64_t batches, L, S, E, Ev;
   double scale;
   bool bool_mask;

@@ -224,7 +224,7 @@ static void row_without_keys_is_nan(void **state) {
 }
 
 /* The forward's result taken over by an in-place write: the rule cannot
- * read its log-sum-exp any more and computes it again. */
+ * read O (D = rowsum(dO ∘ O) needs it) any more and computes it again. */
 static void backward_after_in_place_write(void **state) {
   (void)state;
   problem p = {70, 90, 8, 6, MASK_FLOAT, KILN_F64, 0, 0};
