@@ -28,6 +28,8 @@
 
 #define V(...) ((int64_t[]){__VA_ARGS__})
 
+void rt_set_fusion(int enabled); /* runtime/rt_internal.h: 1 on, 0 off, -1 KILN_FUSE's */
+
 enum { MASK_NONE, MASK_BOOL, MASK_FLOAT, MASK_CAUSAL };
 
 static void set_fused(bool on) {
@@ -326,15 +328,19 @@ static void compare_by_hand(const problem *p, int near, bool wrt_scores, double 
 
 /* Written by hand, attention runs as the fused forward and backward
  * (two attention kernels) for every mask kind, with the gradients of the
- * composition. */
+ * composition. Fusion pinned on, whatever KILN_FUSE says: under
+ * KILN_FUSE=0 (one kernel per node) the forward is the composition's,
+ * the backward still the fused one. */
 static void by_hand_fuses(void **state) {
   (void)state;
+  rt_set_fusion(1);
   for (int mask = MASK_NONE; mask <= MASK_CAUSAL; mask++) {
     problem p = {100, 130, 16, 12, mask, KILN_F64, 0, 0};
     int runs;
     compare_by_hand(&p, 0, false, 1e-12, &runs);
     assert_int_equal(runs, 2);
   }
+  rt_set_fusion(-1);
 }
 
 /* Almost attention (a mask that reads the scores; log_softmax) computes
@@ -353,9 +359,10 @@ static void near_misses_stay_unfused(void **state) {
 }
 
 /* The hand-written forward and backward of [1, 1, 4096, 8] × 4200 keys
- * make no [L, S] buffer either. */
+ * make no [L, S] buffer either (fusion pinned on, as by_hand_fuses). */
 static void by_hand_stores_no_scores(void **state) {
   (void)state;
+  rt_set_fusion(1);
   problem p = {4096, 4200, 8, 8, MASK_CAUSAL, KILN_F32, 1, 1};
   kiln_scope_begin();
   inputs x = make(&p, 3);
@@ -372,6 +379,7 @@ static void by_hand_stores_no_scores(void **state) {
     fail_msg("the force's buffers peaked at %lld bytes, not below a quarter of the scores' %lld", (long long)added,
              (long long)scores);
   kiln_scope_end();
+  rt_set_fusion(-1);
   expect_no_error();
 }
 
