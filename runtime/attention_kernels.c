@@ -144,8 +144,20 @@ static int job_init(att_job *j, const rt_attention *a, void *out, void *lse, cha
  * short block's end hold -inf: exp gives 0 there). F32 rows are loops the
  * compiler vectorizes (this file is built with -O3), in a clone per ISA
  * the host may have, picked at load time (target_clones; the products
- * are the JIT's micro-kernel); F64 rows go through libm's exp. */
-#if defined(__x86_64__) && defined(__GNUC__)
+ * are the JIT's micro-kernel; sanitizer builds have the baseline's
+ * alone); F64 rows go through libm's exp. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define ATT_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define ATT_SANITIZED 1
+#endif
+/* No clones in sanitizer builds: their ifunc resolvers run while the
+ * library is relocated, before a sanitizer's runtime starts (TSan then
+ * crashes at load). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ATT_SANITIZED)
 #define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define ROW_CLONES
