@@ -1,11 +1,13 @@
 /*
  * attention.c — kiln_scaled_dot_product_attention (Torch 2's
- * torch.nn.functional.scaled_dot_product_attention), composed from
- * recorded ops, and its causal mask.
+ * torch.nn.functional.scaled_dot_product_attention) and its causal mask.
  *
- * The composition is the one the attention pass is to find, written in a
- * fixed order so a pattern over the graph can match it (docs/internals.md,
- * "Attention"):
+ * Without dropout, on the host, it records the fused attention
+ * (ops_attention: an ATTENTION node, runtime/attention_kernels.c; its
+ * gradient the fused backward), so no [..., L, S] buffer is made forward
+ * or backward (docs/internals.md, "Attention"); is_causal is then an
+ * attribute of the node. Otherwise (dropout, CUDA tensors, or
+ * KILN_ATTENTION=unfused) it records the composition:
  *
  *   s = matmul(q, transpose(k, -2, -1))      [..., L, S]
  *   s = s * scale                            (a scalar mul)
@@ -15,13 +17,15 @@
  *   p = dropout(p)                           (only when dropout_p > 0)
  *   o = matmul(p, v)                         [..., L, Ev]
  *
- * Until that pass exists the composition runs as it is: a GEMM, one row
- * kernel for scale, mask and softmax (the fusion pass's row fusion), and a
- * GEMM. The causal mask costs no memory: keep = col <= row over
- * arange(L) [L, 1] and arange(S) [1, S], a lazy BOOL expression that fuses
- * into the row kernel reading the scores (no [L, S] buffer is made for it).
- * Gradients come from the parts' rules (matmul, where, softmax's ops), so
- * q, k, v and a float mask are differentiable.
+ * which runs as a GEMM, one row kernel for scale, mask and softmax (the
+ * fusion pass's row fusion), and a GEMM — or, without dropout, is found
+ * by the fusion pass as a hand-written attention would be
+ * (graph/attention_pattern.c). The causal mask costs no memory: keep =
+ * col <= row over arange(L) [L, 1] and arange(S) [1, S], a lazy BOOL
+ * expression that fuses into the row kernel reading the scores (no
+ * [L, S] buffer is made for it). Gradients come from the parts' rules
+ * (matmul, where, softmax's ops), so q, k, v and a float mask are
+ * differentiable either way.
  *
  * Torch 2 semantics: a BOOL mask keeps where true (a row with nothing kept
  * gives NaN, as Torch's math path); a float mask is added; the mask
