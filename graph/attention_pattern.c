@@ -166,7 +166,6 @@ bool graph_attention_fused(void) {
 
 bool graph_attention_match(graph_node *o, graph_attention *m) {
   *m = (graph_attention){0};
-  if (!graph_attention_fused()) return false;
   kiln_dtype dt = o ? o->dtype : KILN_F32;
   if (!o || o->op != GRAPH_OP_MATMUL || (dt != KILN_F32 && dt != KILN_F64) || n_in(o) != 2 || !plain(&o->inputs[0]))
     return false;
@@ -192,6 +191,7 @@ bool graph_attention_match(graph_node *o, graph_attention *m) {
   graph_node *sc = m->scores;
   if (!same_sizes(sc, x)) return false;
   if (m->mask && m->mask->node->dtype != KILN_BOOL && m->mask->node->dtype != dt) return false;
+  if (!graph_attention_fused()) return false; /* read last: most matmuls fail the structure first */
   m->o = o;
   m->q = &sc->inputs[0];
   m->kt = &sc->inputs[1];

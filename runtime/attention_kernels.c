@@ -79,10 +79,9 @@ static rt_attention_operand operand(const graph_node *n, int i, const void *data
                                 .cs = cs};
 }
 
-/* The attention of node n (ATTENTION or ATTENTION_BWD: graph/ops.def)
- * over host data in[]: q (or the backward's rows: q, dO and D side by
- * side), k and v (kv's two parts), the mask. */
-static rt_attention attention_of(const graph_node *n, const void *const *in) {
+/* The sizes, scale and mask kind of node n (ATTENTION or ATTENTION_BWD:
+ * graph/ops.def), no operand. */
+static rt_attention dims_of(const graph_node *n) {
   const graph_view *qv = &n->inputs[0].view, *kvv = &n->inputs[1].view;
   int nd = qv->ndim;
   rt_attention a = {.dtype = n->dtype, .nb = nd - 2, .batches = 1, .L = qv->sizes[nd - 2], .S = kvv->sizes[nd - 2],
@@ -90,6 +89,13 @@ static rt_attention attention_of(const graph_node *n, const void *const *in) {
                     .kind = (int)graph_attr_reduce_mask(n)};
   a.Ev = kvv->sizes[nd - 1] - a.E;
   for (int d = 0; d < a.nb; d++) a.batches *= qv->sizes[d];
+  return a;
+}
+
+/* The attention of node n over host data in[]: q (or the backward's
+ * rows: q, dO and D side by side), k and v (kv's two parts), the mask. */
+static rt_attention attention_of(const graph_node *n, const void *const *in) {
+  rt_attention a = dims_of(n);
   a.q = operand(n, 0, in[0], 0);
   a.k = operand(n, 1, in[1], 0);
   a.v = operand(n, 1, in[1], a.E);
@@ -166,7 +172,8 @@ static int job_init(att_job *j, const rt_attention *a, void *out, void *lse, cha
 enum { LANES = 16 }; /* partial sums per row: a fixed order, whatever the ISA */
 
 /* e^x: Cody and Waite's reduction x = n·ln 2 + r, |r| ≤ ln 2 / 2, and
- * Cephes' degree-7 polynomial for e^r (within about 1 ulp of expf),
+ * Cephes' degree-7 polynomial for e^r (at most 1.02 ulp from e^x on
+ * [-87, 0], checked ad hoc against double exp),
  * scaled by 2^n through the exponent bits; 0 below -87.3 (where expf is
  * subnormal), +inf above 88, NaN for NaN. Branch-free: it vectorizes. */
 static inline __attribute__((always_inline)) float fexp(float x) {
@@ -316,24 +323,46 @@ static rt_attention_operand edge_operand(const graph_input *e, bool transpose) {
                                 .rs = transpose ? cs : rs, .cs = transpose ? rs : cs};
 }
 
-/* The profiler's record of a fused attention forward run from t0 to t1. */
+/* The profiler record of a's forward (bwd false) or backward kernel
+ * that read bytes_read and wrote numel elements: attention_BxLxSxE
+ * (attention_bwd_...; f64_ after the op for F64), the multiply-adds of
+ * its products counted as flops (2 each). */
+static void fill_record(const rt_attention *a, bool bwd, int64_t bytes_read, int64_t numel, kiln_kernel_record *r,
+                        char *name, size_t len) {
+  snprintf(name, len, "attention_%s%s%lldx%lldx%lldx%lld", bwd ? "bwd_" : "", a->dtype == KILN_F64 ? "f64_" : "",
+           (long long)a->batches, (long long)a->L, (long long)a->S, (long long)a->E);
+  /* forward: S and P·V; backward: S for the log-sum-exp, then S, dP, dV,
+   * dK and dQ once each (the two-sweep schedule for few batches makes S
+   * and dP once more: not counted) */
+  int64_t macs = a->batches * a->L * a->S * (bwd ? 4 * a->E + 2 * a->Ev : a->E + a->Ev);
+  if (a->kind == GRAPH_ATTENTION_CAUSAL) macs /= 2; /* about half the blocks */
+  *r = (kiln_kernel_record){.name = name,
+                            .backend = "llvm",
+                            .n_ops = 1,
+                            .numel = numel,
+                            .bytes_read = bytes_read,
+                            .bytes_written = numel * graph_dtypes[a->dtype].size,
+                            .flops = 2 * macs,
+                            .run_ns = r->run_ns,
+                            .cache_hit = true,
+                            .threads = rt_pool_threads()};
+}
+
+void rt_attention_describe(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
+  int64_t in = 0;
+  for (int i = 0; i < n->n_inputs; i++)
+    in += graph_view_numel(&n->inputs[i].view) * graph_dtypes[n->inputs[i].node->dtype].size;
+  rt_attention a = dims_of(n);
+  fill_record(&a, n->op == GRAPH_OP_ATTENTION_BWD, in, n->numel, r, name, len);
+}
+
+/* The record of a hand-written attention's forward run from t0 to t1. */
 static void record(const rt_attention *a, int64_t t0, int64_t t1, int64_t numel) {
   if (rt_debug_level() < 1 && !rt_profiling()) return;
   char name[96];
-  int esz = graph_dtypes[a->dtype].size;
-  snprintf(name, sizeof name, "attention_%s%lldx%lldx%lldx%lld", a->dtype == KILN_F64 ? "f64_" : "",
-           (long long)a->batches, (long long)a->L, (long long)a->S, (long long)a->E);
-  int64_t macs = a->batches * a->L * a->S * (a->E + a->Ev);
-  kiln_kernel_record r = {.name = name,
-                          .backend = "llvm",
-                          .n_ops = 1,
-                          .numel = numel,
-                          .bytes_read = a->batches * (a->L * a->E + a->S * (a->E + a->Ev)) * esz,
-                          .bytes_written = numel * esz,
-                          .flops = 2 * (a->kind == GRAPH_ATTENTION_CAUSAL ? macs / 2 : macs),
-                          .run_ns = t1 - t0,
-                          .cache_hit = true,
-                          .threads = rt_pool_threads()};
+  kiln_kernel_record r = {.run_ns = t1 - t0};
+  int64_t bytes_read = a->batches * (a->L * a->E + a->S * (a->E + a->Ev)) * graph_dtypes[a->dtype].size;
+  fill_record(a, false, bytes_read, numel, &r, name, sizeof name);
   if (rt_debug_level() >= 1) rt_debug_kernel(&r, 0, NULL);
   if (rt_profiling()) rt_profile_add(&r, t0, NULL, 0);
 }

@@ -92,35 +92,6 @@ static void describe_tiled(const graph_node *n, kiln_kernel_record *r, char *nam
   r->backend = rt_backend_for(n)->name;
 }
 
-/* Name, flops and bytes of a fused attention kernel (attention_kernels.c):
- * attention_BxLxSxE (attention_bwd_...; f64_ after the op for F64), and
- * the multiply-adds of its products counted as flops (2 each). */
-static void describe_attention(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len) {
-  const graph_view *q = &n->inputs[0].view, *kv = &n->inputs[1].view;
-  int nd = q->ndim;
-  int64_t b = 1, l = q->sizes[nd - 2], s = kv->sizes[nd - 2], e = (int64_t)graph_attr_scalar2(n);
-  int64_t ev = kv->sizes[nd - 1] - e, in = 0;
-  for (int d = 0; d < nd - 2; d++) b *= q->sizes[d];
-  for (int i = 0; i < n->n_inputs; i++)
-    in += graph_view_numel(&n->inputs[i].view) * graph_dtypes[n->inputs[i].node->dtype].size;
-  bool bwd = n->op == GRAPH_OP_ATTENTION_BWD;
-  snprintf(name, len, "attention_%s%s%lldx%lldx%lldx%lld", bwd ? "bwd_" : "", n->dtype == KILN_F64 ? "f64_" : "",
-           (long long)b, (long long)l, (long long)s, (long long)e);
-  /* forward: S and P·V; backward: S twice, dP twice, dV, dK, dQ */
-  int64_t macs = b * l * s * (bwd ? 4 * e + 3 * ev : e + ev);
-  if (graph_attr_reduce_mask(n) == 1) macs /= 2; /* causal: about half the blocks */
-  *r = (kiln_kernel_record){.name = name,
-                            .backend = "llvm",
-                            .n_ops = 1,
-                            .numel = n->numel,
-                            .bytes_read = in,
-                            .bytes_written = n->numel * graph_dtypes[n->dtype].size,
-                            .flops = 2 * macs,
-                            .run_ns = r->run_ns,
-                            .cache_hit = true,
-                            .threads = rt_pool_threads()};
-}
-
 /* One extern op's row: `host` runs it on host memory (MATMUL's is NULL:
  * it runs through its backend's contraction entry), `describe` fills
  * its profiler record, `hold` runs it under rt_pool_hold (idle pool
@@ -141,8 +112,8 @@ static const struct {
     {GRAPH_OP_MATMUL, {NULL, describe_gemm, false}},
     {GRAPH_OP_ARGSORT, {rt_sort_argsort, describe_sort, false}},
     {GRAPH_OP_MODE, {rt_sort_mode, describe_sort, false}},
-    {GRAPH_OP_ATTENTION, {rt_attention_forward, describe_attention, false}},
-    {GRAPH_OP_ATTENTION_BWD, {rt_attention_backward, describe_attention, false}},
+    {GRAPH_OP_ATTENTION, {rt_attention_forward, rt_attention_describe, false}},
+    {GRAPH_OP_ATTENTION_BWD, {rt_attention_backward, rt_attention_describe, false}},
 };
 
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;

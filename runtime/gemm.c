@@ -669,7 +669,6 @@ int rt_gemm_block_init(rt_gemm_block *g, kiln_dtype dtype, char *err, size_t err
   if (st == KILN_OK) st = get_kernel(&j, err, errlen);
   if (st != KILN_OK) return st;
   *g = (rt_gemm_block){.spec = j.spec, .ukr = j.ukr, .esz = j.d.esz};
-  g->blk = rt_gemm_blocking_for(j.spec.mr, j.spec.nr, j.d.esz);
   return KILN_OK;
 }
 

@@ -235,7 +235,6 @@ void rt_gemm_set_blocking(int64_t mc, int64_t kc, int64_t nc);
 typedef struct rt_gemm_block {
   llvm_gemm_spec spec;
   llvm_gemm_fn ukr;
-  rt_gemm_blocking blk;
   int esz;
 } rt_gemm_block;
 /** The target's micro-kernel for dtype (F32/F64), compiled or loaded at
@@ -329,6 +328,9 @@ int rt_attention_matmul(graph_node *o, const graph_attention *m, char *err, size
  *  buffer of n's numel. Errors as rt_attention_run's. */
 int rt_attention_forward(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
 int rt_attention_backward(const graph_node *n, const void *const *in, graph_buffer *out, char *err, size_t errlen);
+/** Their profiler record (rt_extern_describe_fn): attention_BxLxSxE or
+ *  attention_bwd_..., the products' multiply-adds as flops. */
+void rt_attention_describe(const graph_node *n, bool on_device, kiln_kernel_record *r, char *name, size_t len);
 /** The ARGSORT and MODE extern ops (sort_loops.c): in[0] the host data of the
  *  input's buffer, out a fresh buffer of n's numel (I64). KILN_ERR_OOM
  *  when a row's scratch cannot be allocated. */
