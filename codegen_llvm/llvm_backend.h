@@ -156,6 +156,12 @@ typedef struct llvm_gemm_spec {
  *  llvm_gemm_override says. KILN_ERR_ARG for another dtype,
  *  KILN_ERR_COMPILE when the JIT cannot start. */
 int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t errlen);
+/** llvm_gemm_choose's micro-kernel for a product of m rows (C's M): a
+ *  shorter MR where the target's would pad the last row tile by more
+ *  than 2 % of the rows and a shorter one with at least 16 accumulators
+ *  pads less (8×32 for M = 64 or 128 on AVX-512; AVX2's 6×16 stays).
+ *  An MR set by llvm_gemm_override wins. Errors as llvm_gemm_choose. */
+int llvm_gemm_choose_rows(kiln_dtype dtype, int64_t m, llvm_gemm_spec *out, char *err, size_t errlen);
 /** For tests and tuning: the vector width (bits) and register count
  *  llvm_gemm_choose assumes instead of the host's (0, 0: the host's), and
  *  MR and nv instead of the rule's (0: the rule's). Not thread-safe with

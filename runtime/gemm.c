@@ -582,9 +582,10 @@ static void untranspose(char *c, const char *ct, const mm_dims *d) {
   }
 }
 
-/* The job's micro-kernel spec: the target's, with epi's steps. */
+/* The job's micro-kernel spec: the target's for its M rows
+ * (llvm_gemm_choose_rows), with epi's steps. */
 static int choose_spec(gemm_job *j, kiln_dtype dtype, char *err, size_t errlen) {
-  int st = llvm_gemm_choose(dtype, &j->spec, err, errlen);
+  int st = llvm_gemm_choose_rows(dtype, j->d.m, &j->spec, err, errlen);
   if (st != KILN_OK || !j->epi) return st;
   j->spec.n_epi = j->epi->n;
   memcpy(j->spec.epi, j->epi->step, sizeof j->spec.epi[0] * (size_t)j->epi->n);
@@ -610,9 +611,7 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
   }
   if (j.d.m == 0 || j.d.nn == 0 || j.d.batches == 0) return KILN_OK;
   int st = choose_spec(&j, n->dtype, err, errlen);
-  if (st == KILN_OK) st = get_kernel(&j, err, errlen);
   if (st != KILN_OK) return st;
-  j.blk = rt_gemm_blocking_for(j.spec.mr, j.spec.nr, j.d.esz);
   j.a = operand_of(&j, n, 0, in[0]);
   j.b = operand_of(&j, n, 1, in[1]);
   graph_buffer *ct = NULL; /* Cᵀ of a swapped product */
@@ -627,7 +626,14 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
     int64_t m = j.d.m;
     j.d.m = j.d.nn, j.d.nn = m;
     j.c = ct->data;
+    st = choose_spec(&j, n->dtype, err, errlen); /* MR for the new M */
   }
+  if (st == KILN_OK) st = get_kernel(&j, err, errlen);
+  if (st != KILN_OK) {
+    graph_buffer_release(ct);
+    return st;
+  }
+  j.blk = rt_gemm_blocking_for(j.spec.mr, j.spec.nr, j.d.esz);
   atomic_init(&j.oom, false);
   plan_k_parts(&j);
   last_k_parts = (int)j.pk;

@@ -128,7 +128,7 @@ static int tile_kernel(const pass_plan *p, graph_node *x, const graph_node *root
 static int prepare(const pass_plan *p, graph_node *x, const graph_node *root, group_call *g, void *out, char *ops,
                    size_t ops_len, int64_t *compile_ns, char *err, size_t errlen) {
   llvm_gemm_spec spec;
-  if (llvm_gemm_choose(x->dtype, &spec, err, errlen) != KILN_OK) return KILN_ERR_UNSUPPORTED;
+  if (llvm_gemm_choose_rows(x->dtype, x->sizes[0], &spec, err, errlen) != KILN_OK) return KILN_ERR_UNSUPPORTED;
   int64_t n = x->sizes[1], tail = n % spec.nr;
   g->mr = rt_gemm_blocking_for(spec.mr, spec.nr, graph_dtypes[x->dtype].size).mc; /* the driver's blocks */
   g->nr = spec.nr;

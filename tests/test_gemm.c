@@ -296,6 +296,35 @@ static void micro_kernel_variants(void **state) {
   llvm_gemm_override(0, 0, 0, 0);
 }
 
+/* MR for a product's M (llvm_gemm_choose_rows): the register rule's
+ * unless a shorter tile with at least 16 accumulators pads the last row
+ * tile by more than 2 % fewer rows; products of those M (and a skinny
+ * one that runs transposed, whose MR follows its new M) are right. */
+static void rows_choose_mr(void **state) {
+  (void)state;
+  static const struct {
+    int bits, regs;
+    int64_t m;
+    int mr;
+  } v[] = {{512, 32, 64, 8},  {512, 32, 128, 8},  {512, 32, 2048, 14}, {512, 32, 784, 14}, {512, 32, 9, 9},
+           {512, 32, 288, 12}, {512, 32, 100, 10}, {256, 16, 64, 6},    {256, 16, 9, 6}};
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+    llvm_gemm_override(v[i].bits, v[i].regs, 0, 0);
+    llvm_gemm_spec s;
+    char err[256];
+    assert_int_equal(llvm_gemm_choose_rows(KILN_F32, v[i].m, &s, err, sizeof err), KILN_OK);
+    if (s.vl * 32 == v[i].bits) assert_int_equal(s.mr, v[i].mr); /* (a narrower host clamps the width) */
+  }
+  llvm_gemm_override(512, 32, 0, 0);
+  for (int d = 0; d < 2; d++) {
+    kiln_dtype dt = d ? KILN_F64 : KILN_F32;
+    check_2d(dt, 64, 70, 37, CONTIG, TRANS);
+    check_2d(dt, 128, 45, 300, TRANS, CONTIG);
+    check_2d(dt, 300, 9, 50, CONTIG, CONTIG); /* Cᵀ [9, 300]: MR 9 */
+  }
+  llvm_gemm_override(0, 0, 0, 0);
+}
+
 /* A micro-kernel variant's first product compiles it: that record has
  * cache_hit false and its compile time; the next one is a hit. */
 static void first_use_compiles(void **state) {
@@ -493,6 +522,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(batched, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(entry_points, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(micro_kernel_variants, setup_jit, teardown_jit),
+      cmocka_unit_test_setup_teardown(rows_choose_mr, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(first_use_compiles, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(same_for_any_thread_count, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(k_split_for_few_tiles, setup_jit, teardown_jit),
