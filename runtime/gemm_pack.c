@@ -23,13 +23,19 @@
  * a permuted gradient as A) the panel is transposed from the lines in
  * SSE2 blocks; otherwise each k row copies the lines' runs.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PACK_X86 1
+#endif
 
+#include "llvm_backend.h"
 #include "rt_internal.h"
 
 const void *rt_gemm_copy_source(const graph_node *n, int i, graph_split_view *s) {
@@ -76,14 +82,16 @@ static inline void walk_next(sub_walk *w, const graph_split_view *s) {
   }
 }
 
+#define PANEL_MAX (LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR) /* lines */
+
 /* One panel being packed: its lines' offsets in the input, and the
  * same as runs of consecutive lines contiguous in the input. */
 typedef struct panel {
   int64_t lines, nruns;
   int64_t step; /* every line its own run (a strided convolution's windows): each `step` elements after the
                   one before (> 1), or 0 */
-  int64_t loff[LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR];
-  int64_t run_at[LLVM_GEMM_MAX_NR > LLVM_GEMM_MAX_MR ? LLVM_GEMM_MAX_NR : LLVM_GEMM_MAX_MR]; /* first line */
+  int64_t loff[PANEL_MAX];
+  int64_t run_at[PANEL_MAX]; /* first line */
 } panel;
 
 /* k steps along a run of contiguous input elements: dst[k·ld + l] =
@@ -177,6 +185,101 @@ static inline __attribute__((always_inline)) void copy_runs(char *d, const char 
   }
 }
 
+/* ------------------------------------------- run-major row packing */
+
+/* A panel whose lines form runs longer than one element (a stride-1
+ * convolution's output rows as B's columns) is packed run by run: each
+ * run's elements of every k row, the k rows' input offsets computed once
+ * for all the call's panels (koff). The copies are as wide as the host
+ * allows and the JIT's target (KILN_CPU) runs: AVX-512F masked moves (a
+ * run of up to 16 F32 is one load and one store), AVX2 32-byte moves
+ * (the last overlapping the one before), else copy_run's 16 bytes. */
+enum { KCHUNK = 256 }; /* k rows whose offsets are computed at a time */
+
+typedef void (*runs_fn)(char *dst, int64_t ld, const char *base, const panel *p, const int64_t *koff, int64_t n,
+                        int esz);
+
+/* A run: its first line (a), length, and input offset. */
+#define RUN_OF(p, r, a, len, lo)                                                                                  \
+  int64_t a = (p)->run_at[r], len = ((r) + 1 < (p)->nruns ? (p)->run_at[(r) + 1] : (p)->lines) - a,           \
+          lo = (p)->loff[a]
+
+/* The k rows go in order, each row's runs in turn: a panel (KC × NR,
+ * e.g. 36 KiB) may not fit L1, and a run-by-run sweep would write it
+ * once per run. */
+static void runs_baseline(char *dst, int64_t ld, const char *base, const panel *p, const int64_t *koff, int64_t n,
+                          int esz) {
+  for (int64_t k = 0; k < n; k++)
+    for (int64_t r = 0; r < p->nruns; r++) {
+      RUN_OF(p, r, a, len, lo);
+      if (esz == 4) copy_run(dst + (k * ld + a) * 4, base + (koff[k] + lo) * 4, len, 4);
+      else copy_run(dst + (k * ld + a) * 8, base + (koff[k] + lo) * 8, len, 8);
+    }
+}
+
+#if defined(PACK_X86)
+__attribute__((target("avx2"))) static void runs_avx2(char *dst, int64_t ld, const char *base, const panel *p,
+                                                      const int64_t *koff, int64_t n, int esz) {
+  for (int64_t k = 0; k < n; k++)
+    for (int64_t r = 0; r < p->nruns; r++) {
+      RUN_OF(p, r, a, len, lo);
+      char *d = dst + (k * ld + a) * esz;
+      const char *src = base + (koff[k] + lo) * esz;
+      int64_t bytes = len * esz, i = 0;
+      if (bytes < 32) { /* copy_run's 16-byte moves (or elements) */
+        copy_run(d, src, len, esz);
+        continue;
+      }
+      for (; i + 32 <= bytes; i += 32)
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(src + i)));
+      if (i < bytes)
+        _mm256_storeu_si256((__m256i *)(d + bytes - 32), _mm256_loadu_si256((const __m256i *)(src + bytes - 32)));
+    }
+}
+
+/* A run of up to 16 F32 (8 F64) is one masked load and store. */
+__attribute__((target("avx512f"))) static void runs_avx512(char *dst, int64_t ld, const char *base, const panel *p,
+                                                           const int64_t *koff, int64_t n, int esz) {
+  int64_t vl = 64 / esz, at[PANEL_MAX], lo[PANEL_MAX], whole[PANEL_MAX];
+  __mmask16 m[PANEL_MAX]; /* each run's tail (≤ 15 F32, ≤ 7 F64) */
+  for (int64_t r = 0; r < p->nruns; r++) {
+    RUN_OF(p, r, a, len, l);
+    at[r] = a * esz, lo[r] = l * esz, whole[r] = len / vl * vl * esz;
+    m[r] = (__mmask16)((1u << (len - len / vl * vl)) - 1);
+  }
+  for (int64_t k = 0; k < n; k++) {
+    char *d = dst + k * ld * esz;
+    const char *src = base + koff[k] * esz;
+    for (int64_t r = 0; r < p->nruns; r++) {
+      char *dr = d + at[r];
+      const char *sr = src + lo[r];
+      for (int64_t i = 0; i < whole[r]; i += 64)
+        _mm512_storeu_si512((void *)(dr + i), _mm512_loadu_si512((const void *)(sr + i)));
+      if (!m[r]) continue;
+      if (esz == 4) _mm512_mask_storeu_epi32(dr + whole[r], m[r], _mm512_maskz_loadu_epi32(m[r], sr + whole[r]));
+      else _mm512_mask_storeu_epi64(dr + whole[r], (__mmask8)m[r], _mm512_maskz_loadu_epi64((__mmask8)m[r], sr + whole[r]));
+    }
+  }
+}
+#endif
+
+/* The widest run copier the host has and the JIT's target runs (read
+ * once). */
+static runs_fn runs_copier(void) {
+  static _Atomic(runs_fn) fn;
+  runs_fn f = atomic_load_explicit(&fn, memory_order_acquire);
+  if (f) return f;
+  f = runs_baseline;
+#if defined(PACK_X86)
+  int bits = llvm_target_vector_bits();
+  __builtin_cpu_init();
+  if (bits >= 512 && __builtin_cpu_supports("avx512f")) f = runs_avx512;
+  else if (bits >= 256 && __builtin_cpu_supports("avx2")) f = runs_avx2;
+#endif
+  atomic_store_explicit(&fn, f, memory_order_release);
+  return f;
+}
+
 /* Packs one panel's kc rows, k from w. Where k's innermost sub-dim has
  * stride 1 and spans at least 8 elements (a stride-1 convolution's
  * output rows, read as B's K), the lines are transposed segment by
@@ -204,6 +307,32 @@ static void pack_panel(char *dst, int64_t ld, const char *base, const panel *p, 
     for (int64_t k = 0; k < kc; k++) memset(dst + (k * ld + p->lines) * esz, 0, (size_t)((ld - p->lines) * esz));
 }
 
+/* Whether panel p's k rows are copied run by run (runs_copier): a run
+ * is longer than one element, and pack_panel would not transpose the
+ * runs along k. */
+static bool run_major(const panel *p, const graph_split_view *s, int kdim) {
+  int inner = s->first[kdim + 1] - 1;
+  bool along_k = inner >= s->first[kdim] && s->strides[inner] == 1 && s->sizes[inner] >= 8;
+  return p->nruns < p->lines && !(p->nruns > 1 && along_k);
+}
+
+/* Panel p at dst, run by run, k rows [k0, k0 + kc) in chunks of KCHUNK
+ * whose input offsets are computed once (koff). */
+static void pack_runs(char *dst, int64_t ld, const char *base, const panel *p, const graph_split_view *s, int kdim,
+                      int64_t k0, int64_t kc, int esz) {
+  int64_t koff[KCHUNK];
+  sub_walk w;
+  walk_start(&w, s, kdim, k0);
+  runs_fn copy = runs_copier();
+  for (int64_t k = 0; k < kc; k += KCHUNK) {
+    int64_t n = kc - k < KCHUNK ? kc - k : KCHUNK;
+    for (int64_t z = 0; z < n; z++) koff[z] = w.off, walk_next(&w, s);
+    copy(dst + k * ld * esz, ld, base, p, koff, n, esz);
+  }
+  if (p->lines < ld)
+    for (int64_t k = 0; k < kc; k++) memset(dst + (k * ld + p->lines) * esz, 0, (size_t)((ld - p->lines) * esz));
+}
+
 void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, int ldim, int64_t l0,
                         int64_t lines, int64_t ld, int kdim, int64_t k0, int64_t kc, int esz) {
   sub_walk lw;
@@ -218,6 +347,10 @@ void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, 
     p.step = p.nruns == p.lines && p.lines > 1 ? p.loff[1] - p.loff[0] : 0;
     for (int64_t l = 2; l < p.lines && p.step > 1; l++)
       if (p.loff[l] - p.loff[l - 1] != p.step) p.step = 0;
+    if (run_major(&p, s, kdim)) {
+      pack_runs(dst + i * kc * esz, ld, base, &p, s, kdim, k0, kc, esz);
+      continue;
+    }
     sub_walk w;
     walk_start(&w, s, kdim, k0);
     pack_panel(dst + i * kc * esz, ld, base, &p, &w, s, kc, esz);
