@@ -49,6 +49,10 @@
  * the split and thread count: results are deterministic, and equal for
  * any thread count.
  *
+ * The micro-kernel's MR is chosen per product for its M
+ * (llvm_gemm_choose_rows: a shorter tile where the target's would pad
+ * the last row tile; chosen again for a swapped product's M).
+ *
  * Blocking: KC so that a B panel (KC × NR) takes about half of L1 (at
  * least 384 deep, KC_MIN), MC so
  * that an A block (MC × KC) takes about half of L2, NC so that a B block

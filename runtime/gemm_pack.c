@@ -21,7 +21,10 @@
  * convolution's output row); k walks its own sub-dims. When k's innermost
  * sub-dim is contiguous and long (B = columnsᵀ in the weight gradient,
  * a permuted gradient as A) the panel is transposed from the lines in
- * SSE2 blocks; otherwise each k row copies the lines' runs.
+ * SSE2 blocks; lines that are runs of one element each are loaded one
+ * by one (copy_lines); otherwise the k rows' offsets are computed once
+ * per call and each row's runs copied by the widest moves the host and
+ * the JIT's target allow (runs_copier).
  */
 #include <stdatomic.h>
 #include <string.h>
