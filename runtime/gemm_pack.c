@@ -240,27 +240,48 @@ __attribute__((target("avx2"))) static void runs_avx2(char *dst, int64_t ld, con
     }
 }
 
-/* A run of up to 16 F32 (8 F64) is one masked load and store. */
+/* Each 64-byte vector of a k row is assembled from its runs' parts by
+ * masked loads (one per run it holds: the lanes of the run, read from
+ * the run's input with the vector's lane 0 mapped before it; masked-off
+ * lanes never fault) and written by one store (masked for a last,
+ * partial vector), so no store straddles a run boundary: a stride-1
+ * convolution's 32-column panel row of runs 14, 14, 4 is four masked
+ * loads and two aligned stores. */
+typedef struct run_piece {
+  int64_t off;  /* bytes from the k row's input origin to the vector's lane 0 */
+  __mmask16 m;  /* the run's lanes in the vector */
+  int vec;
+} run_piece;
+
 __attribute__((target("avx512f"))) static void runs_avx512(char *dst, int64_t ld, const char *base, const panel *p,
                                                            const int64_t *koff, int64_t n, int esz) {
-  int64_t vl = 64 / esz, at[PANEL_MAX], lo[PANEL_MAX], whole[PANEL_MAX];
-  __mmask16 m[PANEL_MAX]; /* each run's tail (≤ 15 F32, ≤ 7 F64) */
+  int64_t vl = 64 / esz, nvec = (ld + vl - 1) / vl, np = 0;
+  run_piece piece[2 * PANEL_MAX];
   for (int64_t r = 0; r < p->nruns; r++) {
-    RUN_OF(p, r, a, len, l);
-    at[r] = a * esz, lo[r] = l * esz, whole[r] = len / vl * vl * esz;
-    m[r] = (__mmask16)((1u << (len - len / vl * vl)) - 1);
+    RUN_OF(p, r, a, len, lo);
+    for (int64_t l = a; l < a + len;) {
+      int64_t v = l / vl, end = (v + 1) * vl < a + len ? (v + 1) * vl : a + len;
+      piece[np++] = (run_piece){.off = (lo - a + v * vl) * esz,
+                                .m = (__mmask16)(((1u << (end - v * vl)) - 1) & ~((1u << (l - v * vl)) - 1)),
+                                .vec = (int)v};
+      l = end;
+    }
   }
+  __mmask16 tail = (__mmask16)((1u << (ld - (nvec - 1) * vl)) - 1);
   for (int64_t k = 0; k < n; k++) {
     char *d = dst + k * ld * esz;
-    const char *src = base + koff[k] * esz;
-    for (int64_t r = 0; r < p->nruns; r++) {
-      char *dr = d + at[r];
-      const char *sr = src + lo[r];
-      for (int64_t i = 0; i < whole[r]; i += 64)
-        _mm512_storeu_si512((void *)(dr + i), _mm512_loadu_si512((const void *)(sr + i)));
-      if (!m[r]) continue;
-      if (esz == 4) _mm512_mask_storeu_epi32(dr + whole[r], m[r], _mm512_maskz_loadu_epi32(m[r], sr + whole[r]));
-      else _mm512_mask_storeu_epi64(dr + whole[r], (__mmask8)m[r], _mm512_maskz_loadu_epi64((__mmask8)m[r], sr + whole[r]));
+    const char *row = base + koff[k] * esz;
+    int64_t q = 0;
+    for (int v = 0; v < nvec; v++) {
+      __m512i x = _mm512_setzero_si512();
+      for (; q < np && piece[q].vec == v; q++) {
+        const char *src = row + piece[q].off;
+        if (esz == 4) x = _mm512_mask_loadu_epi32(x, piece[q].m, src);
+        else x = _mm512_mask_loadu_epi64(x, (__mmask8)piece[q].m, src);
+      }
+      if (v + 1 < nvec || ld % vl == 0) _mm512_storeu_si512((void *)(d + v * 64), x);
+      else if (esz == 4) _mm512_mask_storeu_epi32(d + v * 64, tail, x);
+      else _mm512_mask_storeu_epi64(d + v * 64, (__mmask8)tail, x);
     }
   }
 }
