@@ -152,15 +152,18 @@ typedef struct llvm_gemm_spec {
 /** The micro-kernel for dtype on the JIT's target: vl from the vector
  *  width, MR×NR from the register count (accumulators MR·nv plus nv B
  *  vectors and a broadcast fit the registers: 14×32 F32 with AVX-512's
- *  32 zmm, 6×16 with AVX2's 16 ymm, 6×8 at 128 bits), or as
- *  llvm_gemm_override says. KILN_ERR_ARG for another dtype,
+ *  32 zmm, 6×16 with AVX2's 16 ymm, 6×8 at 128 bits) unless the target
+ *  CPU measured a shorter MR faster (llvm_gemm.c's table: znver4 8×32),
+ *  or as llvm_gemm_override says (an override of the width or registers
+ *  takes the register rule). KILN_ERR_ARG for another dtype,
  *  KILN_ERR_COMPILE when the JIT cannot start. */
 int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t errlen);
-/** llvm_gemm_choose's micro-kernel for a product of m rows (C's M): a
- *  shorter MR where the target's would pad the last row tile by more
- *  than 2 % of the rows and a shorter one with at least 16 accumulators
- *  pads less (8×32 for M = 64 or 128 on AVX-512; AVX2's 6×16 stays).
- *  An MR set by llvm_gemm_override wins. Errors as llvm_gemm_choose. */
+/** llvm_gemm_choose's micro-kernel for a product of m rows (C's M):
+ *  another MR, from the register rule's down to 16 accumulators, where
+ *  the chosen one would pad the last row tile by more than 2 % of the
+ *  rows more (8×32 for M = 64 or 128 on AVX-512, 9×32 for 9 on Zen 4;
+ *  AVX2's 6×16 stays). An MR set by llvm_gemm_override wins. Errors as
+ *  llvm_gemm_choose. */
 int llvm_gemm_choose_rows(kiln_dtype dtype, int64_t m, llvm_gemm_spec *out, char *err, size_t errlen);
 /** For tests and tuning: the vector width (bits) and register count
  *  llvm_gemm_choose assumes instead of the host's (0, 0: the host's), and

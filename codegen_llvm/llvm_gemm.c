@@ -82,7 +82,30 @@ static void choose_shape(int regs, int vl, int *mr, int *nv) {
   if (*mr > LLVM_GEMM_MAX_MR) *mr = LLVM_GEMM_MAX_MR;
 }
 
-int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t errlen) {
+/* MR where a CPU measured a shorter tile faster than the register rule's
+ * (the target's name: the host's, or KILN_CPU's; not under an override
+ * of the width or registers, which asks for the rule). Zen 4 runs its
+ * 512-bit FMAs on two 256-bit pipes: 8 × NR beat 14 × NR there by 3–5 %
+ * (bench/gemm_tune --mr 8|14 --nv 2, alternated runs: 2048³ F32 209–211
+ * → 221–222 GFLOP/s on 2 threads, 106–107 → 112 on one; F64 104–106 →
+ * 108–109). */
+static const struct {
+  const char *cpu;
+  int bits, regs, mr;
+} measured[] = {{"znver4", 512, 32, 8}};
+
+static int measured_mr(int bits, int regs, int mr) {
+  const llvm_target_info *t = llvm_target();
+  if (forced.bits || forced.regs || !t->ok || !t->cpu) return mr;
+  for (size_t i = 0; i < sizeof measured / sizeof *measured; i++)
+    if (!strcmp(t->cpu, measured[i].cpu) && bits == measured[i].bits && regs == measured[i].regs)
+      return measured[i].mr;
+  return mr;
+}
+
+/* The spec for dtype; *rule_mr: the register rule's MR (the longest
+ * tile the registers hold), before the measured table. */
+static int choose(kiln_dtype dtype, llvm_gemm_spec *out, int *rule_mr, char *err, size_t errlen) {
   if (dtype != KILN_F32 && dtype != KILN_F64) {
     snprintf(err, errlen, "llvm_gemm_choose: dtype %d is not F32 or F64", (int)dtype);
     return KILN_ERR_ARG;
@@ -95,33 +118,42 @@ int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t er
   *out = (llvm_gemm_spec){.dtype = dtype, .vl = vl < 1 ? 1 : vl, .fma = fma, .n_epi = 0};
   choose_shape(regs, out->vl, &out->mr, &out->nv);
   out->nr = out->nv * out->vl;
+  *rule_mr = out->mr;
+  if (!forced.mr && !forced.nv) out->mr = measured_mr(bits, regs, out->mr);
   return KILN_OK;
 }
 
-/* MR for a product of m rows: the target's MR (mr_max) unless a shorter
- * tile wastes less of the last row tile. Candidates keep at least 16
- * accumulators (MR·nv: enough independent FMA chains for two pipes of
- * latency 4 to 8), so a 16-register target keeps its 6×2; of them the
- * one padding m to the fewest rows, the larger on a tie, replaces mr_max
- * when that saves more than 2 % of mr_max's rows. fashion_cnn's conv2
- * (M = 64) and the MLP's products (M = 128) run 8×32 instead of 14×32
- * (70 and 140 rows: 9 % padding); on a Zen 4 host, 64×25088×288 went
- * from 151–153 to 164–166 GFLOP/s and 128×256×784 from 189 to 213
- * (bench/gemm_tune --mr, 2 threads, two alternated runs). */
-static int rows_mr(int mr_max, int nv, int64_t m) {
-  int lo = (16 + nv - 1) / nv, best = mr_max;
-  int64_t best_rows = (m + mr_max - 1) / mr_max * mr_max;
-  for (int mr = mr_max - 1; mr >= lo; mr--) {
-    int64_t rows = (m + mr - 1) / mr * mr;
-    if (rows < best_rows) best = mr, best_rows = rows;
+int llvm_gemm_choose(kiln_dtype dtype, llvm_gemm_spec *out, char *err, size_t errlen) {
+  int rule_mr;
+  return choose(dtype, out, &rule_mr, err, errlen);
+}
+
+/* MR for a product of m rows: the target's MR (mr, the rule's or the
+ * measured one) unless another tile wastes less of the last row tile.
+ * Candidates are the tiles from the rule's (rule_mr, the longest the
+ * registers hold) down to at least 16 accumulators (MR·nv: enough
+ * independent FMA chains for two pipes of latency 4 to 8), so a
+ * 16-register target keeps its 6×2; of them the one padding m to the
+ * fewest rows, the longer on a tie, replaces mr when that saves more
+ * than 2 % of mr's rows. fashion_cnn's conv2 (M = 64) and the MLP's
+ * products (M = 128) run 8×32 instead of 14×32 (70 and 140 rows: 9 %
+ * padding); on a Zen 4 host, 64×25088×288 went from 151–153 to 164–166
+ * GFLOP/s and 128×256×784 from 189 to 213 (bench/gemm_tune --mr, 2
+ * threads, two alternated runs). */
+static int rows_mr(int mr, int rule_mr, int nv, int64_t m) {
+  int lo = (16 + nv - 1) / nv, best = mr;
+  int64_t base_rows = (m + mr - 1) / mr * mr, best_rows = base_rows;
+  for (int c = rule_mr; c >= lo; c--) {
+    int64_t rows = (m + c - 1) / c * c;
+    if (rows < best_rows) best = c, best_rows = rows;
   }
-  int64_t max_rows = (m + mr_max - 1) / mr_max * mr_max;
-  return 50 * (max_rows - best_rows) > max_rows ? best : mr_max;
+  return 50 * (base_rows - best_rows) > base_rows ? best : mr;
 }
 
 int llvm_gemm_choose_rows(kiln_dtype dtype, int64_t m, llvm_gemm_spec *out, char *err, size_t errlen) {
-  int st = llvm_gemm_choose(dtype, out, err, errlen);
-  if (st == KILN_OK && !forced.mr && m > 0) out->mr = rows_mr(out->mr, out->nv, m);
+  int rule_mr;
+  int st = choose(dtype, out, &rule_mr, err, errlen);
+  if (st == KILN_OK && !forced.mr && m > 0) out->mr = rows_mr(out->mr, rule_mr, out->nv, m);
   return st;
 }
 
