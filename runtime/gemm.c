@@ -291,6 +291,7 @@ typedef struct gemm_job {
   int64_t pm, pn;      /* parts of each batch's C along M and N */
   int64_t m_step, n_step; /* rows and columns of a part */
   int64_t pk, k_step;  /* parts along K (plan_k_parts) and their length */
+  bool prefetch_b;     /* the macro-kernel prefetches the next B block (plan_prefetch) */
   char *partial;       /* [pk - 1, batches, M, N]: the sums of K parts 1.. */
   atomic_bool oom;     /* a chunk could not allocate its packing scratch */
 } gemm_job;
@@ -344,12 +345,29 @@ static void block_panel(const gemm_job *j, const char *apack, const char *bp, co
   epi->after(epi->after_ctx, ic, c0, mc, cols, block);
 }
 
+/* The source of the next B block, prefetched into L2 across the
+ * macro-kernel's calls (plan_prefetch): `rows` rows of `bytes`
+ * contiguous bytes, `stride` bytes apart, `per_call` cache lines before
+ * each micro-kernel call, from row `row`, byte `at`; NULL src: none. */
+typedef struct b_prefetch {
+  const char *src;
+  int64_t stride, bytes, rows, per_call, row, at;
+} b_prefetch;
+
+static inline void prefetch_step(b_prefetch *pf) {
+  for (int64_t i = 0; i < pf->per_call && pf->row < pf->rows; i++) {
+    __builtin_prefetch(pf->src + pf->row * pf->stride + pf->at, 0, 2); /* prefetcht1: L2 */
+    if ((pf->at += 64) >= pf->bytes) pf->at = 0, pf->row++;
+  }
+}
+
 /* The macro-kernel: every MR×NR tile of the packed mc × kc A block and
  * kc × nc B block, into C at c (row stride N), which is C's (ic, jc);
  * epi: the batch's epilogue, or NULL; block: a general epilogue's
  * scratch (block_panel), or NULL. */
 static void macro_kernel(const gemm_job *j, const char *apack, const char *bpack, char *c, int64_t mc, int64_t nc,
-                         int64_t kc, int64_t flags, const rt_gemm_epi *epi, int64_t ic, int64_t jc, char *block) {
+                         int64_t kc, int64_t flags, const rt_gemm_epi *epi, int64_t ic, int64_t jc, char *block,
+                         b_prefetch *pf) {
   int64_t mr = j->spec.mr, nr = j->spec.nr, esz = j->d.esz, ldc = j->d.nn;
   for (int64_t jr = 0; jr < nc; jr += nr) {
     const char *bp = bpack + jr * kc * esz;
@@ -363,6 +381,7 @@ static void macro_kernel(const gemm_job *j, const char *apack, const char *bpack
       char *ct = c + (ir * ldc + jr) * esz;
       int64_t rows = mc - ir < mr ? mc - ir : mr;
       llvm_gemm_epi_args ea;
+      if (pf->src) prefetch_step(pf);
       if (rows == mr && cols == nr)
         j->ukr(kc, ap, bp, ct, ldc, flags, epi_args(j, epi, flags, ic + ir, jc + jr, rows, cols, NULL, &ea));
       else edge_tile(j, kc, ap, bp, ct, rows, cols, flags, epi, ic + ir, jc + jr);
@@ -388,6 +407,7 @@ static void run_part(const gemm_job *j, const gemm_part *q, char *apack, char *b
   rt_gemm_epi batch_epi; /* the epilogue's operands of batch i */
   const rt_gemm_epi *epi = NULL;
   if (j->epi) rt_gemm_epi_batch(j->epi, i, &batch_epi), epi = &batch_epi;
+  int64_t packed_ic = -1, packed_pc = -1; /* the A block apack holds (the same for every jc) */
   for (int64_t jc = n0; jc < n1; jc += j->blk.nc) {
     int64_t nc = n1 - jc < j->blk.nc ? n1 - jc : j->blk.nc;
     for (int64_t pc = q->k0; pc < q->k1; pc += j->blk.kc) {
@@ -395,11 +415,22 @@ static void run_part(const gemm_job *j, const gemm_part *q, char *apack, char *b
       int64_t flags = (pc > q->k0 ? LLVM_GEMM_ACCUMULATE : 0) | (pc + kc == q->k1 ? LLVM_GEMM_LAST : 0);
       if (j->b.split) rt_gemm_pack_split(bpack, b, j->b.split, j->b.cdim, jc, nc, nr, j->b.rdim, pc, kc, (int)esz);
       else pack_b(bpack, b + (pc * j->b.rs + jc * j->b.cs) * esz, j->b.rs, j->b.cs, kc, nc, (int)nr, (int)esz);
+      b_prefetch pf = {0};
+      if (j->prefetch_b && jc + nc < n1) { /* (one KC block: the next block is the next jc's) */
+        int64_t next = n1 - jc - nc < j->blk.nc ? n1 - jc - nc : j->blk.nc;
+        int64_t calls = (nc + nr - 1) / nr * ((m1 - m0 + mr - 1) / mr), lines = kc * ((next * esz + 63) / 64);
+        pf = (b_prefetch){.src = b + (pc * j->b.rs + jc + nc) * esz, .stride = j->b.rs * esz, .bytes = next * esz,
+                          .rows = kc, .per_call = (lines + calls - 1) / calls};
+      }
       for (int64_t ic = m0; ic < m1; ic += j->blk.mc) {
         int64_t mc = m1 - ic < j->blk.mc ? m1 - ic : j->blk.mc;
-        if (j->a.split) rt_gemm_pack_split(apack, a, j->a.split, j->a.rdim, ic, mc, mr, j->a.cdim, pc, kc, (int)esz);
-        else pack_a(apack, a + (ic * j->a.rs + pc * j->a.cs) * esz, j->a.rs, j->a.cs, mc, kc, (int)mr, (int)esz);
-        macro_kernel(j, apack, bpack, c + (ic * d->nn + jc) * esz, mc, nc, kc, flags, epi, ic, jc, block);
+        if (ic != packed_ic || pc != packed_pc) {
+          if (j->a.split)
+            rt_gemm_pack_split(apack, a, j->a.split, j->a.rdim, ic, mc, mr, j->a.cdim, pc, kc, (int)esz);
+          else pack_a(apack, a + (ic * j->a.rs + pc * j->a.cs) * esz, j->a.rs, j->a.cs, mc, kc, (int)mr, (int)esz);
+          packed_ic = ic, packed_pc = pc;
+        }
+        macro_kernel(j, apack, bpack, c + (ic * d->nn + jc) * esz, mc, nc, kc, flags, epi, ic, jc, block, &pf);
       }
     }
   }
@@ -488,6 +519,28 @@ static void plan_k_parts(gemm_job *j) {
   if (j->epi || pk < 2 || !(few_tiles || long_k)) return;
   j->k_step = round_up((d->k + pk - 1) / pk, kc);
   j->pk = (d->k + j->k_step - 1) / j->k_step;
+}
+
+/* A product whose part has one A block (its rows fit MC, K fits KC) and
+ * whose B is a plain view with contiguous rows packs each B block once
+ * for few multiply-adds (M ≤ MC per element), so its packing streams B
+ * from memory between the blocks' products: 64×25088×288 packs 29 MB.
+ * When a part's B exceeds L2, its blocks are kept to a quarter of L2
+ * (NC cut), and the
+ * macro-kernel prefetches the next block's rows into L2 while it runs
+ * (prefetch_step), so the pack finds them there. On a Zen 4 host
+ * (gemm_tune --nc, two threads, best of three alternated runs) the
+ * prefetch with NC 256–384 took 64×25088×288 from 167 to 179–181
+ * GFLOP/s; at NC 1,024 (a block past L2) it lost. */
+static void plan_prefetch(gemm_job *j) {
+  const mm_dims *d = &j->d;
+  int64_t kc = min64(j->blk.kc, d->k), esz = d->esz, l2 = atomic_load(&caches.l2);
+  j->prefetch_b = !j->b.split && j->b.cs == 1 && d->k <= j->blk.kc && j->pk == 1 && j->m_step <= j->blk.mc &&
+                  kc * j->n_step * esz > l2 /* (a part's B that L2 holds is not streamed) */
+                  && j->m_step <= kc;      /* (more of C than of B: the stores bound it, K = 9 lost) */
+  if (!j->prefetch_b || caches.nc) return; /* (rt_gemm_set_blocking's NC stays) */
+  int64_t nc = round_down(l2 / 4 / (kc * esz), j->spec.nr);
+  if (nc < j->blk.nc) j->blk.nc = nc;
 }
 
 /* C += each part's partial sums, part after part (the same order for
@@ -652,6 +705,7 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
     j.partial = partial->data;
   }
   plan_parts(&j, rt_pool_threads());
+  plan_prefetch(&j);
   int64_t items = j.d.batches * j.pm * j.pn * j.pk;
   /* cost: multiply-adds / 16 per item, as blas.c gives it */
   double macs = (double)j.d.m * (double)j.d.nn * (double)j.d.k * (double)j.d.batches / (double)items / 16.0;

@@ -204,6 +204,11 @@ static void large_blocks(void **state) {
   check_2d(KILN_F64, 33, 50, 2000, TRANS, CONTIG);
   check_2d(KILN_F32, 700, 40, 64, CONTIG, CONTIG);  /* M past MC (672 at 48 KiB L1, 1 MiB L2) */
   check_2d(KILN_F32, 17, 4200, 20, CONTIG, STEP);   /* N past NC (at most 4,096) */
+  /* a wide B streamed block after block (one A block, K within KC, a
+   * part's B past any L2: plan_prefetch's NC cut and prefetches, A
+   * packed once for all blocks) */
+  check_2d(KILN_F32, 40, 12001, 300, CONTIG, CONTIG);
+  check_2d(KILN_F64, 24, 9001, 200, CONTIG, CONTIG);
 }
 
 /* Small blocks (MC 28, KC 16, NC 64) so that every loop runs several
