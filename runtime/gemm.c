@@ -521,17 +521,18 @@ static void plan_k_parts(gemm_job *j) {
   j->pk = (d->k + j->k_step - 1) / j->k_step;
 }
 
-/* A product whose part has one A block (its rows fit MC, K fits KC) and
- * whose B is a plain view with contiguous rows packs each B block once
- * for few multiply-adds (M ≤ MC per element), so its packing streams B
- * from memory between the blocks' products: 64×25088×288 packs 29 MB.
- * When a part's B exceeds L2, its blocks are kept to a quarter of L2
- * (NC cut), and the
- * macro-kernel prefetches the next block's rows into L2 while it runs
- * (prefetch_step), so the pack finds them there. On a Zen 4 host
- * (gemm_tune --nc, two threads, best of three alternated runs) the
- * prefetch with NC 256–384 took 64×25088×288 from 167 to 179–181
- * GFLOP/s; at NC 1,024 (a block past L2) it lost. */
+/* A part with one A block (its rows fit MC, K fits KC) whose B is a
+ * plain view with contiguous rows, bigger than L2, and no narrower than
+ * C's part (M ≤ K) reads each B element from memory for only M
+ * multiply-adds: its packing would stall on memory between the blocks'
+ * products (64×25088×288 packs 29 MB). Its B blocks are then kept to a
+ * quarter of L2 (NC cut) and the macro-kernel prefetches the next
+ * block's lines into L2, spread over its calls (prefetch_step), so the
+ * pack reads them from there. On a Zen 4 host (gemm_tune --threads 2,
+ * three alternated runs against the build before) 64×25088×288 went
+ * from 140–165 to 178–201 GFLOP/s (OpenBLAS 154–187); a block past L2
+ * (NC 1,024), T0 prefetches, bursts before each block, and a product
+ * bound by its stores (32×100352×9, M > K) lost. */
 static void plan_prefetch(gemm_job *j) {
   const mm_dims *d = &j->d;
   int64_t kc = min64(j->blk.kc, d->k), esz = d->esz, l2 = atomic_load(&caches.l2);

@@ -175,28 +175,15 @@ static inline __attribute__((always_inline)) void copy_lines(char *d, const char
   for (; l < n; l++) df[l] = sf[p->loff[l]];
 }
 
-/* k row of a panel: its runs of lines, each contiguous in the input
- * (src: the row's origin). esz is a constant in each caller. */
-static inline __attribute__((always_inline)) void copy_runs(char *d, const char *src, const panel *p, int esz) {
-  if (p->nruns == p->lines) {
-    copy_lines(d, src, p, esz);
-    return;
-  }
-  for (int64_t r = 0; r < p->nruns; r++) {
-    int64_t a = p->run_at[r], b = r + 1 < p->nruns ? p->run_at[r + 1] : p->lines;
-    copy_run(d + a * esz, src + p->loff[a] * esz, b - a, esz);
-  }
-}
-
 /* ------------------------------------------- run-major row packing */
 
 /* A panel whose lines form runs longer than one element (a stride-1
- * convolution's output rows as B's columns) is packed run by run: each
- * run's elements of every k row, the k rows' input offsets computed once
- * for all the call's panels (koff). The copies are as wide as the host
- * allows and the JIT's target (KILN_CPU) runs: AVX-512F masked moves (a
- * run of up to 16 F32 is one load and one store), AVX2 32-byte moves
- * (the last overlapping the one before), else copy_run's 16 bytes. */
+ * convolution's output rows as B's columns) is packed k row by k row,
+ * the rows' input offsets computed once per chunk of KCHUNK (koff), each
+ * row's runs copied as wide as the host allows and the JIT's target
+ * (KILN_CPU) runs: AVX-512F vectors assembled by masked loads, AVX2
+ * 32-byte moves (the last overlapping the one before), else copy_run's
+ * 16 bytes. */
 enum { KCHUNK = 256 }; /* k rows whose offsets are computed at a time */
 
 typedef void (*runs_fn)(char *dst, int64_t ld, const char *base, const panel *p, const int64_t *koff, int64_t n,
@@ -304,25 +291,32 @@ static runs_fn runs_copier(void) {
   return f;
 }
 
-/* Packs one panel's kc rows, k from w. Where k's innermost sub-dim has
- * stride 1 and spans at least 8 elements (a stride-1 convolution's
- * output rows, read as B's K), the lines are transposed segment by
- * segment; otherwise each k row copies the lines' runs. */
+/* Whether k's sub-dims [first, last) end in one of stride 1 spanning at
+ * least 8 elements (a stride-1 convolution's output rows, read as B's
+ * K): lines are then read along k. */
+static bool along_k(const graph_split_view *s, int first, int last) {
+  return last - 1 >= first && s->strides[last - 1] == 1 && s->sizes[last - 1] >= 8;
+}
+
+/* Packs one panel's kc rows, k from w, when the panel is not copied run
+ * by run (run_major): lines of several runs read along k are transposed
+ * segment by segment; otherwise every line is a run of one, and each k
+ * row loads the lines' elements (copy_lines). */
 static void pack_panel(char *dst, int64_t ld, const char *base, const panel *p, sub_walk *w,
                        const graph_split_view *s, int64_t kc, int esz) {
   int inner = w->last - 1;
-  bool along_k = p->nruns > 1 && inner >= w->first && s->strides[inner] == 1 && s->sizes[inner] >= 8;
+  bool transpose = p->nruns > 1 && along_k(s, w->first, w->last);
   for (int64_t k = 0; k < kc;) {
     char *d = dst + k * ld * esz;
-    if (along_k) {
+    if (transpose) {
       int64_t seg = s->sizes[inner] - w->idx[inner];
       if (seg > kc - k) seg = kc - k;
       pack_transposed_lines(d, ld, base + w->off * esz, p, seg, esz);
       for (int64_t z = 0; z < seg; z++) walk_next(w, s);
       k += seg;
     } else {
-      if (esz == 4) copy_runs(d, base + w->off * esz, p, 4);
-      else copy_runs(d, base + w->off * esz, p, 8);
+      if (esz == 4) copy_lines(d, base + w->off * esz, p, 4);
+      else copy_lines(d, base + w->off * esz, p, 8);
       walk_next(w, s);
       k++;
     }
@@ -335,9 +329,7 @@ static void pack_panel(char *dst, int64_t ld, const char *base, const panel *p, 
  * is longer than one element, and pack_panel would not transpose the
  * runs along k. */
 static bool run_major(const panel *p, const graph_split_view *s, int kdim) {
-  int inner = s->first[kdim + 1] - 1;
-  bool along_k = inner >= s->first[kdim] && s->strides[inner] == 1 && s->sizes[inner] >= 8;
-  return p->nruns < p->lines && !(p->nruns > 1 && along_k);
+  return p->nruns < p->lines && !(p->nruns > 1 && along_k(s, s->first[kdim], s->first[kdim + 1]));
 }
 
 /* Panel p at dst, run by run, k rows [k0, k0 + kc) in chunks of KCHUNK
