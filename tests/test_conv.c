@@ -336,8 +336,8 @@ static void col2im_sums_in_order(void **state) {
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     graph_view v = {.ndim = cases[k].ndim, .offset = cases[k].offset};
-    memcpy(v.sizes, cases[k].sizes, sizeof v.sizes);
-    memcpy(v.strides, cases[k].strides, sizeof v.strides);
+    memcpy(v.sizes, cases[k].sizes, sizeof cases[k].sizes); /* (the case's 9; the view holds KILN_MAX_DIMS) */
+    memcpy(v.strides, cases[k].strides, sizeof cases[k].strides);
     int64_t n = graph_view_numel(&v), numel = cases[k].numel, idx[9];
     float *c = malloc(sizeof *c * (size_t)n), *want = calloc((size_t)numel, sizeof *want), got[1024];
     double *r = randoms(n);
