@@ -179,12 +179,13 @@ static inline __attribute__((always_inline)) void copy_lines(char *d, const char
 
 /* A panel whose lines form runs longer than one element (a stride-1
  * convolution's output rows as B's columns) is packed k row by k row,
- * the rows' input offsets computed once per chunk of KCHUNK (koff), each
+ * the rows' input offsets computed once per call for all its panels
+ * (k_rows; rows past KCHUNK per panel), each
  * row's runs copied as wide as the host allows and the JIT's target
  * (KILN_CPU) runs: AVX-512F vectors assembled by masked loads, AVX2
  * 32-byte moves (the last overlapping the one before), else copy_run's
  * 16 bytes. */
-enum { KCHUNK = 256 }; /* k rows whose offsets are computed at a time */
+enum { KCHUNK = 512 }; /* k rows whose offsets are computed at a time (KC is 384 by default) */
 
 typedef void (*runs_fn)(char *dst, int64_t ld, const char *base, const panel *p, const int64_t *koff, int64_t n,
                         int esz);
@@ -332,17 +333,35 @@ static bool run_major(const panel *p, const graph_split_view *s, int kdim) {
   return p->nruns < p->lines && !(p->nruns > 1 && along_k(s, s->first[kdim], s->first[kdim + 1]));
 }
 
-/* Panel p at dst, run by run, k rows [k0, k0 + kc) in chunks of KCHUNK
- * whose input offsets are computed once (koff). */
-static void pack_runs(char *dst, int64_t ld, const char *base, const panel *p, const graph_split_view *s, int kdim,
-                      int64_t k0, int64_t kc, int esz) {
-  int64_t koff[KCHUNK];
+/* The input offsets of a call's first k rows (up to KCHUNK: all of
+ * them at the default KC), computed for its first run-major panel and
+ * read by the others (n 0: not yet). */
+typedef struct k_rows {
+  int64_t n;
+  int64_t off[KCHUNK];
+} k_rows;
+
+/* Offsets of the n k rows from k into off. */
+static void k_offsets(int64_t *off, const graph_split_view *s, int kdim, int64_t k, int64_t n) {
   sub_walk w;
-  walk_start(&w, s, kdim, k0);
+  walk_start(&w, s, kdim, k);
+  for (int64_t z = 0; z < n; z++) off[z] = w.off, walk_next(&w, s);
+}
+
+/* Panel p at dst, k rows [k0, k0 + kc) row by row: the first KCHUNK
+ * from the call's shared offsets (first), any further ones in chunks of
+ * KCHUNK whose offsets this panel computes. */
+static void pack_runs(char *dst, int64_t ld, const char *base, const panel *p, const graph_split_view *s, int kdim,
+                      int64_t k0, int64_t kc, int esz, k_rows *first) {
   runs_fn copy = runs_copier();
-  for (int64_t k = 0; k < kc; k += KCHUNK) {
-    int64_t n = kc - k < KCHUNK ? kc - k : KCHUNK;
-    for (int64_t z = 0; z < n; z++) koff[z] = w.off, walk_next(&w, s);
+  if (!first->n) {
+    first->n = kc < KCHUNK ? kc : KCHUNK;
+    k_offsets(first->off, s, kdim, k0, first->n);
+  }
+  copy(dst, ld, base, p, first->off, first->n, esz);
+  for (int64_t k = KCHUNK; k < kc; k += KCHUNK) {
+    int64_t koff[KCHUNK], n = kc - k < KCHUNK ? kc - k : KCHUNK;
+    k_offsets(koff, s, kdim, k0 + k, n);
     copy(dst + k * ld * esz, ld, base, p, koff, n, esz);
   }
   if (p->lines < ld)
@@ -353,6 +372,7 @@ void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, 
                         int64_t lines, int64_t ld, int kdim, int64_t k0, int64_t kc, int esz) {
   sub_walk lw;
   walk_start(&lw, s, ldim, l0);
+  k_rows first = {.n = 0};
   for (int64_t i = 0; i < lines; i += ld) {
     panel p = {.lines = lines - i < ld ? lines - i : ld};
     for (int64_t l = 0; l < p.lines; l++) {
@@ -364,7 +384,7 @@ void rt_gemm_pack_split(char *dst, const char *base, const graph_split_view *s, 
     for (int64_t l = 2; l < p.lines && p.step > 1; l++)
       if (p.loff[l] - p.loff[l - 1] != p.step) p.step = 0;
     if (run_major(&p, s, kdim)) {
-      pack_runs(dst + i * kc * esz, ld, base, &p, s, kdim, k0, kc, esz);
+      pack_runs(dst + i * kc * esz, ld, base, &p, s, kdim, k0, kc, esz, &first);
       continue;
     }
     sub_walk w;

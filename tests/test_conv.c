@@ -17,6 +17,7 @@
 #include "autograd.h"
 #include "test_util.h"
 #include "grad_check.h"
+#include "rt_internal.h"
 
 static uint64_t seed = 12345;
 
@@ -129,6 +130,13 @@ static void implicit_gemm_edges(void **state) {
     check_case(&cases[i], false);
     check_case_in(&cases[i], true, KILN_F32);
   }
+  /* K = 576 in one KC block of 640: the run copies' rows past the
+   * offsets a call shares (KCHUNK, 512) */
+  conv_case deep = {2, 1, 64, 3, {9, 20}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  rt_gemm_set_blocking(0, 640, 0);
+  check_case_in(&deep, true, KILN_F32);
+  check_case(&deep, false);
+  rt_gemm_set_blocking(0, 0, 0);
 }
 
 /* Strided windows packed as B in F32 (gemm_pack.c's lines that are one
