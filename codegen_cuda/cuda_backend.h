@@ -36,6 +36,11 @@
  *  caller frees), or KILN_ERR_OOM / KILN_ERR_UNSUPPORTED with a message. */
 int cuda_print_kernel(const kir_kernel *k, const char *fname, char **out, char *err, size_t errlen);
 
+/** The helpers kiln_fmax and kiln_fmin (float and double) as CUDA C:
+ *  MAX and MIN as every printed kernel computes them (NaN propagates,
+ *  -0 < +0). A static string. */
+const char *cuda_float_minmax(void);
+
 /** True when every store of k lies inside its first parallel range and no
  *  accumulator is carried across it (kir_splittable): chunks of that range
  *  may run as separate launches. */
@@ -98,43 +103,92 @@ int cuda_kernel_launch_shape(const kir_kernel *k, int64_t start, int64_t end, cu
  *  64 tile of C). */
 #define CUDA_GEMM_THREADS 256
 
+/** Most elementwise steps a tiled GEMM applies to C before its store. */
+#define CUDA_GEMM_EPI_MAX 4
+
+/** An epilogue step's operation on acc (C's value so far) and x (its
+ *  operand): as the kernels compute ADD, SUB, MUL, DIV (RSUB, RDIV: the
+ *  operand on the left), RELU, MAXIMUM and MINIMUM (NaN propagates,
+ *  -0 < +0), one rounding each in the element type. */
+enum {
+  CUDA_GEMM_EPI_ADD = 1,
+  CUDA_GEMM_EPI_SUB,  /* acc - x */
+  CUDA_GEMM_EPI_RSUB, /* x - acc */
+  CUDA_GEMM_EPI_MUL,
+  CUDA_GEMM_EPI_DIV,  /* acc / x */
+  CUDA_GEMM_EPI_RDIV, /* x / acc */
+  CUDA_GEMM_EPI_RELU, /* max(acc, 0), no operand */
+  CUDA_GEMM_EPI_MAXIMUM,
+  CUDA_GEMM_EPI_MINIMUM,
+};
+
+/** Where a step's operand comes from. */
+enum {
+  CUDA_GEMM_OPND_NONE = 0, /* RELU */
+  CUDA_GEMM_OPND_VALUE,    /* a fill value (value), the same everywhere */
+  CUDA_GEMM_OPND_BUFFER,   /* element (i, j) of batch bt at E[off + bt·sb + i·sm + j·sn] */
+};
+
+/** One epilogue step of a tiled GEMM (the kernel's buffer E for a
+ *  BUFFER operand is the launch's parameter after P, one per step). */
+typedef struct cuda_gemm_epi_step {
+  unsigned char op, operand;
+  int64_t off, sb, sm, sn; /* BUFFER: elements, all >= 0 */
+  double value;            /* VALUE: converted to the element type */
+} cuda_gemm_epi_step;
+
 /** One product for the tiled GEMM: for each batch bt < batch, C = A·B
  *  with A [m, k], B [k, n], C [m, n] (F32, or F64 when f64), element
  *  (i, j) of each at off + bt·(its batch stride) + i·(row stride) +
  *  j·(column stride), strides in elements, all >= 0 (a broadcast batch:
- *  stride 0). k may be 0 (C = 0). */
+ *  stride 0). k may be 0 (C = 0). With n_epi steps, each element of C
+ *  is stored as epi[n_epi - 1](... epi[0](A·B)): the product's fused
+ *  epilogue (bias, activation, scale, residual). */
 typedef struct cuda_gemm_spec {
   bool f64;
   int64_t batch, m, n, k;
   int64_t a_off, a_b, a_m, a_k;
   int64_t b_off, b_b, b_k, b_n;
   int64_t c_off, c_b, c_m, c_n;
+  int n_epi;
+  cuda_gemm_epi_step epi[CUDA_GEMM_EPI_MAX];
 } cuda_gemm_spec;
 
-/** What a tiled GEMM kernel is specialised for: the element type, and
- *  for each operand whether its staging loop steps along k (its k
- *  stride is 1 and its other stride is not) for coalesced loads. */
+/** What a tiled GEMM kernel is specialised for: the element type, for
+ *  each operand whether its staging loop steps along k (its k stride is
+ *  1 and its other stride is not) for coalesced loads, and the epilogue's
+ *  steps (operation and operand kind; the operands' places and values
+ *  are parameters). */
 typedef struct cuda_gemm_variant {
   bool f64, a_along_k, b_along_k;
+  int n_epi;
+  unsigned char epi_op[CUDA_GEMM_EPI_MAX], epi_operand[CUDA_GEMM_EPI_MAX];
 } cuda_gemm_variant;
 
-/** Entries of a tiled GEMM's parameter array (cuda_gemm_params). */
-#define CUDA_GEMM_NPARAMS 17
+/** Entries of a tiled GEMM's parameter array (cuda_gemm_params): the
+ *  product's 17, then 4 per epilogue step. */
+#define CUDA_GEMM_NPARAMS (17 + 4 * CUDA_GEMM_EPI_MAX)
 
 /** True when s is a product the kernels run: batch, m and n at least 1,
- *  k at least 0, no negative stride or offset. */
+ *  k at least 0, no negative stride or offset, at most CUDA_GEMM_EPI_MAX
+ *  epilogue steps of known operations, each with the operand its
+ *  operation takes (none for RELU). */
 bool cuda_gemm_spec_ok(const cuda_gemm_spec *s);
 /** The variant that runs s. */
 cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s);
 /** The kernel of variant v as CUDA C, named fname (NULL: "kiln_gemm"),
- *  with the parameters (A, B, C, P, long long start, long long end) of a
- *  printed kernel in the BLOCK_PER_INDEX form: P the parameter array of
- *  a product (cuda_gemm_params, in the kernel's memory space), the
- *  indices [start, end) its tiles (cuda_gemm_tiles). *out is malloc'ed
- *  (caller frees). KILN_ERR_OOM. Not yet used by the runtime: matrix
- *  products of CUDA tensors without cuBLAS are still generated
- *  reductions (ops/linalg.c). */
+ *  with the parameters (A, B, C, P, E0 ... E(n_epi - 1), long long
+ *  start, long long end) of a printed kernel in the BLOCK_PER_INDEX
+ *  form: P the parameter array of a product (cuda_gemm_params, in the
+ *  kernel's memory space), E<s> step s's operand buffer (unused unless a
+ *  BUFFER operand: may be null), the indices [start, end) its tiles
+ *  (cuda_gemm_tiles). *out is malloc'ed (caller frees). KILN_ERR_OOM.
+ *  The runtime runs matrix products of CUDA tensors through it where
+ *  cuBLAS is absent, and under cuda-emu (runtime/cuda_gemm_run.c). */
 int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen);
+/** Parameters (buffers) of variant v's kernel before start and end:
+ *  4 + v.n_epi. */
+int cuda_gemm_n_buffers(cuda_gemm_variant v);
 /** The parameter array of s for its variant's kernel. KILN_ERR_ARG (err
  *  set) unless cuda_gemm_spec_ok(s). */
 int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char *err, size_t errlen);

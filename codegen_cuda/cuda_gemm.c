@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 
@@ -29,8 +30,25 @@
 #define BK 16
 
 /* The parameter array's entries (P[...] in the kernel). */
-enum { P_M, P_N, P_K, P_TN, P_PER_BATCH, P_A, P_B = P_A + 4, P_C = P_B + 4 };
-_Static_assert(P_C + 4 == CUDA_GEMM_NPARAMS, "parameter count");
+enum { P_M, P_N, P_K, P_TN, P_PER_BATCH, P_A, P_B = P_A + 4, P_C = P_B + 4, P_E = P_C + 4 };
+_Static_assert(P_E + 4 * CUDA_GEMM_EPI_MAX == CUDA_GEMM_NPARAMS, "parameter count");
+
+/* The operand kind step op takes. */
+static int operand_of(int op) {
+  return op == CUDA_GEMM_EPI_RELU ? CUDA_GEMM_OPND_NONE : CUDA_GEMM_OPND_BUFFER; /* or VALUE */
+}
+
+static bool epi_ok(const cuda_gemm_spec *s) {
+  if (s->n_epi < 0 || s->n_epi > CUDA_GEMM_EPI_MAX) return false;
+  for (int i = 0; i < s->n_epi; i++) {
+    const cuda_gemm_epi_step *e = &s->epi[i];
+    if (e->op < CUDA_GEMM_EPI_ADD || e->op > CUDA_GEMM_EPI_MINIMUM) return false;
+    bool none = operand_of(e->op) == CUDA_GEMM_OPND_NONE;
+    if (none != (e->operand == CUDA_GEMM_OPND_NONE) || e->operand > CUDA_GEMM_OPND_BUFFER) return false;
+    if (e->operand == CUDA_GEMM_OPND_BUFFER && (e->off < 0 || e->sb < 0 || e->sm < 0 || e->sn < 0)) return false;
+  }
+  return true;
+}
 
 bool cuda_gemm_spec_ok(const cuda_gemm_spec *s) {
   if (s->batch < 1 || s->m < 1 || s->n < 1 || s->k < 0) return false;
@@ -38,7 +56,7 @@ bool cuda_gemm_spec_ok(const cuda_gemm_spec *s) {
                         &s->b_k,   &s->b_n, &s->c_off, &s->c_b, &s->c_m, &s->c_n};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     if (*v[i] < 0) return false;
-  return true;
+  return epi_ok(s);
 }
 
 int64_t cuda_gemm_tiles(const cuda_gemm_spec *s) {
@@ -52,8 +70,21 @@ void cuda_gemm_launch_rule(cuda_launch_rule *r) {
 }
 
 cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s) {
-  return (cuda_gemm_variant){.f64 = s->f64, .a_along_k = s->a_k == 1 && s->a_m != 1,
-                             .b_along_k = s->b_k == 1 && s->b_n != 1};
+  cuda_gemm_variant v = {.f64 = s->f64, .a_along_k = s->a_k == 1 && s->a_m != 1,
+                         .b_along_k = s->b_k == 1 && s->b_n != 1, .n_epi = s->n_epi};
+  for (int i = 0; i < s->n_epi; i++) v.epi_op[i] = s->epi[i].op, v.epi_operand[i] = s->epi[i].operand;
+  return v;
+}
+
+int cuda_gemm_n_buffers(cuda_gemm_variant v) { return 4 + v.n_epi; }
+
+/* Step e's entries of the parameter array: a buffer operand's place, or
+ * a fill value's bits as a double. */
+static void epi_params(const cuda_gemm_epi_step *e, int64_t *q) {
+  q[0] = q[1] = q[2] = q[3] = 0;
+  if (e->operand == CUDA_GEMM_OPND_VALUE) memcpy(&q[0], &e->value, sizeof e->value);
+  if (e->operand != CUDA_GEMM_OPND_BUFFER) return;
+  q[0] = e->off, q[1] = e->sb, q[2] = e->sm, q[3] = e->sn;
 }
 
 int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char *err, size_t errlen) {
@@ -65,11 +96,15 @@ int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char
     return KILN_ERR_ARG;
   }
   int64_t tn = (s->n + TILE - 1) / TILE;
-  const int64_t v[CUDA_GEMM_NPARAMS] = {s->m,     s->n,   s->k,   tn,     tn * ((s->m + TILE - 1) / TILE),
+  const int64_t v[P_E] = {s->m,     s->n,   s->k,   tn,     tn * ((s->m + TILE - 1) / TILE),
                                         s->a_off, s->a_b, s->a_m, s->a_k, s->b_off,
                                         s->b_b,   s->b_n, s->b_k, s->c_off, s->c_b,
                                         s->c_m,   s->c_n};
-  for (int i = 0; i < CUDA_GEMM_NPARAMS; i++) p[i] = v[i];
+  for (int i = 0; i < P_E; i++) p[i] = v[i];
+  for (int i = 0; i < CUDA_GEMM_EPI_MAX; i++) {
+    static const cuda_gemm_epi_step none = {0};
+    epi_params(i < s->n_epi ? &s->epi[i] : &none, &p[P_E + 4 * i]);
+  }
   return KILN_OK;
 }
 
@@ -90,15 +125,41 @@ static void stage(kir_strbuf *b, const char *sh, const char *g, int at, bool alo
                 rows, g, at + 2, at + 3);
 }
 
+/* The statement that applies step s (operation op, operand kind kind)
+ * to v, the element (gm, gn) of batch bt (its entries at P[P_E + 4s]). */
+static void epi_step(kir_strbuf *b, int s, int op, int kind) {
+  int q = P_E + 4 * s;
+  if (kind == CUDA_GEMM_OPND_BUFFER)
+    kir_sb_printf(b, "          const T x%d = E%d[P[%d] + bt * P[%d] + gm * P[%d] + gn * P[%d]];\n", s, s, q, q + 1,
+                  q + 2, q + 3);
+  else if (kind == CUDA_GEMM_OPND_VALUE)
+    kir_sb_printf(b, "          const T x%d = (T)__longlong_as_double(P[%d]);\n", s, q);
+  static const char *const form[] = {
+      [CUDA_GEMM_EPI_ADD] = "v + x%d",        [CUDA_GEMM_EPI_SUB] = "v - x%d",
+      [CUDA_GEMM_EPI_RSUB] = "x%d - v",       [CUDA_GEMM_EPI_MUL] = "v * x%d",
+      [CUDA_GEMM_EPI_DIV] = "v / x%d",        [CUDA_GEMM_EPI_RDIV] = "x%d / v",
+      [CUDA_GEMM_EPI_RELU] = "kiln_fmax(v, (T)0)", [CUDA_GEMM_EPI_MAXIMUM] = "kiln_fmax(v, x%d)",
+      [CUDA_GEMM_EPI_MINIMUM] = "kiln_fmin(v, x%d)",
+  };
+  kir_sb_printf(b, "          v = ");
+  kir_sb_printf(b, form[op], s);
+  kir_sb_printf(b, ";\n");
+}
+
 int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen) {
   *out = NULL;
   kir_strbuf b = {0};
+  kir_sb_printf(&b, "/* Kiln tiled GEMM (%s, A staged along %s, B along %s, %d epilogue steps) */\n%s",
+                v.f64 ? "f64" : "f32", v.a_along_k ? "k" : "m", v.b_along_k ? "k" : "n", v.n_epi,
+                v.n_epi ? cuda_float_minmax() : "");
   kir_sb_printf(&b,
-                "/* Kiln tiled GEMM (%s, A staged along %s, B along %s) */\n"
                 "typedef %s T;\n"
                 "extern \"C\" __global__ void __launch_bounds__(%d) %s(const T *__restrict__ A, "
-                "const T *__restrict__ B, T *__restrict__ C, const long long *__restrict__ P, long long start, "
-                "long long end) {\n"
+                "const T *__restrict__ B, T *__restrict__ C, const long long *__restrict__ P, ",
+                v.f64 ? "double" : "float", CUDA_GEMM_THREADS, fname ? fname : "kiln_gemm");
+  for (int i = 0; i < v.n_epi; i++) kir_sb_printf(&b, "const T *__restrict__ E%d, ", i);
+  kir_sb_printf(&b,
+                "long long start, long long end) {\n"
                 "  __shared__ T As[%d][%d];\n"
                 "  __shared__ T Bs[%d][%d];\n"
                 "  const int tx = threadIdx.x %% 16, ty = threadIdx.x / 16;\n"
@@ -113,8 +174,7 @@ int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *er
                 "    for (int i = 0; i < 4; i++)\n"
                 "      for (int j = 0; j < 4; j++) acc[i][j] = (T)0;\n"
                 "    for (long long k0 = 0; k0 < K; k0 += %d) {\n",
-                v.f64 ? "f64" : "f32", v.a_along_k ? "k" : "m", v.b_along_k ? "k" : "n", v.f64 ? "double" : "float",
-                CUDA_GEMM_THREADS, fname ? fname : "kiln_gemm", BK, TILE + 1, BK, TILE + 1, P_M, P_N, P_K, P_PER_BATCH,
+                BK, TILE + 1, BK, TILE + 1, P_M, P_N, P_K, P_PER_BATCH,
                 P_PER_BATCH, P_TN, TILE, P_TN, TILE, P_A, P_A + 1, P_B, P_B + 1, P_C, P_C + 1, BK);
   stage(&b, "As", "a", P_A, v.a_along_k, "m0", "M");
   stage(&b, "Bs", "b", P_B, v.b_along_k, "n0", "N");
@@ -131,11 +191,17 @@ int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *er
                 "    for (int i = 0; i < 4; i++)\n"
                 "      for (int j = 0; j < 4; j++) {\n"
                 "        const long long gm = m0 + ty + 16 * i, gn = n0 + tx + 16 * j;\n"
-                "        if (gm < M && gn < N) c[gm * P[%d] + gn * P[%d]] = acc[i][j];\n"
+                "        if (gm < M && gn < N) {\n"
+                "          T v = acc[i][j];\n",
+                BK);
+  for (int i = 0; i < v.n_epi; i++) epi_step(&b, i, v.epi_op[i], v.epi_operand[i]);
+  kir_sb_printf(&b,
+                "          c[gm * P[%d] + gn * P[%d]] = v;\n"
+                "        }\n"
                 "      }\n"
                 "  }\n"
                 "}\n",
-                BK, P_C + 2, P_C + 3);
+                P_C + 2, P_C + 3);
   if (b.oom) {
     free(b.p);
     snprintf(err, errlen, "cuda tiled GEMM: out of memory printing the kernel");

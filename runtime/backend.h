@@ -143,12 +143,19 @@ typedef struct rt_backend {
   /** The same product with a fused epilogue (gemm_epilogue.h) into out
    *  (a buffer of the epilogue's result, [M, N] of n's dtype, on n's
    *  device), its inputs realized on this backend; NULL where the
-   *  backend has none (cuda, cuda-emu: the epilogue stays a kernel).
+   *  backend has none. llvm: the generated GEMM, steps or an after hook
+   *  (a general epilogue); cuda-emu, and cuda where cuBLAS is absent:
+   *  the tiled GEMM kernel, steps only (rt_cuda_gemm_contract_epi).
    *  KILN_ERR_UNSUPPORTED, nothing written, when it would not run this
    *  product on a GEMM that fuses (llvm: KILN_GEMM=blas, or the auto
-   *  rule picks OpenBLAS); else contract's errors. */
+   *  rule picks OpenBLAS; cuda: cuBLAS runs it) or cannot take the
+   *  epilogue; else contract's errors. */
   int (*contract_epilogue)(graph_node *n, const struct rt_gemm_epi *epi, graph_buffer *out, rt_extern_run *run,
                            char *err, size_t errlen);
+  /** contract_epilogue takes an after hook (rt_gemm_epi.after: a
+   *  general epilogue, the fuser's kernel run on each tile of the host
+   *  GEMM, gemm_group.c). */
+  bool epilogue_hooks;
 } rt_backend;
 
 extern const rt_backend rt_backend_llvm, rt_backend_emu, rt_backend_cuda;

@@ -156,6 +156,14 @@ static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char 
   return st;
 }
 
+/* Where cuBLAS does not run n, the tiled GEMM kernel with the epilogue's
+ * steps before its stores; under cuBLAS the epilogue stays a kernel. */
+static int contract_epilogue(graph_node *n, const struct rt_gemm_epi *epi, graph_buffer *out, rt_extern_run *run, char *err,
+                             size_t errlen) {
+  if (rt_cublas_can_run(n)) return KILN_ERR_UNSUPPORTED;
+  return rt_cuda_gemm_contract_epi(n, epi, false, out, run, err, errlen);
+}
+
 const rt_backend rt_backend_cuda = {
     .name = "cuda",
     .key = 2,
@@ -169,4 +177,5 @@ const rt_backend rt_backend_cuda = {
     .download = download,
     .copy = copy,
     .contract = contract,
+    .contract_epilogue = contract_epilogue,
 };

@@ -95,6 +95,12 @@ static int contract(graph_node *n, graph_buffer **out, rt_extern_run *run, char 
   return rt_extern_on_host(n, rt_matmul_host, false, out, run, err, errlen);
 }
 
+/* The tiled GEMM kernel with the epilogue's steps before its stores. */
+static int contract_epilogue(graph_node *n, const struct rt_gemm_epi *epi, graph_buffer *out, rt_extern_run *run, char *err,
+                             size_t errlen) {
+  return rt_cuda_gemm_contract_epi(n, epi, true, out, run, err, errlen);
+}
+
 const rt_backend rt_backend_emu = {
     .name = "cuda-emu",
     .key = 1,
@@ -108,4 +114,5 @@ const rt_backend rt_backend_emu = {
     .download = download,
     .copy = copy,
     .contract = contract,
+    .contract_epilogue = contract_epilogue,
 };

@@ -147,4 +147,5 @@ const rt_backend rt_backend_llvm = {
     .copy = copy,
     .contract = contract,
     .contract_epilogue = contract_epilogue,
+    .epilogue_hooks = true,
 };

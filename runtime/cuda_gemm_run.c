@@ -6,16 +6,21 @@
  * cuda_gemm_spec read in place (offsets, row, column and batch strides);
  * one build per variant and backend is kept for the process; the
  * product's parameter array goes beside the operands (device memory on
- * a GPU), and one launch covers its tiles.
+ * a GPU), and one launch covers its tiles. A product whose elementwise
+ * consumers the fuser left as a chain (gemm_fused.c: bias, relu, scale,
+ * residual) runs with that chain as the kernel's epilogue
+ * (rt_cuda_gemm_contract_epi), as the generated CPU GEMM does.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 #include "cuda_emu_run.h"
 #include "cuda_launch.h"
 #include "device.h"
+#include "gemm_epilogue.h"
 #include "matmul_dims.h"
 #include "rt_internal.h"
 
@@ -54,69 +59,153 @@ bool rt_cuda_gemm_spec_of(const graph_node *n, cuda_gemm_spec *s) {
   return batch_stride(a, d.nb, &s->a_b) && batch_stride(b, d.nb, &s->b_b) && cuda_gemm_spec_ok(s);
 }
 
-/* The builds, per variant (index: f64·4 + a_along_k·2 + b_along_k). */
+/* A variant's key among the builds: its fields packed into 32 bits. */
+static uint32_t variant_key(cuda_gemm_variant v) {
+  uint32_t k = (uint32_t)v.f64 | (uint32_t)v.a_along_k << 1 | (uint32_t)v.b_along_k << 2 | (uint32_t)v.n_epi << 3;
+  for (int i = 0; i < v.n_epi; i++) k |= (uint32_t)(v.epi_op[i] << 2 | v.epi_operand[i]) << (6 + 6 * i);
+  return k;
+}
+
+/* The builds of the process, one per variant and backend, behind lock:
+ * a cuda-emu build's entry, or a device build. */
+typedef struct build {
+  uint32_t key;
+  bool emu;
+  cuda_emu_fn fn;
+  rt_cuda_kernel dev;
+} build;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static cuda_emu_fn emu_built[8];
-static rt_cuda_kernel dev_built[8];
-static bool dev_loaded[8];
+static build *builds;
+static int n_builds, cap_builds;
 
-static int variant_index(cuda_gemm_variant v) { return v.f64 * 4 + v.a_along_k * 2 + v.b_along_k; }
-
-/* One launch of s's kernel under cuda-emu over its tiles: bufs are A, B,
- * C and the parameter array. */
-static int run_emu(cuda_gemm_variant v, void *const bufs[4], int64_t tiles, char *err, size_t errlen) {
-  int i = variant_index(v), st = KILN_OK;
-  pthread_mutex_lock(&lock);
-  if (!emu_built[i]) {
+/* The build of v (emu: under cuda-emu), built at its first use; NULL on
+ * an error (err set, st the code). Called with lock held. */
+static const build *build_of(cuda_gemm_variant v, bool emu, int *st, char *err, size_t errlen) {
+  uint32_t key = variant_key(v);
+  for (int i = 0; i < n_builds; i++)
+    if (builds[i].key == key && builds[i].emu == emu) return &builds[i];
+  if (n_builds == cap_builds) {
+    int cap = cap_builds ? 2 * cap_builds : 8;
+    build *grown = realloc(builds, (size_t)cap * sizeof *grown);
+    if (!grown) {
+      snprintf(err, errlen, "cuda tiled GEMM: out of memory");
+      *st = KILN_ERR_OOM;
+      return NULL;
+    }
+    builds = grown, cap_builds = cap;
+  }
+  build b = {.key = key, .emu = emu};
+  if (emu) {
     char *src = NULL;
     cuda_launch_rule rule;
     cuda_gemm_launch_rule(&rule);
-    st = cuda_gemm_print(v, "kiln_emu_kernel", &src, err, errlen);
-    if (st == KILN_OK)
-      st = cuda_emu_compile_source("kiln_gemm", src, 4, &rule, &rt_cuda_emu_launcher, &emu_built[i], err, errlen);
+    *st = cuda_gemm_print(v, "kiln_emu_kernel", &src, err, errlen);
+    if (*st == KILN_OK)
+      *st = cuda_emu_compile_source("kiln_gemm", src, cuda_gemm_n_buffers(v), &rule, &rt_cuda_emu_launcher, &b.fn,
+                                    err, errlen);
     free(src);
+  } else {
+    *st = rt_cuda_gemm_load(v, &b.dev, err, errlen);
   }
-  cuda_emu_fn fn = emu_built[i];
-  pthread_mutex_unlock(&lock);
-  if (st == KILN_OK) fn(bufs, 0, tiles);
-  return st;
+  if (*st != KILN_OK) return NULL;
+  builds[n_builds] = b;
+  return &builds[n_builds++];
 }
 
-/* The same on the device: the parameter array is copied to device memory
- * for the launch. */
-static int run_device(cuda_gemm_variant v, void *const bufs[4], int64_t tiles, char *err, size_t errlen) {
-  int i = variant_index(v), st = KILN_OK;
+/* One launch of s's kernel over its tiles: bufs are A, B, C, the
+ * parameter array (host memory) and the epilogue's operands; under
+ * cuda-emu (emu) or on the device, where the parameter array is copied
+ * to device memory for the launch. */
+static int launch(cuda_gemm_variant v, bool emu, void *const *bufs, int64_t tiles, char *err, size_t errlen) {
+  int st = KILN_OK, nb = cuda_gemm_n_buffers(v);
   pthread_mutex_lock(&lock);
-  if (!dev_loaded[i]) {
-    st = rt_cuda_gemm_load(v, &dev_built[i], err, errlen);
-    dev_loaded[i] = st == KILN_OK;
-  }
-  const rt_cuda_kernel *ck = &dev_built[i];
+  const build *b = build_of(v, emu, &st, err, errlen);
+  build copy = b ? *b : (build){0}; /* (builds may move when another variant is added) */
   pthread_mutex_unlock(&lock);
+  if (st != KILN_OK) return st;
+  if (emu) {
+    copy.fn(bufs, 0, tiles);
+    return KILN_OK;
+  }
   size_t bytes = CUDA_GEMM_NPARAMS * sizeof(int64_t);
-  cu_deviceptr params = 0;
-  if (st == KILN_OK) st = rt_cuda_buffer_alloc(bytes, &params, err, errlen);
+  cu_deviceptr params = 0, dev[4 + CUDA_GEMM_EPI_MAX];
+  st = rt_cuda_buffer_alloc(bytes, &params, err, errlen);
   if (st == KILN_OK) st = rt_cuda_copy_to_device(params, bufs[3], bytes, err, errlen);
-  cu_deviceptr dev[4] = {rt_cuda_dptr(bufs[0]), rt_cuda_dptr(bufs[1]), rt_cuda_dptr(bufs[2]), params};
-  if (st == KILN_OK) st = rt_cuda_kernel_launch(ck, dev, 4, 0, tiles, NULL, err, errlen);
+  for (int i = 0; i < nb; i++) dev[i] = i == 3 ? params : rt_cuda_dptr(bufs[i]);
+  if (st == KILN_OK) st = rt_cuda_kernel_launch(&copy.dev, dev, nb, 0, tiles, NULL, err, errlen);
   if (params) rt_cuda_buffer_free(params);
   return st;
 }
 
-int rt_cuda_gemm_contract(graph_node *n, const cuda_gemm_spec *s, bool emu, graph_buffer **out, rt_extern_run *run,
-                          char *err, size_t errlen) {
+/* s (with its epilogue's operands ebuf, one per step) into out, timed. */
+static int run(graph_node *n, const cuda_gemm_spec *s, const void *const *ebuf, bool emu, graph_buffer *out,
+               rt_extern_run *r, char *err, size_t errlen) {
   int64_t p[CUDA_GEMM_NPARAMS];
   int st = cuda_gemm_params(s, p, err, errlen);
-  if (st == KILN_OK) st = rt_buffer_alloc(n->device, n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
-  run->on_device = true;
-  run->tiled = true;
-  run->t0 = rt_now_ns();
+  r->on_device = true;
+  r->tiled = true;
+  r->t0 = rt_now_ns();
   if (st == KILN_OK) {
-    void *const bufs[4] = {n->inputs[0].node->buffer->data, n->inputs[1].node->buffer->data, (*out)->data, p};
-    cuda_gemm_variant v = cuda_gemm_variant_of(s);
-    int64_t tiles = cuda_gemm_tiles(s);
-    st = emu ? run_emu(v, bufs, tiles, err, errlen) : run_device(v, bufs, tiles, err, errlen);
+    void *bufs[4 + CUDA_GEMM_EPI_MAX] = {n->inputs[0].node->buffer->data, n->inputs[1].node->buffer->data, out->data,
+                                         p};
+    for (int i = 0; i < s->n_epi; i++) bufs[4 + i] = (void *)ebuf[i];
+    st = launch(cuda_gemm_variant_of(s), emu, bufs, cuda_gemm_tiles(s), err, errlen);
   }
-  run->t1 = rt_now_ns();
+  r->t1 = rt_now_ns();
   return st;
+}
+
+int rt_cuda_gemm_contract(graph_node *n, const cuda_gemm_spec *s, bool emu, graph_buffer **out, rt_extern_run *run_,
+                          char *err, size_t errlen) {
+  int st = rt_buffer_alloc(n->device, n->numel * graph_dtypes[n->dtype].size, out, err, errlen);
+  if (st != KILN_OK) return st;
+  return run(n, s, NULL, emu, *out, run_, err, errlen);
+}
+
+/* The tiled GEMM's operation for the micro-kernel's step op. */
+static unsigned char epi_op(unsigned char op) {
+  switch (op) {
+  case LLVM_GEMM_EPI_ADD: return CUDA_GEMM_EPI_ADD;
+  case LLVM_GEMM_EPI_SUB: return CUDA_GEMM_EPI_SUB;
+  case LLVM_GEMM_EPI_RSUB: return CUDA_GEMM_EPI_RSUB;
+  case LLVM_GEMM_EPI_MUL: return CUDA_GEMM_EPI_MUL;
+  case LLVM_GEMM_EPI_DIV: return CUDA_GEMM_EPI_DIV;
+  case LLVM_GEMM_EPI_RDIV: return CUDA_GEMM_EPI_RDIV;
+  case LLVM_GEMM_EPI_RELU: return CUDA_GEMM_EPI_RELU;
+  case LLVM_GEMM_EPI_MAXIMUM: return CUDA_GEMM_EPI_MAXIMUM;
+  default: return CUDA_GEMM_EPI_MINIMUM;
+  }
+}
+
+/* epi's steps into s, each operand's data (offset applied) in ebuf:
+ * false when a realized operand's batches no single stride steps. */
+static bool epi_steps(const rt_gemm_epi *epi, cuda_gemm_spec *s, const void *ebuf[CUDA_GEMM_EPI_MAX]) {
+  s->n_epi = epi->n;
+  for (int i = 0; i < epi->n; i++) {
+    cuda_gemm_epi_step *st = &s->epi[i];
+    *st = (cuda_gemm_epi_step){.op = epi_op(epi->step[i].op)};
+    ebuf[i] = NULL;
+    if (epi->step[i].arg == LLVM_GEMM_ARG_NONE) continue;
+    if (rt_gemm_epi_is_fill(epi, i)) {
+      float f;
+      if (epi->esz == 4) memcpy(&f, epi->value[i], 4), st->value = f;
+      else memcpy(&st->value, epi->value[i], 8);
+      st->operand = CUDA_GEMM_OPND_VALUE;
+      continue;
+    }
+    st->operand = CUDA_GEMM_OPND_BUFFER;
+    st->sm = epi->sm[i], st->sn = epi->sn[i];
+    if (epi->batched[i] && !batch_stride(&epi->batch[i], epi->nb, &st->sb)) return false;
+    ebuf[i] = epi->base[i];
+  }
+  return true;
+}
+
+int rt_cuda_gemm_contract_epi(graph_node *n, const rt_gemm_epi *epi, bool emu, graph_buffer *out,
+                              rt_extern_run *run_, char *err, size_t errlen) {
+  cuda_gemm_spec s;
+  const void *ebuf[CUDA_GEMM_EPI_MAX];
+  if (epi->after || !rt_cuda_gemm_spec_of(n, &s) || !epi_steps(epi, &s, ebuf) || !cuda_gemm_spec_ok(&s))
+    return KILN_ERR_UNSUPPORTED;
+  return run(n, &s, ebuf, emu, out, run_, err, errlen);
 }

@@ -161,7 +161,7 @@ int rt_cuda_gemm_load(cuda_gemm_variant v, rt_cuda_kernel *out, char *err, size_
   int st = cuda_gemm_print(v, KERNEL_SYMBOL, &src, err, errlen);
   if (st == KILN_OK) st = load_source(src, "kiln_gemm", out, err, errlen);
   free(src);
-  out->n_params = 4; /* A, B, C, the parameter array */
+  out->n_params = cuda_gemm_n_buffers(v); /* A, B, C, the parameter array, the epilogue's operands */
   cuda_gemm_launch_rule(&out->rule);
   return st;
 }

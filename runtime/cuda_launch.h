@@ -50,7 +50,8 @@ int rt_cuda_copy_on_device(cu_deviceptr dst, cu_deviceptr src, size_t bytes, cha
  *  and loads it. Release with rt_cuda_kernel_unload. */
 int rt_cuda_kernel_load(const kir_kernel *k, rt_cuda_kernel *out, char *err, size_t errlen);
 void rt_cuda_kernel_unload(rt_cuda_kernel *ck);
-/** The same for the tiled GEMM kernel of variant v (cuda_gemm_print):
+/** The same for the tiled GEMM kernel of variant v (cuda_gemm_print;
+ *  its cuda_gemm_n_buffers parameters):
  *  parameters A, B, C and the product's parameter array, launched over
  *  the product's tiles. */
 int rt_cuda_gemm_load(cuda_gemm_variant v, rt_cuda_kernel *out, char *err, size_t errlen);

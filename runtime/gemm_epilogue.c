@@ -75,7 +75,7 @@ bool rt_gemm_epi_of(const pass_gemm_epilogue *pe, const graph_node *x, rt_gemm_e
       set_value(e, s, graph_attr_scalar(o), esz);
       continue;
     }
-    if (o->buffer->device != KILN_CPU || !classify(e, s, &st->view)) return false;
+    if (o->buffer->device != x->device || !classify(e, s, &st->view)) return false;
     e->base[s] = (const char *)o->buffer->data + st->view.offset * esz;
     e->batch[s] = st->view;
     e->batched[s] = e->nb > 0;

@@ -43,12 +43,17 @@ typedef struct rt_gemm_epi {
 #define RT_GEMM_EPI_SCRATCH (LLVM_GEMM_EPI_MAX * LLVM_GEMM_MAX_MR * LLVM_GEMM_MAX_NR * 8)
 
 /** Fills *e from pe (pass_gemm_epilogue_of's chain for the product x,
- *  T its dtype): each operand's host data (realized on the host) and
+ *  T its dtype): each operand's data (realized on x's device; on a
+ *  KILN_CUDA device, base is a device address) and
  *  where it varies; a CLAMP becomes a MAX and a MIN with its bounds (a
- *  NaN bound left out). False when an operand is not on the host or
+ *  NaN bound left out). False when an operand is not on x's device or
  *  reads along N with a stride other than 0 or 1, or the steps are more
  *  than LLVM_GEMM_EPI_MAX (the run keeps its kernels). */
 bool rt_gemm_epi_of(const pass_gemm_epilogue *pe, const graph_node *x, rt_gemm_epi *e);
+/** True when step s's operand is a fill value (value[s]), not data. */
+static inline bool rt_gemm_epi_is_fill(const rt_gemm_epi *e, int s) {
+  return e->base[s] == (const char *)e->value[s];
+}
 /** *out = e for batch number i (row-major over the batch dims) of a
  *  batched product: each realized operand's base moved to that batch. */
 void rt_gemm_epi_batch(const rt_gemm_epi *e, int64_t i, rt_gemm_epi *out);
@@ -87,7 +92,8 @@ int rt_gemm_fused_run(const pass_plan *p, int at, graph_node *const *roots, int 
 /** The profiler record and KILN_DEBUG line of a fused run of the
  *  product x: gemm_MxNxK_<suffix> (gemm_f64_... for F64), n_ops graph
  *  ops, `read` elements read besides A and B, compile_ns spent compiling
- *  for it (the micro-kernel's added), backend llvm. */
+ *  for it (the micro-kernel's added), backend llvm; when run->tiled (the
+ *  tiled GEMM kernel ran it) cuda_gemm_MxNxK_<suffix>, x's backend. */
 struct rt_extern_run; /* backend.h */
 void rt_gemm_fused_report(const graph_node *x, const char *suffix, int n_ops, int64_t read, int64_t compile_ns,
                           const struct rt_extern_run *run);

@@ -146,7 +146,7 @@ int rt_gemm_group_run(const pass_plan *p, int at, graph_node *const *roots, int 
   graph_node *x = p->order[at], *root = NULL;
   const rt_backend *be = rt_backend_for(x);
   /* (the selection first: a product on OpenBLAS lowers and compiles nothing here) */
-  if (!be->contract_epilogue || !rt_gemm_selected(x) || !pass_gemm_group_of(p, at, roots, n_roots, &root))
+  if (!be->epilogue_hooks || !rt_gemm_selected(x) || !pass_gemm_group_of(p, at, roots, n_roots, &root))
     return KILN_OK;
   if (x->device != KILN_CPU || root->device != KILN_CPU) return KILN_OK;
   for (int i = 0; i < x->n_inputs; i++)

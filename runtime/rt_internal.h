@@ -293,6 +293,16 @@ bool rt_cuda_gemm_spec_of(const graph_node *n, struct cuda_gemm_spec *s);
  *  Errors: the kernel's build or launch, KILN_ERR_OOM. */
 int rt_cuda_gemm_contract(graph_node *n, const struct cuda_gemm_spec *s, bool emu, graph_buffer **out,
                           rt_extern_run *run, char *err, size_t errlen);
+struct rt_gemm_epi; /* gemm_epilogue.h */
+/** The same with the fused epilogue epi (the contract_epilogue of cuda
+ *  and cuda-emu) into out (the epilogue's result, [batch..., M, N] of
+ *  n's dtype on n's device): each step applied to C's element before
+ *  its store. KILN_ERR_UNSUPPORTED, nothing run, when the tiled GEMM
+ *  cannot take n (rt_cuda_gemm_spec_of) or the epilogue (an after hook,
+ *  a batched operand no single stride steps); else as
+ *  rt_cuda_gemm_contract. */
+int rt_cuda_gemm_contract_epi(graph_node *n, const struct rt_gemm_epi *epi, bool emu, graph_buffer *out,
+                              rt_extern_run *run, char *err, size_t errlen);
 /** One operand of a fused attention: element (r, c) of batch i at
  *  base[mm_batch_offset(view, nb, i) + r·rs + c·cs] (elements; base: the
  *  data with the view's offset, and any column shift, applied). */

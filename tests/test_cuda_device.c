@@ -221,7 +221,8 @@ static void write_through_view(void **state) {
 /* matmul on CUDA tensors: the tiled GEMM kernel (runtime/cuda_gemm_run.c;
  * under cuda-emu its CUDA C built for the host), not host BLAS; F32 and
  * F64, transposed views, batched with a broadcast operand, batch dims no
- * one stride steps (then on the host), and 1-D. */
+ * one stride steps (then on the host), and 1-D; a bias, relu and shift
+ * fused into its stores. */
 static void matmul(void **state) {
   (void)state;
   use_emu();
@@ -261,6 +262,22 @@ static void matmul(void **state) {
     tiled |= strcmp(rec.name, "cuda_gemm_2x2x3") == 0;
   }
   if (!real_device()) assert_true(tiled);
+  /* relu(a @ b + bias[N]) - 100: under cuda-emu (and on a device without
+   * cuBLAS) one kernel, the tiled GEMM with the epilogue before its stores */
+  float bias[2] = {-60, -150};
+  kiln_tensor *dbias = cuda(kiln_from_data(KILN_F32, 1, (int64_t[]){2}, bias));
+  assert_int_equal(kiln_realize(dbias), KILN_OK); /* (a parameter on the device: realized before the product) */
+  kiln_profile_begin();
+  kiln_tensor *f = kiln_add_scalar(kiln_relu(kiln_add(kiln_matmul(cuda(ha), cuda(hb)), dbias)), -100);
+  assert_int_equal(kiln_realize(f), KILN_OK);
+  kiln_profile_end();
+  bool fused = false;
+  for (int i = 0; i < kiln_profile_count(); i++) {
+    assert_int_equal(kiln_profile_get(i, &rec), KILN_OK);
+    fused |= strcmp(rec.name, "cuda_gemm_2x2x3_bias_relu_add") == 0;
+  }
+  if (!real_device()) assert_true(fused);
+  expect_values_tol(f, (double[]){-100, -100, -21, -96}, 4, 1e-4);
   kiln_scope_end();
   expect_no_error();
 }

@@ -5,7 +5,9 @@
  * against a double-precision reference within the bound of a K-term dot
  * product, for sizes below, at and past the 64 × 64 tile and the 16-deep
  * K step, K = 0, row- and column-major operands, strided and offset
- * views, batches with a broadcast operand, F32 and F64. Skipped (with a
+ * views, batches with a broadcast operand, F32 and F64; every epilogue
+ * step (operation and operand kind) against the same reference with
+ * each step's rounding. Skipped (with a
  * message) without NVRTC or a host C++ compiler, unless $CI is set and
  * /usr/local/cuda exists (then it fails).
  */
@@ -57,16 +59,19 @@ static double value(int64_t i) { return (double)((i * 7919 + 13) % 17) / 8.0 - 1
 /* The cuda-emu build of variant v's kernel, built once per variant. */
 static cuda_emu_fn emu_kernel(cuda_gemm_variant v) {
   static cuda_emu_fn built[8];
+  static cuda_emu_fn with_epilogue; /* (a variant with steps: built each time) */
   int i = v.f64 * 4 + v.a_along_k * 2 + v.b_along_k;
-  if (built[i]) return built[i];
+  cuda_emu_fn *slot = v.n_epi ? &with_epilogue : &built[i];
+  if (*slot && !v.n_epi) return *slot;
   char *src = NULL, err[4096];
   assert_int_equal(cuda_gemm_print(v, "kiln_emu_kernel", &src, err, sizeof err), KILN_OK);
   cuda_launch_rule rule;
   cuda_gemm_launch_rule(&rule);
-  int st = cuda_emu_compile_source("gemm_test", src, 4, &rule, &rt_cuda_emu_launcher, &built[i], err, sizeof err);
+  int st = cuda_emu_compile_source("gemm_test", src, cuda_gemm_n_buffers(v), &rule, &rt_cuda_emu_launcher, slot, err,
+                                   sizeof err);
   if (st != KILN_OK) fail_msg("%s\n%s", err, src);
   free(src);
-  return built[i];
+  return *slot;
 }
 
 /* Builds, runs and checks C = A·B for one spec; A and B hold values in
@@ -164,6 +169,119 @@ static void bad_specs_are_errors(void **state) {
   assert_int_equal(cuda_gemm_print(v, NULL, &src, err, sizeof err), KILN_OK);
   assert_non_null(strstr(src, "void __launch_bounds__(256) kiln_gemm("));
   free(src);
+  /* epilogue steps: at most CUDA_GEMM_EPI_MAX, each with the operand its operation takes */
+  bad = s;
+  bad.n_epi = CUDA_GEMM_EPI_MAX + 1;
+  assert_int_equal(cuda_gemm_params(&bad, p, err, sizeof err), KILN_ERR_ARG);
+  bad = s;
+  bad.n_epi = 1;
+  bad.epi[0] = (cuda_gemm_epi_step){.op = CUDA_GEMM_EPI_RELU, .operand = CUDA_GEMM_OPND_BUFFER};
+  assert_int_equal(cuda_gemm_params(&bad, p, err, sizeof err), KILN_ERR_ARG);
+  bad.epi[0] = (cuda_gemm_epi_step){.op = CUDA_GEMM_EPI_ADD, .operand = CUDA_GEMM_OPND_NONE};
+  assert_int_equal(cuda_gemm_params(&bad, p, err, sizeof err), KILN_ERR_ARG);
+  bad.epi[0] = (cuda_gemm_epi_step){.op = CUDA_GEMM_EPI_ADD, .operand = CUDA_GEMM_OPND_BUFFER, .sm = -1};
+  assert_int_equal(cuda_gemm_params(&bad, p, err, sizeof err), KILN_ERR_ARG);
+  /* a bias and a scale: one operand buffer each after P, the scale's bits in P */
+  cuda_gemm_spec epi = s;
+  epi.n_epi = 2;
+  epi.epi[0] = (cuda_gemm_epi_step){.op = CUDA_GEMM_EPI_ADD, .operand = CUDA_GEMM_OPND_BUFFER, .off = 2, .sn = 1};
+  epi.epi[1] = (cuda_gemm_epi_step){.op = CUDA_GEMM_EPI_MUL, .operand = CUDA_GEMM_OPND_VALUE, .value = 0.25};
+  assert_int_equal(cuda_gemm_params(&epi, p, err, sizeof err), KILN_OK);
+  double bits;
+  memcpy(&bits, &p[17 + 4], sizeof bits);
+  assert_true(p[17] == 2 && p[17 + 3] == 1 && bits == 0.25);
+  v = cuda_gemm_variant_of(&epi);
+  assert_int_equal(cuda_gemm_n_buffers(v), 6);
+  assert_int_equal(cuda_gemm_print(v, NULL, &src, err, sizeof err), KILN_OK);
+  assert_non_null(strstr(src, "const T *__restrict__ E1, long long start"));
+  assert_non_null(strstr(src, "v = v * x1;"));
+  free(src);
+}
+
+/* A product with each epilogue operation, its operands as the runtime
+ * passes them (a row, a column, a tile with batch stride, a value),
+ * against the double reference: each step's rounding added to the
+ * product's bound (an RDIV's by the derivative of x / acc). */
+static void epilogue_steps(void **state) {
+  (void)state;
+  require_emu();
+  const int64_t batch = 2, m = 67, n = 45, k = 19, ld = n + 3;
+  cuda_gemm_spec s = {.batch = batch, .m = m, .n = n, .k = k, .a_b = m * k, .a_m = k, .a_k = 1,
+                      .b_b = k * n, .b_k = n, .b_n = 1, .c_b = m * n, .c_m = n, .c_n = 1};
+  float *a = malloc(sizeof(float) * (size_t)(batch * m * k)), *b = malloc(sizeof(float) * (size_t)(batch * k * n));
+  float *c = malloc(sizeof(float) * (size_t)(batch * m * n)), *tile = malloc(sizeof(float) * (size_t)(batch * m * ld));
+  float row[45], col[67];
+  assert_non_null(a), assert_non_null(b), assert_non_null(c), assert_non_null(tile);
+  for (int64_t i = 0; i < batch * m * k; i++) a[i] = (float)value(i);
+  for (int64_t i = 0; i < batch * k * n; i++) b[i] = (float)value(i + 5);
+  for (int64_t i = 0; i < batch * m * ld; i++) tile[i] = (float)value(i + 2);
+  for (int64_t i = 0; i < n; i++) row[i] = (float)value(i + 1);
+  for (int64_t i = 0; i < m; i++) col[i] = 1.5f + (float)value(i + 3) * 0.5f; /* in [1, 2]: a divisor */
+  const cuda_gemm_epi_step ROWV = {.operand = CUDA_GEMM_OPND_BUFFER, .sn = 1},
+                           COLV = {.operand = CUDA_GEMM_OPND_BUFFER, .sm = 1},
+                           TILEV = {.operand = CUDA_GEMM_OPND_BUFFER, .off = 1, .sb = m * ld, .sm = ld, .sn = 1},
+                           VAL = {.operand = CUDA_GEMM_OPND_VALUE, .value = 3.0}, NONE = {0};
+  /* each case: 4 steps (op, operand) */
+  static const unsigned char ops[3][4] = {
+      {CUDA_GEMM_EPI_ADD, CUDA_GEMM_EPI_RELU, CUDA_GEMM_EPI_SUB, CUDA_GEMM_EPI_MUL},
+      {CUDA_GEMM_EPI_RSUB, CUDA_GEMM_EPI_DIV, CUDA_GEMM_EPI_MAXIMUM, CUDA_GEMM_EPI_MINIMUM},
+      {CUDA_GEMM_EPI_ADD, CUDA_GEMM_EPI_RDIV, CUDA_GEMM_EPI_ADD, CUDA_GEMM_EPI_MUL},
+  };
+  const cuda_gemm_epi_step opnd[3][4] = {{ROWV, NONE, TILEV, VAL}, {VAL, COLV, ROWV, TILEV}, {VAL, VAL, TILEV, COLV}};
+  for (int cs = 0; cs < 3; cs++) {
+    s.n_epi = 4;
+    const void *e[4];
+    for (int i = 0; i < 4; i++) {
+      s.epi[i] = opnd[cs][i];
+      s.epi[i].op = ops[cs][i];
+      e[i] = s.epi[i].operand == CUDA_GEMM_OPND_BUFFER ? (s.epi[i].sn ? (s.epi[i].sm ? (void *)tile : row) : col) : NULL;
+    }
+    char err[4096];
+    int64_t params[CUDA_GEMM_NPARAMS];
+    assert_int_equal(cuda_gemm_params(&s, params, err, sizeof err), KILN_OK);
+    void *bufs[8] = {a, b, c, params, (void *)e[0], (void *)e[1], (void *)e[2], (void *)e[3]};
+    emu_kernel(cuda_gemm_variant_of(&s))(bufs, 0, cuda_gemm_tiles(&s));
+    for (int64_t bt = 0; bt < batch; bt++)
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+          double v = 0, mag = 0;
+          for (int64_t q = 0; q < k; q++) {
+            double x = (double)a[bt * m * k + i * k + q] * b[bt * k * n + q * n + j];
+            v += x, mag += fabs(x);
+          }
+          double err_v = (double)(k + 1) * 1.2e-7 * mag, eps = 1.2e-7;
+          bool skip = false;
+          for (int st = 0; st < 4; st++) {
+            const cuda_gemm_epi_step *p = &s.epi[st];
+            double x = p->operand == CUDA_GEMM_OPND_VALUE ? p->value
+                       : p->operand == CUDA_GEMM_OPND_NONE ? 0
+                       : e[st] == tile                     ? tile[1 + bt * m * ld + i * ld + j]
+                       : e[st] == row                      ? row[j]
+                                                           : col[i];
+            switch (p->op) {
+            case CUDA_GEMM_EPI_ADD: v += x; break;
+            case CUDA_GEMM_EPI_SUB: v -= x; break;
+            case CUDA_GEMM_EPI_RSUB: v = x - v; break;
+            case CUDA_GEMM_EPI_MUL: v *= x, err_v *= fabs(x); break;
+            case CUDA_GEMM_EPI_DIV: v /= x, err_v /= fabs(x); break;
+            case CUDA_GEMM_EPI_RDIV:
+              skip |= fabs(v) <= 2 * err_v; /* near a pole: no useful bound */
+              err_v = fabs(x) * err_v / (fabs(v) * (fabs(v) - err_v));
+              v = x / v;
+              break;
+            case CUDA_GEMM_EPI_RELU: v = v > 0 ? v : 0; break;
+            case CUDA_GEMM_EPI_MAXIMUM: v = v > x ? v : x; break;
+            default: v = v < x ? v : x; break;
+            }
+            err_v += eps * fabs(v); /* the step's rounding */
+          }
+          float got = c[bt * m * n + i * n + j];
+          if (!skip && !(fabs(got - v) <= err_v + 1e-30))
+            fail_msg("case %d: C[%lld][%lld][%lld] = %.9g, want %.9g (bound %.3g)", cs, (long long)bt, (long long)i,
+                     (long long)j, got, v, err_v);
+        }
+  }
+  free(a), free(b), free(c), free(tile);
 }
 
 int main(void) {
@@ -172,6 +290,7 @@ int main(void) {
       cmocka_unit_test(sizes_around_the_tile),
       cmocka_unit_test(every_operand_layout),
       cmocka_unit_test(f64_and_batches),
+      cmocka_unit_test(epilogue_steps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
