@@ -10,7 +10,15 @@
  *     its input's dims (rows) is fused: its readers' kernel computes it
  *     once per row before using it (row fusion: softmax, layer norm,
  *     variance become one kernel per block of rows). Other reductions are
- *     materialized.
+ *     materialized. A kernel walks one set of rows, along its root's
+ *     leading dims: a fused input that needs row reductions over other
+ *     rows than its reader's reduction, or a kernel root that cannot walk
+ *     its fused inputs' rows (rows of two reductions, a root shaped
+ *     otherwise than the rows — a loss gradient flattened to [B·C] —, an
+ *     in-place write), or a row value read through a reshape or a
+ *     transpose, is materialized (fit_rows, materialize_row_reshapes), so
+ *     lowering never has to fall back at run time for rows (a schedule
+ *     whose lowering falls back is re-planned at every force).
  *  2. An elementwise node read by one reader in the schedule is fused
  *     (a reader reading it twice through the same view reads it once):
  *     recomputing it costs nothing, materializing it costs a write and a
@@ -475,14 +483,114 @@ static void decide_fusion(pass_plan *p, graph_node *const *roots, int n_roots) {
   }
 }
 
-/* A row reduction read by a reduction over other rows is materialized. */
-static void unfuse_foreign_rows(pass_plan *p) {
+/* A fused node's row reductions over different rows (fit_rows). */
+static const graph_node MIXED_ROWS;
+
+/* Row reductions fit the kernel they are fused into (lower.c, lower_rows,
+ * which otherwise fails and makes the runtime materialize them at run
+ * time, for every force: such a schedule is never cached). A kernel walks
+ * one set of rows: a reduction's fused input that needs others (a row
+ * reduction itself, or elementwise nodes over one: sum(log_softmax(x) *
+ * y) over all elements) is materialized; so are the row-carrying fused
+ * inputs of a kernel root that needs rows of different reductions, whose
+ * shape does not fit its rows (pass_rows_fit: a loss gradient flattened
+ * to [B·C] over rows of [B, C]), or whose kind has no row loop (an
+ * in-place write, a scan, a scatter-add). */
+static bool row_kind(graph_kind k) {
+  return k == GRAPH_SOURCE || k == GRAPH_UNARY || k == GRAPH_BINARY || k == GRAPH_TERNARY || k == GRAPH_CAST ||
+         k == GRAPH_GATHER;
+}
+
+/* The rows x's fused inputs need: NULL for none, one of their row
+ * reductions when they all reduce the same rows (pass_same_rows),
+ * MIXED_ROWS when not (rows[at]: the same for each fused input). */
+static const graph_node *inputs_rows(const pass_plan *p, const graph_node **rows, const graph_node *x) {
+  const graph_node *r = NULL;
+  for (int j = 0; j < x->n_inputs; j++) {
+    int at = pass_pos(p, x->inputs[j].node);
+    const graph_node *q = at >= 0 && p->e[at].fused ? rows[at] : NULL;
+    if (!q || q == r) continue;
+    r = !r && q != &MIXED_ROWS ? q : r && q != &MIXED_ROWS && pass_same_rows(q, r) ? r : &MIXED_ROWS;
+  }
+  return r;
+}
+
+/* The root x (kind k) cannot walk the rows r its fused inputs need. */
+static bool root_misfits(const graph_node *x, graph_kind k, const graph_node *r) {
+  int n_outer;
+  bool full;
+  return r == &MIXED_ROWS || !row_kind(k) || !pass_rows_fit(x, r, &n_outer, &full);
+}
+
+/* One pass over the plan, producers first; true when it materialized a
+ * node (which may be a root now, after its position: fit_rows passes
+ * again). */
+static bool fit_rows_once(pass_plan *p, const graph_node **rows) {
+  bool changed = false;
   for (int i = 0; i < p->n; i++) {
     const graph_node *x = p->order[i];
-    if (graph_ops[x->op].kind != GRAPH_REDUCE) continue;
+    graph_kind k = graph_ops[x->op].kind;
+    if (k == GRAPH_REDUCE) {
+      for (int j = 0; j < x->n_inputs; j++) {
+        const graph_node *in = x->inputs[j].node;
+        int at = pass_pos(p, in);
+        if (at < 0 || !pass_fused(p, in)) continue;
+        const graph_node *r = row_reduction(in) ? in : rows[at];
+        if (r && (r == &MIXED_ROWS || !pass_same_rows(r, x))) unfuse(p, in), changed = true;
+      }
+    } else if (!p->e[i].fused && k != GRAPH_EXTERN) {
+      const graph_node *r = inputs_rows(p, rows, x);
+      if (r && root_misfits(x, k, r))
+        for (int j = 0; j < x->n_inputs; j++) {
+          int at = pass_pos(p, x->inputs[j].node);
+          if (at >= 0 && p->e[at].fused && rows[at]) unfuse(p, x->inputs[j].node), changed = true;
+        }
+    }
+    rows[i] = !p->e[i].fused ? NULL : row_reduction(x) ? x : inputs_rows(p, rows, x);
+  }
+  return changed;
+}
+
+static void fit_rows(pass_plan *p) {
+  const graph_node **rows = calloc((size_t)p->n + 1, sizeof *rows);
+  if (!rows) return; /* (out of memory: lowering still falls back) */
+  while (fit_rows_once(p, rows)) {
+  }
+  free(rows);
+}
+
+/* v reads src along src's own rows: dropping src's size-1 dims and v's
+ * dims of size 1 or stride 0 (a broadcast), the two have the same sizes
+ * in order and v steps each dim with src's contiguous stride, from
+ * offset 0 — src's plain view, a broadcast of its size-1 dims (a row
+ * value over its row), or its view without them (keepdim = false). A
+ * reshape or a transpose is not: its index does not walk src's rows. */
+static bool reads_along_rows(const graph_view *v, const graph_node *src) {
+  int64_t cs[KILN_MAX_DIMS];
+  graph_contiguous_strides(src->ndim, src->sizes, cs);
+  if (v->offset != 0) return false;
+  int d = 0;
+  for (int s = 0; s < src->ndim; s++) {
+    if (src->sizes[s] == 1) continue;
+    while (d < v->ndim && (v->sizes[d] == 1 || v->strides[d] == 0)) d++;
+    if (d == v->ndim || v->sizes[d] != src->sizes[s] || v->strides[d] != cs[s]) return false;
+    d++;
+  }
+  while (d < v->ndim && (v->sizes[d] == 1 || v->strides[d] == 0)) d++;
+  return d == v->ndim;
+}
+
+/* A fused node whose value needs fused row reductions (one, or nodes
+ * over one) read through a view that does not walk its rows — a
+ * flattening reshape of a loss gradient, a transpose — is materialized:
+ * the reader's kernel computes row values only along its own row loops
+ * (lower.c, row_read). */
+static void materialize_row_reshapes(pass_plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    const graph_node *x = p->order[i];
     for (int j = 0; j < x->n_inputs; j++) {
-      const graph_node *in = x->inputs[j].node;
-      if (pass_fused(p, in) && row_reduction(in) && !pass_same_rows(in, x)) unfuse(p, in);
+      pass_entry *e = fused_entry(p, x->inputs[j].node);
+      if (e && e->row_dep && !reads_along_rows(&x->inputs[j].view, x->inputs[j].node)) unfuse(p, x->inputs[j].node);
     }
   }
 }
@@ -580,7 +688,8 @@ void pass_fuse(pass_plan *p, graph_node *const *roots, int n_roots, bool enabled
     }
   if (!enabled) return;
   decide_fusion(p, roots, n_roots);
-  unfuse_foreign_rows(p);
+  materialize_row_reshapes(p);
+  fit_rows(p);
   refresh_row_deps(p);
   materialize_for_readers(p);
   refresh_row_deps(p);

@@ -422,7 +422,9 @@ static int row_read(lower_ctx *c, const graph_node *q, const graph_view *v, cons
   int r = -1;
   for (int i = 0; i < c->n_rows; i++)
     if (c->rows[i] == q) r = c->row_value[i];
-  bool ok = r >= 0 && v->offset == 0 && v->ndim == q->ndim && q->ndim >= c->n_outer;
+  /* q's own shape (its reduced dims of size 1), or only its kept dims (a
+   * reduction with keepdim = false: ops/reduce.c's view without them) */
+  bool ok = r >= 0 && v->offset == 0 && q->ndim >= c->n_outer && (v->ndim == q->ndim || v->ndim == c->n_outer);
   int64_t cs[KILN_MAX_DIMS];
   graph_contiguous_strides(q->ndim, q->sizes, cs);
   for (int d = 0; ok && d < v->ndim; d++) {
@@ -931,12 +933,18 @@ bool pass_same_rows(const graph_node *a, const graph_node *b) {
   return true;
 }
 
-/* The root's shape fits the rows: its leading dims are the rows', and its
- * other dims are all those of the reduced input (full) or all 1 (per-row).
- * *full tells which. */
-static bool root_fits_rows(const graph_node *root, const graph_node *q, int n_outer, bool *full) {
+bool pass_rows_fit(const graph_node *root, const graph_node *q, int *n_outer_out, bool *full) {
   const graph_view *v = &q->inputs[0].view;
+  int n_outer = 0;
+  while (n_outer < v->ndim && !(graph_attr_reduce_mask(q) & (1u << n_outer))) n_outer++;
+  *n_outer_out = n_outer;
+  *full = false;
   if (graph_ops[root->op].kind == GRAPH_REDUCE) return pass_same_rows(root, q);
+  if (root->ndim == n_outer && n_outer < v->ndim) {
+    for (int d = 0; d < n_outer; d++)
+      if (root->sizes[d] != v->sizes[d]) return false;
+    return true;
+  }
   if (root->ndim != v->ndim) return false;
   bool all_full = true, all_one = true;
   for (int d = 0; d < v->ndim; d++) {
@@ -959,8 +967,7 @@ static int lower_rows(lower_ctx *c) {
   bool full = false;
   for (int i = 1; i < c->n_rows; i++)
     if (!pass_same_rows(c->rows[i], q0)) return KILN_ERR_UNSUPPORTED;
-  while (c->n_outer < v->ndim && !(graph_attr_reduce_mask(q0) & (1u << c->n_outer))) c->n_outer++;
-  if (!root_fits_rows(root, q0, c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
+  if (!pass_rows_fit(root, q0, &c->n_outer, &full)) return KILN_ERR_UNSUPPORTED;
   int ranges[KILN_MAX_DIMS];
   if (full && graph_ops[root->op].kind != GRAPH_REDUCE && c->opts->spill >= 0)
     c->spill = c->plan->order[c->opts->spill]; /* kept in the output for the epilogue */

@@ -56,5 +56,11 @@ bool pass_plain_view(const graph_view *v, const graph_node *src);
 /** True when reductions a and b reduce the same dims of inputs of the same
  *  sizes (they can share a row loop). */
 bool pass_same_rows(const graph_node *a, const graph_node *b);
+/** The rows of the fused row reduction q (its input's leading dims up to
+ *  the first reduced one: *n_outer of them) fit a kernel rooted at root:
+ *  a reduction over the same rows, or a root whose leading dims are the
+ *  rows' and whose other dims are all those of q's input (*full) or all
+ *  1, or that has no others (keepdim = false) (lower.c, lower_rows). */
+bool pass_rows_fit(const graph_node *root, const graph_node *q, int *n_outer, bool *full);
 
 #endif /* KILN_PASS_INTERNAL_H */

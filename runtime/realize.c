@@ -20,6 +20,7 @@
  * strided view). A copy that only moves a whole buffer between devices
  * (kiln_to_device of a contiguous tensor) is one transfer, no kernel.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +199,12 @@ static int lower(graph_node *n, bool in_place, kir_kernel *k, pass_binding *b, s
  * (pass_plan_hold: those still to run and what they reach; earlier ones
  * may be freed already), marks them back afterwards, and neither caches
  * this schedule nor uses bindings made before (fell_back). */
+static _Atomic int64_t fallbacks;
+
+int64_t rt_lowering_fallbacks(void) { return atomic_load_explicit(&fallbacks, memory_order_relaxed); }
+
 static int realize_first(sched_run *run, int from, graph_node *const *nodes, int n, char *err, size_t errlen) {
+  atomic_fetch_add_explicit(&fallbacks, 1, memory_order_relaxed);
   run->cacheable = false;
   run->fell_back = true;
   pass_plan_hold(run->plan, from);

@@ -136,6 +136,11 @@ void rt_schedule_insert(const unsigned char *key, size_t len, const rt_decision 
                         const rt_sched_kernel *ks, int nk);
 /** Schedule-cache hits so far (for tests and benchmarks). */
 int64_t rt_schedule_hits(void);
+/** Lowering fallbacks so far: kernels whose group did not fit one kernel
+ *  at run time, so that their inputs were realized first in a nested
+ *  force (realize.c) and the schedule was not cached (for tests: the
+ *  fusion pass should leave none, fuse.c rule 6 and fit_rows). */
+int64_t rt_lowering_fallbacks(void);
 /** Schedules held by the schedule cache, and their bytes. */
 void rt_schedule_cache_size(int64_t *entries, int64_t *bytes);
 /** For tests: empties the schedule cache. Only while no force runs. */

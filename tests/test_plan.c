@@ -4,7 +4,9 @@
  * set; the fusion pass decides from plan entries (a stale row dependence
  * does not keep an expensive node fused); a schedule-cache entry whose
  * slots fall outside its schedule is refused; KILN_DEBUG_CACHE re-lowers
- * every hit and catches a binding that differs.
+ * every hit and catches a binding that differs; a lowering fallback's
+ * nested force keeps the plan's nodes alive; row reductions are fused
+ * only where their kernel can walk their rows, so no lowering falls back.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -211,29 +213,69 @@ static void debug_cache_check_catches_a_wrong_binding(void **state) {
   rt_set_fusion(-1);
 }
 
-/* An integer matmul is a generated kernel (cast, product, row sum, cast)
- * whose root cannot take its fused row reduction: lowering falls back,
- * realizing the inputs in a nested force. That force realizes nodes of
- * the outer plan, which drop their inputs; the outer plan holds its nodes
- * (pass_plan_hold), so none it still points at is freed (ASan checks). */
+/* Two results of one loop over 33 inputs (in[0] read by both): more
+ * buffers than one kernel takes, so the node the second's kernel would
+ * store (fuse.c rule 7) is lowered alone after a nested force of it
+ * (realize.c, lower_alone): a lowering fallback at run time. Their
+ * values are checked against want0/want1 (element j of input i is
+ * v(i, j), in[0] given). */
+#define WIDE 33
+static double wide_v(int i, int j) { return (double)((i * 7 + j * 3) % 11) - 5; }
+
+static void wide_pair(kiln_tensor *const *in, kiln_tensor **out) {
+  kiln_tensor *a = in[1], *b = in[21];
+  for (int i = 2; i <= 20; i++) a = kiln_add(a, in[i]);
+  for (int i = 22; i < WIDE; i++) b = kiln_sub(b, in[i]);
+  out[0] = kiln_add(a, in[0]);
+  out[1] = kiln_mul(b, in[0]);
+}
+
+/* wide_pair's values at element j, in[0]'s element x0. */
+static void wide_want(int j, double x0, double *w0, double *w1) {
+  double a = wide_v(1, j), b = wide_v(21, j);
+  for (int i = 2; i <= 20; i++) a += wide_v(i, j);
+  for (int i = 22; i < WIDE; i++) b -= wide_v(i, j);
+  *w0 = a + x0, *w1 = b * x0;
+}
+
+/* Inputs 1.. of wide_pair: realized buffers of n elements of dt. */
+static void wide_inputs(kiln_dtype dt, int64_t n, kiln_tensor **in) {
+  for (int i = 1; i < WIDE; i++) {
+    double v[16];
+    assert_true(n <= 16);
+    for (int j = 0; j < n; j++) v[j] = wide_v(i, j);
+    kiln_tensor *t = kiln_from_data(KILN_F64, 1, &n, v);
+    assert_int_equal(kiln_realize(t), KILN_OK);
+    in[i] = kiln_to_dtype(t, dt);
+    assert_int_equal(kiln_realize(in[i]), KILN_OK);
+  }
+}
+
+/* A lowering fallback realizes the stored node in a nested force. That
+ * force realizes nodes of the outer plan (the first result and the chain
+ * it reads), which drop their inputs; the outer plan holds its nodes (pass_plan_hold), so
+ * none it still points at is freed (ASan checks). */
 static void fallback_keeps_the_plan_alive(void **state) {
-  kiln_dtype dtypes[] = {KILN_I16, KILN_I8, KILN_U8, KILN_I32};
-  for (int d = 0; d < 4; d++) {
+  kiln_dtype dtypes[] = {KILN_I16, KILN_I32, KILN_F32};
+  for (int d = 0; d < 3; d++) {
     kiln_scope_begin();
-    int64_t sa[2] = {3, 4}, sb[2] = {4, 2};
-    double va[12], vb[8];
-    for (int i = 0; i < 12; i++) va[i] = (i * 5) % 7;
-    for (int i = 0; i < 8; i++) vb[i] = (i * 3) % 5;
-    kiln_tensor *a = kiln_to_dtype(kiln_from_data(KILN_F64, 2, sa, va), dtypes[d]);
-    kiln_tensor *b = kiln_to_dtype(kiln_from_data(KILN_F64, 2, sb, vb), dtypes[d]);
-    kiln_tensor *c = kiln_matmul(a, b);
-    double want[6];
-    for (int i = 0; i < 3; i++)
-      for (int j = 0; j < 2; j++) {
-        want[i * 2 + j] = 0;
-        for (int k = 0; k < 4; k++) want[i * 2 + j] += va[i * 4 + k] * vb[k * 2 + j];
-      }
-    expect_values_tol(c, want, 6, 0);
+    int64_t n = 5;
+    kiln_tensor *in[WIDE], *out[2];
+    wide_inputs(dtypes[d], n, in);
+    double v0[5] = {2, -1, 0, 3, 1};
+    in[0] = kiln_to_dtype(kiln_from_data(KILN_F64, 1, &n, v0), dtypes[d]);
+    assert_int_equal(kiln_realize(in[0]), KILN_OK);
+    in[0] = kiln_mul_scalar(in[0], 1); /* (pending: read by both results) */
+    wide_pair(in, out);
+    int64_t before = rt_lowering_fallbacks();
+    rt_set_fusion(1); /* the fallback is fusion's */
+    assert_int_equal(kiln_realize_many(out, 2), KILN_OK);
+    rt_set_fusion(-1);
+    assert_true(rt_lowering_fallbacks() > before);
+    double w0[5], w1[5];
+    for (int j = 0; j < 5; j++) wide_want(j, v0[j], &w0[j], &w1[j]);
+    expect_values_tol(out[0], w0, 5, 0);
+    expect_values_tol(out[1], w1, 5, 0);
     kiln_scope_end();
     expect_no_error();
   }
@@ -245,54 +287,137 @@ static void fallback_keeps_the_plan_alive(void **state) {
  * node already freed (ASan, or valgrind, checks). */
 static void fallback_after_freed_nodes(void **state) {
   kiln_scope_begin();
-  int64_t sa[2] = {3, 4}, sb[2] = {4, 2};
-  double va[12], vb[8];
-  for (int i = 0; i < 12; i++) va[i] = (i * 5) % 7;
-  for (int i = 0; i < 8; i++) vb[i] = (i * 3) % 5;
-  kiln_tensor *fa = kiln_from_data(KILN_F64, 2, sa, va), *fb = kiln_from_data(KILN_F64, 2, sb, vb);
-  kiln_tensor *out;
+  int64_t n = 4;
+  kiln_tensor *in[WIDE], *out[3];
+  wide_inputs(KILN_F64, n, in);
   kiln_scope_begin(); /* the intermediates' handles go before the force */
   /* integer values keep no recipe: the first scan is freed once the
-   * second ran, before the matmul's fallback */
+   * second ran, before the wide pair's fallback */
   kiln_tensor *scan = kiln_cumsum(kiln_arange(KILN_I64, 0, 5, 1), 0);              /* 0 1 3 6 10 */
   kiln_tensor *q = kiln_sum(kiln_cumsum(kiln_mul_scalar(scan, 2), 0), 0, NULL, false); /* 70 */
-  kiln_tensor *c = kiln_matmul(kiln_to_dtype(fa, KILN_I16), kiln_to_dtype(fb, KILN_I16));
-  out = kiln_keep(kiln_add(kiln_to_dtype(q, KILN_F64), kiln_to_dtype(c, KILN_F64))); /* q first in post-order */
+  in[0] = kiln_to_dtype(kiln_arange(KILN_I64, 1, 5, 1), KILN_F64); /* 1 2 3 4 */
+  assert_int_equal(kiln_realize(in[0]), KILN_OK);
+  in[0] = kiln_mul_scalar(in[0], 1); /* (pending: read by both results) */
+  wide_pair(in, out);
+  out[2] = kiln_keep(kiln_to_dtype(q, KILN_F64)); /* q first in post-order */
+  out[0] = kiln_keep(out[0]), out[1] = kiln_keep(out[1]);
   kiln_scope_end();
-  double want[6];
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 2; j++) {
-      want[i * 2 + j] = 70;
-      for (int k = 0; k < 4; k++) want[i * 2 + j] += va[i * 4 + k] * vb[k * 2 + j];
-    }
-  expect_values_tol(out, want, 6, 1e-9);
+  int64_t before = rt_lowering_fallbacks();
+  rt_set_fusion(1);
+  kiln_tensor *order[3] = {out[2], out[0], out[1]};
+  assert_int_equal(kiln_realize_many(order, 3), KILN_OK);
+  rt_set_fusion(-1);
+  assert_true(rt_lowering_fallbacks() > before);
+  double w0[4], w1[4];
+  for (int j = 0; j < 4; j++) wide_want(j, j + 1, &w0[j], &w1[j]);
+  expect_values_tol(out[0], w0, 4, 0);
+  expect_values_tol(out[1], w1, 4, 0);
+  expect_values_tol(out[2], (const double[]){70}, 1, 0);
   kiln_scope_end();
   expect_no_error();
 }
 
-/* The same fallback after kernels of the force already ran: a max
- * reduction fused into a masked_fill_ of its result cannot be lowered,
- * and the nested force comes after the first masked_fill_'s kernel
- * dropped nodes of the plan. The plan held every node of its order then,
- * freed ones included (fuzz_program found the heap-use-after-free); it
- * holds only what the rest of the schedule reaches. */
+/* The same fallback after kernels of the force already ran: a
+ * masked_fill_ of an input's source runs first and drops nodes of the
+ * plan; the nested force comes after. The plan held every node of its
+ * order then, freed ones included (fuzz_program found the
+ * heap-use-after-free, with a fallback of a reduction fused into a
+ * masked_fill_, which fuse.c now materializes); it holds only what the
+ * rest of the schedule reaches. */
 static void fallback_after_kernels_ran(void **state) {
   kiln_dtype dtypes[] = {KILN_I16, KILN_F32, KILN_I64};
   for (int d = 0; d < 3; d++) {
     kiln_scope_begin();
+    int64_t n = 3;
+    kiln_tensor *in[WIDE], *out[2];
+    wide_inputs(dtypes[d], n, in);
     kiln_tensor *t = kiln_to_dtype(kiln_arange(KILN_I64, 3, 9, 2), dtypes[d]); /* [3, 5, 7] */
-    int64_t three = 3;
-    bool m3[3] = {1, 0, 1}, yes = true;
-    assert_int_equal(kiln_masked_fill_(t, kiln_from_data(KILN_BOOL, 1, &three, m3), -2), KILN_OK);
-    kiln_tensor *r = kiln_amax(t, 0, NULL, false);
-    assert_int_equal(kiln_masked_fill_(r, kiln_from_data(KILN_BOOL, 0, NULL, &yes), 7), KILN_OK);
-    double v = 0;
-    assert_int_equal(kiln_item_f64(r, &v), KILN_OK);
-    assert_true(v == 7);
-    expect_values_tol(t, (const double[]){-2, 5, -2}, 3, 0);
+    bool m3[3] = {1, 0, 1};
+    assert_int_equal(kiln_masked_fill_(t, kiln_from_data(KILN_BOOL, 1, &n, m3), -2), KILN_OK);
+    in[0] = kiln_mul_scalar(t, 1);
+    wide_pair(in, out);
+    int64_t before = rt_lowering_fallbacks();
+    rt_set_fusion(1);
+    assert_int_equal(kiln_realize_many(out, 2), KILN_OK);
+    rt_set_fusion(-1);
+    assert_true(rt_lowering_fallbacks() > before);
+    double x0[3] = {-2, 5, -2}, w0[3], w1[3];
+    for (int j = 0; j < 3; j++) wide_want(j, x0[j], &w0[j], &w1[j]);
+    expect_values_tol(out[0], w0, 3, 0);
+    expect_values_tol(out[1], w1, 3, 0);
+    expect_values_tol(t, x0, 3, 0);
     kiln_scope_end();
     expect_no_error();
   }
+}
+
+/* Row reductions that do not fit their reader's kernel are materialized
+ * by the fusion pass, so no lowering falls back and the schedule is
+ * cached (fuse.c, fit_rows): the main job's loss (the mean of
+ * log_softmax · one-hot over all elements: a reduction over other rows
+ * than the softmax's, read through a keepdim = false view), its
+ * accuracy (argmax along rows compared with labels, then summed) and a
+ * row softmax read through a flattening reshape; an integer matmul
+ * (cast, product, row sum and cast: the sum read without its reduced
+ * dim) is one kernel; a masked_fill_ of a row maximum. Forced twice on
+ * new data: the second force is a schedule-cache hit. Values against
+ * references computed here. */
+static void rows_fit_their_kernels(void **state) {
+  rt_set_fusion(1);
+  for (int rep = 0; rep < 2; rep++) {
+    kiln_scope_begin();
+    kiln_tensor *x = ramp(4, 3, -1 + rep, 0.5), *lab = kiln_from_data(KILN_I64, 1, (int64_t[]){4}, (int64_t[]){2, 0, 1, 2});
+    kiln_tensor *logp = kiln_log_softmax(x, -1);
+    kiln_tensor *onehot = kiln_to_dtype(kiln_eq(kiln_unsqueeze(kiln_arange(KILN_I64, 0, 3, 1), 0),
+                                                kiln_unsqueeze(lab, 1)), KILN_F64);
+    kiln_tensor *loss = kiln_div_scalar(kiln_neg(kiln_sum(kiln_mul(onehot, logp), 0, NULL, false)), 4);
+    kiln_tensor *correct = kiln_sum(kiln_eq(kiln_argmax(x, -1, false), lab), 0, NULL, false);
+    kiln_tensor *flat = kiln_add(kiln_reshape(kiln_softmax(x, 1), 1, (int64_t[]){12}), kiln_arange(KILN_F64, 0, 12, 1));
+    kiln_tensor *ia = kiln_to_dtype(x, KILN_I32), *ib = kiln_to_dtype(kiln_t(x), KILN_I32);
+    kiln_tensor *imm = kiln_matmul(ib, ia);
+    kiln_tensor *mx = kiln_amax(x, 1, (int[]){1}, false);
+    bool yes[4] = {1, 0, 1, 0};
+    assert_int_equal(kiln_masked_fill_(mx, kiln_from_data(KILN_BOOL, 1, (int64_t[]){4}, yes), 7), KILN_OK);
+    int64_t fallbacks = rt_lowering_fallbacks(), hits = rt_schedule_hits();
+    kiln_profile_begin();
+    kiln_tensor *all[5] = {loss, correct, flat, imm, mx};
+    assert_int_equal(kiln_realize_many(all, 5), KILN_OK);
+    kiln_profile_end();
+    assert_int_equal(rt_lowering_fallbacks(), fallbacks);
+    if (rep > 0) assert_true(rt_schedule_hits() > hits);
+    double xs[12], want_loss = 0, want_flat[12], want_mm[9], want_mx[4];
+    int64_t labs[4] = {2, 0, 1, 2};
+    double want_correct = 0;
+    for (int i = 0; i < 12; i++) xs[i] = -1 + rep + 0.5 * i;
+    for (int r = 0; r < 4; r++) {
+      double m = xs[r * 3 + 2], z = 0; /* rows increase: the last column is the max */
+      for (int c = 0; c < 3; c++) z += exp(xs[r * 3 + c] - m);
+      want_loss -= xs[r * 3 + labs[r]] - m - log(z);
+      want_correct += labs[r] == 2;
+      for (int c = 0; c < 3; c++) want_flat[r * 3 + c] = exp(xs[r * 3 + c] - m) / z + r * 3 + c;
+      want_mx[r] = r % 2 == 0 ? 7 : m;
+    }
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 3; j++) {
+        want_mm[i * 3 + j] = 0;
+        for (int r = 0; r < 4; r++) want_mm[i * 3 + j] += (double)(int)xs[r * 3 + i] * (double)(int)xs[r * 3 + j];
+      }
+    expect_values_tol(loss, (const double[]){want_loss / 4}, 1, 1e-12);
+    expect_values_tol(correct, &want_correct, 1, 0);
+    expect_values_tol(flat, want_flat, 12, 1e-12);
+    expect_values_tol(imm, want_mm, 9, 0);
+    expect_values_tol(mx, want_mx, 4, 0);
+    bool one_matmul_kernel = false;
+    kiln_kernel_record rec;
+    for (int i = 0; i < kiln_profile_count(); i++) {
+      assert_int_equal(kiln_profile_get(i, &rec), KILN_OK);
+      one_matmul_kernel |= strstr(rec.name, "mul_sum_cast") != NULL;
+    }
+    assert_true(one_matmul_kernel);
+    kiln_scope_end();
+    expect_no_error();
+  }
+  rt_set_fusion(-1);
 }
 
 /* Every kind of node a kernel computes has a row in lower.c's table of
@@ -338,6 +463,7 @@ int main(void) {
       cmocka_unit_test(fallback_after_kernels_ran),
       cmocka_unit_test(fallback_keeps_the_plan_alive),
       cmocka_unit_test(fallback_after_freed_nodes),
+      cmocka_unit_test(rows_fit_their_kernels),
       cmocka_unit_test(every_kind_has_a_lowering),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
