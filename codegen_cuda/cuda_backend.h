@@ -182,7 +182,8 @@ cuda_gemm_variant cuda_gemm_variant_of(const cuda_gemm_spec *s);
  *  form: P the parameter array of a product (cuda_gemm_params, in the
  *  kernel's memory space), E<s> step s's operand buffer (unused unless a
  *  BUFFER operand: may be null), the indices [start, end) its tiles
- *  (cuda_gemm_tiles). *out is malloc'ed (caller frees). KILN_ERR_OOM.
+ *  (cuda_gemm_tiles). *out is malloc'ed (caller frees). KILN_ERR_OOM;
+ *  KILN_ERR_ARG for steps cuda_gemm_spec_ok refuses.
  *  The runtime runs matrix products of CUDA tensors through it where
  *  cuBLAS is absent, and under cuda-emu (runtime/cuda_gemm_run.c). */
 int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen);

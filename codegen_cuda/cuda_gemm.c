@@ -18,6 +18,13 @@
  * that choice and the element type make the kernel's variant; sizes,
  * strides and offsets are read from a parameter array
  * (cuda_gemm_params), so one kernel per variant serves every shape.
+ *
+ * A fused epilogue (up to CUDA_GEMM_EPI_MAX steps: bias, relu, scale,
+ * residual, clamp) is applied by each thread to each of its outputs in
+ * registers before the store; the steps' operations and operand kinds
+ * are part of the variant, their operands' places and fill values are
+ * entries of the parameter array (epi_params), the operand buffers
+ * parameters E0... after P.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -38,13 +45,18 @@ static int operand_of(int op) {
   return op == CUDA_GEMM_EPI_RELU ? CUDA_GEMM_OPND_NONE : CUDA_GEMM_OPND_BUFFER; /* or VALUE */
 }
 
+/* kind when op takes it, else -1. */
+static int operand_of_variant(int op, int kind) {
+  bool none = operand_of(op) == CUDA_GEMM_OPND_NONE;
+  return none == (kind == CUDA_GEMM_OPND_NONE) && kind <= CUDA_GEMM_OPND_BUFFER ? kind : -1;
+}
+
 static bool epi_ok(const cuda_gemm_spec *s) {
   if (s->n_epi < 0 || s->n_epi > CUDA_GEMM_EPI_MAX) return false;
   for (int i = 0; i < s->n_epi; i++) {
     const cuda_gemm_epi_step *e = &s->epi[i];
     if (e->op < CUDA_GEMM_EPI_ADD || e->op > CUDA_GEMM_EPI_MINIMUM) return false;
-    bool none = operand_of(e->op) == CUDA_GEMM_OPND_NONE;
-    if (none != (e->operand == CUDA_GEMM_OPND_NONE) || e->operand > CUDA_GEMM_OPND_BUFFER) return false;
+    if (operand_of_variant(e->op, e->operand) < 0) return false;
     if (e->operand == CUDA_GEMM_OPND_BUFFER && (e->off < 0 || e->sb < 0 || e->sm < 0 || e->sn < 0)) return false;
   }
   return true;
@@ -96,10 +108,10 @@ int cuda_gemm_params(const cuda_gemm_spec *s, int64_t p[CUDA_GEMM_NPARAMS], char
     return KILN_ERR_ARG;
   }
   int64_t tn = (s->n + TILE - 1) / TILE;
-  const int64_t v[P_E] = {s->m,     s->n,   s->k,   tn,     tn * ((s->m + TILE - 1) / TILE),
-                                        s->a_off, s->a_b, s->a_m, s->a_k, s->b_off,
-                                        s->b_b,   s->b_n, s->b_k, s->c_off, s->c_b,
-                                        s->c_m,   s->c_n};
+  const int64_t v[P_E] = {s->m,     s->n,   s->k,   tn,       tn * ((s->m + TILE - 1) / TILE),
+                          s->a_off, s->a_b, s->a_m, s->a_k,   s->b_off,
+                          s->b_b,   s->b_n, s->b_k, s->c_off, s->c_b,
+                          s->c_m,   s->c_n};
   for (int i = 0; i < P_E; i++) p[i] = v[i];
   for (int i = 0; i < CUDA_GEMM_EPI_MAX; i++) {
     static const cuda_gemm_epi_step none = {0};
@@ -148,6 +160,14 @@ static void epi_step(kir_strbuf *b, int s, int op, int kind) {
 
 int cuda_gemm_print(cuda_gemm_variant v, const char *fname, char **out, char *err, size_t errlen) {
   *out = NULL;
+  bool ok = v.n_epi >= 0 && v.n_epi <= CUDA_GEMM_EPI_MAX;
+  for (int i = 0; ok && i < v.n_epi; i++)
+    ok = v.epi_op[i] >= CUDA_GEMM_EPI_ADD && v.epi_op[i] <= CUDA_GEMM_EPI_MINIMUM &&
+         v.epi_operand[i] == operand_of_variant(v.epi_op[i], v.epi_operand[i]);
+  if (!ok) {
+    snprintf(err, errlen, "cuda tiled GEMM: bad epilogue steps in the variant");
+    return KILN_ERR_ARG;
+  }
   kir_strbuf b = {0};
   kir_sb_printf(&b, "/* Kiln tiled GEMM (%s, A staged along %s, B along %s, %d epilogue steps) */\n%s",
                 v.f64 ? "f64" : "f32", v.a_along_k ? "k" : "m", v.b_along_k ? "k" : "n", v.n_epi,

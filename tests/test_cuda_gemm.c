@@ -196,6 +196,10 @@ static void bad_specs_are_errors(void **state) {
   assert_non_null(strstr(src, "const T *__restrict__ E1, long long start"));
   assert_non_null(strstr(src, "v = v * x1;"));
   free(src);
+  cuda_gemm_variant badv = v;
+  badv.epi_op[1] = 42; /* not an operation: refused, nothing printed */
+  assert_int_equal(cuda_gemm_print(badv, NULL, &src, err, sizeof err), KILN_ERR_ARG);
+  assert_null(src);
 }
 
 /* A product with each epilogue operation, its operands as the runtime
