@@ -7,17 +7,19 @@
  * generated GEMM (runtime/gemm.c) or OpenBLAS (runtime/blas.c), as
  * KILN_GEMM or the auto rule picks (runtime/matmul_host.c): operands are
  * passed as views, so a transposed view is a transpose flag or a
- * strided pack, not a copy. Integer, F16 and BF16 products are a
- * generated kernel: a broadcast multiply fused into a sum over K (F16/BF16
- * in F32, integers in I64, then converted back as Torch's result dtype).
+ * strided pack, not a copy. F16 and BF16 products are the same MATMUL
+ * in F32 (their operands converted to F32 copies, the result converted
+ * back: F32 accumulation, as Torch's CPU kernels). Integer products are a
+ * generated kernel: a broadcast multiply fused into a sum over K (in
+ * I64, then converted back as Torch's result dtype).
  * Elementwise readers of the product (bias, activation, scale) fuse into
  * one epilogue kernel, or into the generated GEMM's stores when it runs
  * the product (runtime/gemm_fused.c). F32/F64 products of KILN_CUDA
  * tensors are the same MATMUL node, run by cuBLAS when it loads on the
  * real device (runtime/blas.c; an operand BLAS cannot take as it is is
  * copied contiguous first), else by the tiled GEMM kernel
- * (runtime/cuda_gemm_run.c; also under cuda-emu); other dtypes take the
- * generated kernel path on the device. Operands on different devices
+ * (runtime/cuda_gemm_run.c; also under cuda-emu), F16/BF16 ones in F32
+ * likewise; integer ones take the generated kernel path on the device. Operands on different devices
  * are KILN_ERR_DEVICE.
  */
 #include "ops.h"
@@ -153,6 +155,17 @@ static kiln_tensor *kernel_product(kiln_tensor *a, kiln_tensor *b, const mm_shap
   return out;
 }
 
+/* F16/BF16: the operands converted to F32 (copies the GEMM reads), one
+ * F32 MATMUL (F32 accumulation, as the generated kernel path sums), its
+ * result converted back to dtype (a cast the product's epilogue takes). */
+static kiln_tensor *half_product(kiln_tensor *a, kiln_tensor *b, const mm_shape *s, kiln_dtype dtype,
+                                 const char *fn) {
+  kiln_tensor *p = blas_product(a, b, s, KILN_F32, fn);
+  kiln_tensor *out = p ? kiln_to_dtype(p, dtype) : NULL;
+  kiln_release(p);
+  return out;
+}
+
 /* The result without the dims added for 1-D operands. */
 static kiln_tensor *drop_dims(kiln_tensor *r, const mm_shape *s, const char *fn) {
   if (!r || (!s->drop_m && !s->drop_n)) return r;
@@ -183,8 +196,9 @@ static kiln_tensor *product(kiln_tensor *a, kiln_tensor *b, const char *fn) {
     return NULL;
   }
   api_untracked_begin();
-  bool blas = dtype == KILN_F32 || dtype == KILN_F64;
-  kiln_tensor *r = blas ? blas_product(a, b, &s, dtype, fn) : kernel_product(a, b, &s, dtype, fn);
+  bool blas = dtype == KILN_F32 || dtype == KILN_F64, half = dtype == KILN_F16 || dtype == KILN_BF16;
+  kiln_tensor *r = blas ? blas_product(a, b, &s, dtype, fn) : half ? half_product(a, b, &s, dtype, fn)
+                                                                   : kernel_product(a, b, &s, dtype, fn);
   r = drop_dims(r, &s, fn);
   api_untracked_end();
   return api_track(r);

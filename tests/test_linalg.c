@@ -1,8 +1,8 @@
 /*
  * test_linalg.c — matrix products on known values: every layout BLAS
  * takes as it is (row-major, transposed views) and the packed fallback,
- * broadcast batches, the generated-kernel path for integer and half
- * dtypes, addmm's beta/alpha, the profile records of a product and its
+ * broadcast batches, the generated-kernel path for integer dtypes, F16
+ * and BF16 products on the F32 GEMM, addmm's beta/alpha, the profile records of a product and its
  * fused epilogue, and the error paths.
  */
 #include <math.h>
@@ -59,6 +59,62 @@ static void layouts_and_dtypes(void **state) {
       expect_values_tol(c, want, 15, dts[d] == KILN_BF16 ? 4 : 0);
       kiln_scope_end();
     }
+  expect_no_error();
+}
+
+/* F16 and BF16 products run on the F32 GEMM (ops/linalg.c, half_product):
+ * the profile has a GEMM record of the product's shape and no
+ * reduction kernel; values in multiples of 1/8 (exact in both dtypes)
+ * give exact F32 sums, so the result is the exact product rounded once to
+ * the dtype (half an ulp: 2^-11 relative for F16, 2^-8 for BF16). A
+ * transposed operand and a batch too. */
+static void half_products_on_the_gemm(void **state) {
+  kiln_dtype dts[2] = {KILN_F16, KILN_BF16};
+  const int64_t m = 37, k = 90, n = 70;
+  for (int d = 0; d < 2; d++) {
+    kiln_scope_begin();
+    double av[37 * 90], bv[90 * 70];
+    for (int i = 0; i < m * k; i++) av[i] = (double)((i * 7) % 17 - 8) / 8;
+    for (int i = 0; i < k * n; i++) bv[i] = (double)((i * 5) % 13 - 6) / 8;
+    kiln_tensor *a = kiln_to_dtype(kiln_from_data(KILN_F64, 2, (int64_t[]){m, k}, av), dts[d]);
+    kiln_tensor *bt = kiln_to_dtype(kiln_t(kiln_from_data(KILN_F64, 2, (int64_t[]){k, n}, bv)), dts[d]);
+    assert_int_equal(kiln_realize(a), KILN_OK);
+    assert_int_equal(kiln_realize(bt), KILN_OK);
+    kiln_profile_begin();
+    kiln_tensor *c = kiln_matmul(a, kiln_t(kiln_contiguous(bt))); /* a column-major B */
+    kiln_tensor *cb = kiln_matmul(kiln_stack((kiln_tensor *[]){a, a}, 2, 0), kiln_t(bt)); /* batched, B broadcast */
+    kiln_tensor *both[2] = {c, cb};
+    assert_int_equal(kiln_realize_many(both, 2), KILN_OK);
+    kiln_profile_end();
+    assert_int_equal(kiln_dtype_of(c), dts[d]);
+    bool gemm = false, reduction = false;
+    kiln_kernel_record r;
+    for (int i = 0; i < kiln_profile_count(); i++) {
+      assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+      gemm |= strstr(r.name, "gemm_37x70x90") != NULL;
+      reduction |= r.name[0] == 'R';
+    }
+    assert_true(gemm);
+    assert_false(reduction);
+    double *got = test_malloc(sizeof *got * (size_t)(2 * m * n));
+    kiln_scope_begin();
+    assert_int_equal(kiln_read(kiln_to_dtype(c, KILN_F64), got, sizeof *got * (size_t)(m * n)), KILN_OK);
+    assert_int_equal(kiln_read(kiln_to_dtype(kiln_select(cb, 0, 1), KILN_F64), got + m * n, sizeof *got * (size_t)(m * n)),
+                     KILN_OK); /* (the second batch: both are a @ B) */
+    kiln_scope_end();
+    double rel = d == 0 ? ldexp(1, -11) : ldexp(1, -8);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double want = 0;
+        for (int64_t q = 0; q < k; q++) want += av[i * k + q] * bv[q * n + j];
+        for (int rep = 0; rep < 2; rep++)
+          if (!(fabs(got[rep * m * n + i * n + j] - want) <= rel * fabs(want)))
+            fail_msg("%s c[%lld][%lld] = %.9g, want %.9g", d ? "BF16" : "F16", (long long)i, (long long)j,
+                     got[rep * m * n + i * n + j], want);
+      }
+    test_free(got);
+    kiln_scope_end();
+  }
   expect_no_error();
 }
 
@@ -289,7 +345,8 @@ static void errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(layouts_and_dtypes), cmocka_unit_test(packed_operand),
+      cmocka_unit_test(layouts_and_dtypes),
+      cmocka_unit_test(half_products_on_the_gemm), cmocka_unit_test(packed_operand),
       cmocka_unit_test(batches_and_vectors), cmocka_unit_test(addmm_values),
       cmocka_unit_test(profile_of_product_and_epilogue), cmocka_unit_test(split_over_pool),
       cmocka_unit_test(errors),
