@@ -20,6 +20,9 @@
  * reference. General epilogues (GELU in erf and tanh form, SiLU, tanh,
  * sigmoid, exp, a cast to the other float dtype, operands along rows and
  * columns, a strided residual) the same ways, fused as gemm_MxNxK_<ops>.
+ * With KILN_TEST_EPILOGUE_EMU=1 (ctest gemm_epilogue_emu) it runs instead
+ * the epilogues and batched products under cuda-emu, fused into the tiled
+ * GEMM kernel (cuda_gemm_MxNxK_<steps>).
  */
 #include <float.h>
 #include <math.h>
@@ -28,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -639,8 +643,14 @@ int main(void) {
       cmocka_unit_test_teardown(general_small_blocks, restore),
       cmocka_unit_test_teardown(general_separate_on_openblas, restore),
       cmocka_unit_test_teardown(general_separate_unfused, restore),
+  };
+  /* The cuda-emu ones run as their own ctest (gemm_epilogue_emu: without
+   * LeakSanitizer under the sanitizers, tests/CMakeLists.txt). */
+  const struct CMUnitTest emu_tests[] = {
       cmocka_unit_test_teardown(fused_on_cuda_emu, restore),
       cmocka_unit_test_teardown(batched_on_cuda_emu, restore),
   };
+  const char *emu = getenv("KILN_TEST_EPILOGUE_EMU");
+  if (emu && strcmp(emu, "1") == 0) return cmocka_run_group_tests(emu_tests, NULL, NULL);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
