@@ -45,6 +45,11 @@ static inline bool pass_computed_in(const pass_plan *p, const graph_node *n, con
  *  KILN_OK or KILN_ERR_OOM. */
 int pass_choose_opts(const pass_plan *p, const graph_node *root, const graph_node *host, bool in_place,
                      pass_opts *o);
+/** Reorders the outer loops of k's plain loop nest (an elementwise
+ *  kernel's) so that its accesses walk memory outermost loop first, by
+ *  the bytes each loop's step skips (loop_order.c); leaves any other
+ *  kernel, or one whose accesses are not affine in its loops, as it is. */
+void pass_order_loops(kir_kernel *k);
 /** With KILN_DEBUG=2 or more, prints o on one line of stderr, after the
  *  kernel's name. */
 void pass_opts_debug(const pass_opts *o, const char *kernel);

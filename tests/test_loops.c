@@ -427,6 +427,39 @@ static void skewed_tile_has_no_overlap_checks(void **state) {
   rt_set_fusion(-1);
 }
 
+/* A convolution's GEMM writes [C, N, H·W]; its consumers read it as
+ * [N, C, H, W] (a permuted view). The elementwise kernel then loops C
+ * outside N, so the product is read in its own order (passes/loop_order.c),
+ * while the output is still [N, C, H, W]. With C too short to split over
+ * the pool (and shorter than N), the root's order stays. Values against a
+ * host loop. */
+static void permuted_reads_reorder_loops(void **state) {
+  enum { C = 20, N = 24, HW = 12 };
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  kiln_tensor *prod = ramp(3, (int64_t[]){C, N, HW}, 1);
+  kiln_tensor *bias = ramp(2, (int64_t[]){C, 1}, 100);
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){prod, bias}, 2), KILN_OK);
+  kiln_tensor *y = kiln_relu(kiln_add(kiln_transpose(prod, 0, 1), bias)); /* [N, C, HW] */
+  expect_loops(y, 3, (int64_t[]){C, N, HW});
+  static float got[N * C * HW];
+  read_all(y, got, N * C * HW);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int i = 0; i < HW; i++)
+        assert_float_equal(got[(n * C + c) * HW + i], (float)((c * N + n) * HW + i) + 100.0f * (float)c, 0);
+  kiln_tensor *few = ramp(3, (int64_t[]){3, N, HW}, 1); /* C = 3 < 16: N stays the parallel loop */
+  assert_int_equal(kiln_realize(few), KILN_OK);
+  kiln_tensor *z = kiln_neg(kiln_transpose(few, 0, 1));
+  expect_loops(z, 3, (int64_t[]){N, 3, HW});
+  read_all(z, got, N * 3 * HW);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < 3; c++)
+      for (int i = 0; i < HW; i++) assert_float_equal(got[(n * 3 + c) * HW + i], -(float)((c * N + n) * HW + i), 0);
+  kiln_scope_end();
+  rt_set_fusion(-1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(transposed_write_is_unit_stride),
@@ -436,6 +469,7 @@ int main(void) {
       cmocka_unit_test(reshaped_producer_merges),
       cmocka_unit_test(split_dim_reads_without_division), cmocka_unit_test(ragged_transpose_skews_tiles),
       cmocka_unit_test(skewed_tile_has_no_overlap_checks), cmocka_unit_test(split_producer_refines_loops),
+      cmocka_unit_test(permuted_reads_reorder_loops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
