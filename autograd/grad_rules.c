@@ -291,9 +291,26 @@ static kiln_tensor *r_assign(grad_inputs *in, int k, kiln_tensor *g) {
   return st == KILN_OK ? z : NULL;
 }
 
+/* True when v walks its last two dims column-major (a transposed view of
+ * a row-major matrix: a linear layer's weight read as W^T). */
+static bool column_major(const graph_view *v) {
+  int d = v->ndim - 2;
+  return d >= 0 && v->sizes[d] > 1 && v->sizes[d + 1] > 1 && v->strides[d] == 1 && v->strides[d + 1] >= v->sizes[d];
+}
+
+/* gA = g B^T, gB = A^T g. An operand read column-major gets its gradient
+ * as the transpose of the transposed product (gB = (g^T A)^T), so the
+ * product is written in the layout of what the operand views: a linear
+ * layer's weight gradient lands row-major, as the weight, and the
+ * optimizer's update reads it in order (Torch: grad_weight =
+ * grad_output.t().mm(input)). The same products, the same values. */
 static kiln_tensor *r_matmul(grad_inputs *in, int k, kiln_tensor *g) {
-  if (k == 0) return kiln_matmul(g, kiln_transpose(X1, -1, -2));
-  return kiln_matmul(kiln_transpose(X0, -1, -2), g);
+  bool flip = column_major(&in->n->inputs[k].view);
+  if (k == 0)
+    return flip ? kiln_transpose(kiln_matmul(X1, kiln_transpose(g, -1, -2)), -1, -2)
+                : kiln_matmul(g, kiln_transpose(X1, -1, -2));
+  return flip ? kiln_transpose(kiln_matmul(kiln_transpose(g, -1, -2), X0), -1, -2)
+              : kiln_matmul(kiln_transpose(X0, -1, -2), g);
 }
 
 /* src's gradient: g added back at the gathered positions. */

@@ -579,6 +579,65 @@ static void products(void **state) {
   }
 }
 
+/* Does the profile since kiln_profile_begin name a product whose sizes
+ * end its name ("_24x40x6": gemm_ or blas_ kernels alike)? */
+static bool ran_product(const char *sizes) {
+  kiln_kernel_record r;
+  for (int i = 0; i < kiln_profile_count(); i++)
+    if (kiln_profile_get(i, &r) == KILN_OK && strstr(r.name, sizes)) return true;
+  return false;
+}
+
+/* A linear layer's weight w [O, I] is read as w^T, column-major: its
+ * gradient is the product g^T x [O, I] (Torch's grad_weight), written
+ * in w's own layout, not x^T g [I, O] that an optimizer would then read
+ * transposed; an A operand read as p^T [M, K] likewise gets (q g^T)^T.
+ * Which products ran (by their sizes, M x N x K) and the gradients'
+ * values against double loops. */
+static void column_major_operand_gradients(void **state) {
+  (void)state;
+  enum { B = 6, I = 40, O = 24 };
+  kiln_scope_begin();
+  double xv[B * I], wv[O * I], cv[B * O];
+  for (int i = 0; i < B * I; i++) xv[i] = (double)((i * 7) % 11 - 5) / 4;
+  for (int i = 0; i < O * I; i++) wv[i] = (double)((i * 5) % 13 - 6) / 8;
+  for (int i = 0; i < B * O; i++) cv[i] = (double)((i * 3) % 7 - 3) / 2;
+  kiln_tensor *x = kiln_from_data(KILN_F64, 2, (int64_t[]){B, I}, xv);
+  kiln_tensor *w = kiln_from_data(KILN_F64, 2, (int64_t[]){O, I}, wv);
+  kiln_tensor *c = kiln_from_data(KILN_F64, 2, (int64_t[]){B, O}, cv);
+  kiln_tensor *y = kiln_matmul(x, kiln_t(w));                   /* [B, O] */
+  kiln_tensor *p = w;                                           /* read as A = p^T [I, O]: */
+  kiln_tensor *z = kiln_matmul(kiln_t(p), kiln_t(c));           /* [I, O] @ [O, B] = [I, B] */
+  kiln_tensor *g[2], *gz;
+  assert_int_equal(kiln_grad(&y, &c, 1, (kiln_tensor *[]){w, x}, 2, g), KILN_OK);
+  kiln_tensor *ct = kiln_contiguous(kiln_t(x));                 /* [I, B] cotangent of z */
+  assert_int_equal(kiln_grad(&z, &ct, 1, &p, 1, &gz), KILN_OK);
+  kiln_profile_begin();
+  assert_int_equal(kiln_realize_many((kiln_tensor *[]){g[0], g[1], gz}, 3), KILN_OK);
+  kiln_profile_end();
+  assert_true(ran_product("_24x40x6"));  /* g^T x, and c^T ct^T for p: [O, I], K = B */
+  assert_false(ran_product("_40x24x6")); /* neither x^T g nor ct c */
+  assert_true(ran_product("_6x40x24"));  /* x's gradient g w: row-major x, as before */
+  double gw[O * I], gx[B * I], gp[O * I];
+  assert_int_equal(kiln_read(g[0], gw, sizeof gw), KILN_OK);
+  assert_int_equal(kiln_read(g[1], gx, sizeof gx), KILN_OK);
+  assert_int_equal(kiln_read(gz, gp, sizeof gp), KILN_OK);
+  for (int o = 0; o < O; o++)
+    for (int i = 0; i < I; i++) {
+      double want = 0; /* gw = c^T x; gp = (ct c)^T with ct = x^T: the same */
+      for (int b = 0; b < B; b++) want += cv[b * O + o] * xv[b * I + i];
+      assert_float_equal(gw[o * I + i], want, 1e-12);
+      assert_float_equal(gp[o * I + i], want, 1e-12);
+    }
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < I; i++) {
+      double want = 0;
+      for (int o = 0; o < O; o++) want += cv[b * O + o] * wv[o * I + i];
+      assert_float_equal(gx[b * I + i], want, 1e-12);
+    }
+  kiln_scope_end();
+}
+
 typedef struct addmm_case {
   double beta, alpha;
   int bias_kind; /* 0: [N], 1: [M, 1], 2: [M, N] transposed */
@@ -632,7 +691,7 @@ int main(void) {
       cmocka_unit_test(reductions),      cmocka_unit_test(stats),            cmocka_unit_test(norms),
       cmocka_unit_test(prod_with_zeros), cmocka_unit_test(extremum_ties),    cmocka_unit_test(scans),
       cmocka_unit_test(cumprod_exact_products), cmocka_unit_test(softmaxes), cmocka_unit_test(layer_norms),
-      cmocka_unit_test(products),        cmocka_unit_test(addmms),           cmocka_unit_test(composition),
+      cmocka_unit_test(products),        cmocka_unit_test(column_major_operand_gradients), cmocka_unit_test(addmms),           cmocka_unit_test(composition),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
