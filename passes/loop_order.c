@@ -16,11 +16,10 @@
  * PARAM has an index affine in the loop variables (else the kernel is
  * left alone); a loop's weight is the bytes its step skips, summed over
  * the accesses (element size times the index's coefficient, a store's
- * halved). The outer
- * loops are reordered by decreasing weight — a stable sort, so a kernel
- * whose accesses all follow the root's layout keeps its order — and the
- * innermost loop stays innermost (it is the vectorised one, and the
- * options chose its unrolling and streaming). The first loop stays the
+ * halved). The outer loops are reordered by decreasing weight — a stable
+ * sort, so a kernel whose accesses all follow the root's layout keeps its
+ * order — and the innermost loop stays innermost (it is the vectorised
+ * one, and the options chose its unrolling and streaming). The first loop stays the
  * parallel one; an order whose first loop would be much shorter than
  * today's (fewer chunks for the pool) is not taken.
  *
