@@ -371,7 +371,11 @@ static unsigned mixed_width(const kir_kernel *k, int r, int e) {
  * 512-bit vectors get no masked tail (masked stores are slow on some AVX2
  * CPUs) but interleave count 1, so the scalar remainder is shorter than
  * one vector (the 2x2 chain kernel above under KILN_CPU=haswell: 18.2 ->
- * 11.8 ms). */
+ * 11.8 ms), and llvm.loop.vectorize.enable: LLVM's cost model leaves a
+ * row of 14 read at stride 2 scalar for want of one full 8-lane
+ * iteration and its run-time checks; forced, it runs 4 lanes (fashion_cnn
+ * under KILN_CPU=x86-64-v3 on an Intel host: the 2x2 pooling gradient
+ * over [128, 32, 28, 28] 5.9 -> 2.1 ms). */
 #define SHORT_ROW 256
 
 static bool short_row(const kir_kernel *k, int r, int e) {
@@ -387,24 +391,29 @@ static LLVMMetadataRef loop_hint(llvm_ctx *c, const char *key, unsigned n) {
   return LLVMMDNodeInContext2(c->ctx, hint, 2);
 }
 
+static LLVMMetadataRef loop_flag(llvm_ctx *c, const char *key) {
+  LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, strlen(key)),
+                             LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(c->ctx), 1, 0))};
+  return LLVMMDNodeInContext2(c->ctx, hint, 2);
+}
+
+/* How an innermost loop's vector tail runs: as LLVM chooses, masked
+ * (predicated), or as a scalar remainder with vectorisation forced. */
+typedef enum { TAIL_ANY, TAIL_MASKED, TAIL_FORCED } loop_tail;
+
 /* Attaches !llvm.loop !{self, hints...} to the latch branch: an interleave
  * count and a vector width, each when nonzero, an unroll hint
- * ("llvm.loop.unroll.disable", ".full") when not NULL, and a masked
- * (predicated) vector tail when `predicate`. */
+ * ("llvm.loop.unroll.disable", ".full") when not NULL, and the tail. */
 static void set_loop_hints(llvm_ctx *c, LLVMValueRef br, unsigned interleave, unsigned width, const char *unroll,
-                           bool predicate) {
-  if (!interleave && !width && !unroll && !predicate) return;
+                           loop_tail tail) {
+  if (!interleave && !width && !unroll && tail == TAIL_ANY) return;
   LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
   LLVMMetadataRef ops[5] = {self};
   unsigned n = 1;
   if (interleave) ops[n++] = loop_hint(c, "llvm.loop.interleave.count", interleave);
   if (width) ops[n++] = loop_hint(c, "llvm.loop.vectorize.width", width);
-  if (predicate) {
-    static const char key[] = "llvm.loop.vectorize.predicate.enable";
-    LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(c->ctx, key, sizeof key - 1),
-                               LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(c->ctx), 1, 0))};
-    ops[n++] = LLVMMDNodeInContext2(c->ctx, hint, 2);
-  }
+  if (tail == TAIL_MASKED) ops[n++] = loop_flag(c, "llvm.loop.vectorize.predicate.enable");
+  if (tail == TAIL_FORCED) ops[n++] = loop_flag(c, "llvm.loop.vectorize.enable");
   if (unroll) {
     LLVMMetadataRef md = LLVMMDStringInContext2(c->ctx, unroll, strlen(unroll));
     ops[n++] = LLVMMDNodeInContext2(c->ctx, &md, 1);
@@ -422,13 +431,14 @@ static LLVMValueRef lower_end(llvm_ctx *c, const kir_uop *u) {
   int r = u->src[0], e = (int)(u - c->k->uops);
   if (c->k->uops[r].tile) c->skew = -1;
   if (r > 0 && c->k->uops[r - 1].tile) /* a tile's inner loop: vectorised whole, not unrolled first */
-    set_loop_hints(c, br, 1, KIR_TILE, "llvm.loop.unroll.disable", false);
+    set_loop_hints(c, br, 1, KIR_TILE, "llvm.loop.unroll.disable", TAIL_ANY);
   else if (c->k->uops[r].tile) /* the outer one: unrolled, so the staged block's loads have fixed offsets */
-    set_loop_hints(c, br, 0, 0, "llvm.loop.unroll.full", false);
+    set_loop_hints(c, br, 0, 0, "llvm.loop.unroll.full", TAIL_ANY);
   else {
     bool short_loop = short_row(c->k, r, e), masked = short_loop && llvm_wide_vectors();
     unsigned interleave = short_loop && !masked ? 1 : interleave_count(c->k, r, e);
-    set_loop_hints(c, br, interleave, mixed_width(c->k, r, e), masked ? "llvm.loop.unroll.disable" : NULL, masked);
+    loop_tail tail = !short_loop ? TAIL_ANY : masked ? TAIL_MASKED : TAIL_FORCED;
+    set_loop_hints(c, br, interleave, mixed_width(c->k, r, e), masked ? "llvm.loop.unroll.disable" : NULL, tail);
   }
   LLVMAddIncoming(l->phi, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(c->b, l->exit);
@@ -665,22 +675,23 @@ static void find_streams(llvm_ctx *c) {
   }
 }
 
-/* A kernel with a skewed tile (kir_tile_skew) writes only buffers that no
- * other of its PARAMs points into: tiles are never lowered for in-place
- * writes (passes/lower.c wants_tiles), so what they write is a fresh
- * allocation (kir.h). LLVM cannot know it (the buffers are loaded from
- * %bufs), nor that a staged block (a stack array) is none of them: it
- * versions each row of the tile on run-time overlap checks, with a
- * scalar copy of the row that keeps the staged block on the stack. Each
- * PARAM gets an alias scope of its own, and the staged blocks one more
- * (index n_params); every access is in its scope and no-alias with all
- * the others. */
+/* A kernel whose written PARAMs are all fresh (kir_outputs_fresh), or
+ * that has a skewed tile (kir_tile_skew: tiles are never lowered for
+ * in-place writes), writes only buffers that no other of its PARAMs
+ * points into. LLVM cannot know it (the buffers are loaded from %bufs),
+ * nor that a staged block (a stack array) is none of them: it versions
+ * loops on run-time overlap checks, which on a short row cost more than
+ * the row (a 3x3 convolution's col2im, a 2x2 pooling gradient), and
+ * versions each row of a tile with a scalar copy that keeps the staged
+ * block on the stack. Each PARAM gets an alias scope of its own, and the
+ * staged blocks one more (index n_params); every access is in its scope
+ * and no-alias with all the others. */
 static void distinct_params(llvm_ctx *c) {
   const kir_kernel *k = c->k;
   bool skewed = false;
   for (int i = 0; i < k->n_uops && !skewed; i++) skewed = k->uops[i].skew;
   int n = k->n_params + 1;
-  if (!skewed || n > KIR_MAX_PARAMS + 1) return;
+  if ((!skewed && !kir_outputs_fresh(k)) || n > KIR_MAX_PARAMS + 1) return;
   LLVMMetadataRef domain_name = LLVMMDStringInContext2(c->ctx, "kiln.buffers", 12);
   LLVMMetadataRef domain = LLVMMDNodeInContext2(c->ctx, &domain_name, 1);
   LLVMMetadataRef scopes[KIR_MAX_PARAMS + 1], others[KIR_MAX_PARAMS + 1];

@@ -266,6 +266,24 @@ void kir_store_streaming(kir_kernel *k, int param, int index, int value) {
   if (!k->oom) k->uops[k->n_uops - 1].nontemporal = true;
 }
 
+void kir_mark_fresh_outputs(kir_kernel *k) {
+  for (int i = 0; i < k->n_uops; i++) {
+    kir_uop *u = &k->uops[i];
+    if (u->op == KIR_PARAM && u->ival < k->n_params && k->param_written[u->ival]) u->fresh = true;
+  }
+}
+
+bool kir_outputs_fresh(const kir_kernel *k) {
+  bool any = false;
+  for (int i = 0; i < k->n_uops; i++) {
+    const kir_uop *u = &k->uops[i];
+    if (u->op != KIR_PARAM || u->ival >= k->n_params || !k->param_written[u->ival]) continue;
+    if (!u->fresh) return false;
+    any = true;
+  }
+  return any;
+}
+
 void kir_set_reassoc(kir_kernel *k, int u) {
   if (u >= 0 && u < k->n_uops) k->uops[u].reassoc = true;
 }
@@ -328,7 +346,7 @@ static void print_uop(kir_strbuf *sb, int i, const kir_uop *u) {
   int arity = kir_op_arity(u->op);
   for (int s = 0; s < (arity < 0 ? 3 : arity); s++) kir_sb_printf(sb, " %%%d", u->src[s]);
   switch (u->op) {
-  case KIR_PARAM: kir_sb_printf(sb, " p%" PRId64 " %s", u->ival, kir_type_name(u->elem)); break;
+  case KIR_PARAM: kir_sb_printf(sb, " p%" PRId64 " %s%s", u->ival, kir_type_name(u->elem), u->fresh ? " fresh" : ""); break;
   case KIR_LOCAL: kir_sb_printf(sb, " %s[%" PRId64 "]", kir_type_name(u->elem), u->ival); break;
   case KIR_CONST: print_const(sb, u); break;
   case KIR_RANGE: kir_sb_printf(sb, " %" PRId64 "%s", u->ival, u->parallel ? " parallel" : u->tile ? " tile" : "");

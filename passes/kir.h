@@ -155,6 +155,9 @@ typedef struct kir_uop {
                        its buffer is 64-byte aligned, and the backend may
                        bypass the caches for the stores it can prove
                        vector-aligned */
+  bool fresh;       /* written PARAM: a buffer allocated for this run,
+                       which no other PARAM points into
+                       (kir_mark_fresh_outputs) */
 } kir_uop;
 
 typedef struct kir_kernel {
@@ -231,6 +234,15 @@ int kir_cast(kir_kernel *k, kir_type type, int a);
 int kir_alu(kir_kernel *k, kir_op op, kir_type type, int a, int b, int c);
 /** Marks ALU uop u as reassociable (see kir_uop.reassoc). */
 void kir_set_reassoc(kir_kernel *k, int u);
+/** Flags every written PARAM fresh: the caller guarantees that each is a
+ *  buffer allocated for the kernel's run (no ASSIGN writes in place: the
+ *  runtime allocates every output, realize.c), so no other PARAM points
+ *  into it. The CPU backend then tells LLVM the buffers are disjoint
+ *  (scoped no-alias metadata), sparing the vectoriser run-time overlap
+ *  checks; the CUDA backend ignores the flag. */
+void kir_mark_fresh_outputs(kir_kernel *k);
+/** Whether k has a written PARAM and every written PARAM is fresh. */
+bool kir_outputs_fresh(const kir_kernel *k);
 
 /** Canonical text of the kernel (one line per uop). Equal text means the
  *  same machine code: it is the compile-cache key and the KILN_DEBUG=3

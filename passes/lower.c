@@ -1404,7 +1404,8 @@ static int finish(lower_ctx *c, const graph_node *n, int st, char *err, size_t e
 
 /* No output of the kernel (its root, the further results it stores) is an
  * ASSIGN, the only kind that may write in place (realize.c): a kernel
- * with one keeps the loop order lowering gave it. */
+ * with one keeps the loop order lowering gave it, and only a kernel
+ * without one writes fresh buffers alone (kir_mark_fresh_outputs). */
 static bool writes_no_assign(const graph_node *n, const pass_binding *b) {
   if (n->op == GRAPH_OP_ASSIGN) return false;
   for (int j = 0; j < b->n_outputs; j++)
@@ -1426,7 +1427,10 @@ int pass_lower_node(const pass_plan *p, const graph_node *n, bool in_place, kir_
   lower_ctx c = {.k = k, .plan = p, .root = merge ? merged.root : n, .host = n, .b = b, .opts = &opts, .oom = merge_oom};
   int st = not_kernel ? KILN_ERR_ARG : merge_oom ? KILN_ERR_OOM : pass_choose_opts(p, c.root, n, in_place, &opts);
   if (st == KILN_OK) st = lower_root(&c, in_place);
-  if (st == KILN_OK && writes_no_assign(n, b)) pass_order_loops(k);
+  if (st == KILN_OK && writes_no_assign(n, b)) {
+    pass_order_loops(k);
+    kir_mark_fresh_outputs(k);
+  }
   if (merge) pass_merged_free(&merged);
   st = finish(&c, n, st, err, errlen);
   if (st == KILN_OK) pass_opts_debug(&opts, k->name);

@@ -154,6 +154,16 @@ static int right_values(void) {
 
 /* ------------------------------------------------- what the target is */
 
+/* The assembly of t's kernel (malloc'ed), or NULL. */
+static char *kernel_asm(kiln_tensor *t) {
+  kir_kernel k;
+  lower_for_test(t, &k);
+  char *text = NULL, err[512];
+  if (llvm_compile_asm(&k, &text, err, sizeof err) != KILN_OK) fprintf(stderr, "llvm_compile_asm: %s\n", err);
+  kir_free(&k);
+  return text;
+}
+
 /* The assembly of the kernel computing x*y + z over 4096 F32 elements
  * (malloc'ed), or NULL. */
 static char *elementwise_asm(void) {
@@ -161,13 +171,32 @@ static char *elementwise_asm(void) {
   kiln_tensor *x = kiln_rand(KILN_F32, 1, V(4096)), *y = kiln_rand(KILN_F32, 1, V(4096));
   kiln_tensor *z = kiln_rand(KILN_F32, 1, V(4096));
   kiln_realize(x), kiln_realize(y), kiln_realize(z);
-  kir_kernel k;
-  lower_for_test(kiln_add(kiln_mul(x, y), z), &k);
-  char *text = NULL, err[512];
-  if (llvm_compile_asm(&k, &text, err, sizeof err) != KILN_OK) fprintf(stderr, "llvm_compile_asm: %s\n", err);
-  kir_free(&k);
+  char *text = kernel_asm(kiln_add(kiln_mul(x, y), z));
   kiln_scope_end();
   return text;
+}
+
+/* 0 when a 2x2 pooling gradient's kernel is vectorised: g [8, 4, 14, 14]
+ * broadcast over each window's taps, times x read through the windows,
+ * written [8, 4, 28, 28] (rows of 14 windows, the taps at stride 2). On
+ * targets without a masked tail codegen_llvm/llvm_lower.c forces LLVM's
+ * vectoriser on such short rows, which its cost model leaves scalar. */
+static int short_rows_vectorised(void) {
+  kiln_scope_begin();
+  kiln_tensor *x = kiln_rand(KILN_F32, 4, (int64_t[]){8, 4, 28, 28});
+  kiln_tensor *g = kiln_rand(KILN_F32, 6, (int64_t[]){8, 4, 14, 1, 14, 1});
+  kiln_realize(x), kiln_realize(g);
+  kiln_tensor *win = kiln_view(x, 6, (int64_t[]){8, 4, 14, 2, 14, 2});
+  kir_kernel k;
+  lower_for_test(kiln_mul(win, g), &k);
+  char *ir = NULL, err[512] = "";
+  llvm_kernel_fn fn = NULL;
+  if (llvm_compile(&k, &fn, &ir, err, sizeof err) != KILN_OK) fprintf(stderr, "llvm_compile: %s\n", err);
+  kir_free(&k);
+  kiln_scope_end();
+  bool packed = ir && (strstr(ir, "fmul <4 x float>") || strstr(ir, "fmul <8 x float>") || strstr(ir, "fmul <16 x float>"));
+  free(ir);
+  return packed ? 0 : child_fail(27, "2x2 windows over rows of 28: no 4-, 8- or 16-lane multiply in the kernel");
 }
 
 /* Checks the target reports `bits`-bit vectors, `regs` registers, names
@@ -202,6 +231,7 @@ static int target_is(const char *cpu, int bits, int regs, const char *reg) {
 /* x86-64-v3 code: run only where the host has AVX2 and FMA. */
 static int avx2_child(void) {
   int rc = target_is("x86-64-v3", 256, 16, "ymm");
+  if (!rc) rc = short_rows_vectorised();
   if (rc || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return rc;
   return right_values();
 }
@@ -214,6 +244,7 @@ static int sse2_child(void) {
 /* AVX-512 code: compiled everywhere, run only where the host has it. */
 static int avx512_child(void) {
   int rc = target_is("x86-64-v4", 512, 32, "zmm");
+  if (!rc) rc = short_rows_vectorised();
   if (rc || !__builtin_cpu_supports("avx512f")) return rc;
   return right_values();
 }
