@@ -76,6 +76,11 @@ unsigned long long llvm_compile_count(void);
 /** Flags of a micro-kernel call. */
 #define LLVM_GEMM_ACCUMULATE 1 /* C += A·B (beta 1: a later KC block); else C = A·B (beta 0) */
 #define LLVM_GEMM_LAST 2       /* the last KC block: the epilogue (when there is one) applies */
+/* Streaming stores: C's tile is stored with nontemporal stores, which
+ * bypass the caches (no read of the lines first), and not prefetched.
+ * The caller guarantees c and ldc·T are multiples of the vector size,
+ * and fences (a seq_cst fence) before another thread reads C. */
+#define LLVM_GEMM_STREAM 4
 /** Largest tile a micro-kernel computes (the driver's edge tile). */
 #define LLVM_GEMM_MAX_MR 16
 #define LLVM_GEMM_MAX_NR 64

@@ -16,7 +16,8 @@
  * (the spec's steps, llvm_gemm_epi_step: bias along N or M, residual,
  * scale, relu, their operands read from the call's llvm_gemm_epi_args
  * into vectors beside the accumulators; emit_epilogue) and stores the
- * tile with unaligned vector stores at row stride ldc.
+ * tile with unaligned vector stores at row stride ldc, or with aligned
+ * nontemporal ones when the call says LLVM_GEMM_STREAM.
  *
  * MR and nv come from the target's vector registers (choose_shape): the
  * accumulators, nv B vectors and one broadcast must fit, so with 32
@@ -183,8 +184,10 @@ static LLVMValueRef load_vec(const gemm_emit *e, LLVMValueRef p, unsigned align)
   return v;
 }
 
-static void store_vec(const gemm_emit *e, LLVMValueRef v, LLVMValueRef p, unsigned align) {
-  LLVMSetAlignment(LLVMBuildStore(e->b, v, p), align);
+static LLVMValueRef store_vec(const gemm_emit *e, LLVMValueRef v, LLVMValueRef p, unsigned align) {
+  LLVMValueRef st = LLVMBuildStore(e->b, v, p);
+  LLVMSetAlignment(st, align);
+  return st;
 }
 
 /* x broadcast to all vl lanes. */
@@ -218,6 +221,21 @@ static void emit_k_step(gemm_emit *e, LLVMValueRef a, LLVMValueRef bp, LLVMValue
 static LLVMValueRef c_vec(const gemm_emit *e, LLVMValueRef c, LLVMValueRef ldc, int i, int j) {
   LLVMValueRef off = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, ldc, i64c(e, i), ""), i64c(e, (int64_t)j * e->s->vl), "");
   return elem_ptr(e, c, off);
+}
+
+/* Stores the tile: unaligned plain stores, or (stream) nontemporal
+ * stores at the vector's alignment (x86's MOVNTPS and kin need it). */
+static void store_tile(gemm_emit *e, LLVMValueRef c, LLVMValueRef ldc, bool stream) {
+  const llvm_gemm_spec *s = e->s;
+  unsigned nt = LLVMGetMDKindIDInContext(e->ctx, "nontemporal", 11);
+  LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(e->ctx), 1, 0));
+  LLVMValueRef nt_node = LLVMMetadataAsValue(e->ctx, LLVMMDNodeInContext2(e->ctx, &one, 1));
+  unsigned align = stream ? (unsigned)(s->vl * e->esz) : (unsigned)e->esz;
+  for (int i = 0; i < s->mr; i++)
+    for (int j = 0; j < s->nv; j++) {
+      LLVMValueRef st = store_vec(e, LLVMBuildLoad2(e->b, e->vt, e->acc[i * s->nv + j], ""), c_vec(e, c, ldc, i, j), align);
+      if (stream) LLVMSetMetadata(st, nt, nt_node);
+    }
 }
 
 /* Loads field `slot` (8 bytes each: ptr[LLVM_GEMM_EPI_MAX], then ld[])
@@ -318,7 +336,7 @@ static void emit_prefetch_c(gemm_emit *e, LLVMValueRef c, LLVMValueRef ldc) {
 
 /* The kernel's body after its entry block: the k loop, then beta, the
  * epilogue and the stores (file comment). */
-static void emit_body(gemm_emit *e, LLVMValueRef fn, LLVMBasicBlockRef entry) {
+static void emit_body(gemm_emit *e, LLVMValueRef fn) {
   const llvm_gemm_spec *s = e->s;
   LLVMValueRef kc = LLVMGetParam(fn, 0), a = LLVMGetParam(fn, 1), bp = LLVMGetParam(fn, 2);
   LLVMValueRef c = LLVMGetParam(fn, 3), ldc = LLVMGetParam(fn, 4), flags = LLVMGetParam(fn, 5);
@@ -327,7 +345,15 @@ static void emit_body(gemm_emit *e, LLVMValueRef fn, LLVMBasicBlockRef entry) {
   LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(e->ctx, fn, "after");
   LLVMBasicBlockRef accum = LLVMAppendBasicBlockInContext(e->ctx, fn, "beta");
   LLVMBasicBlockRef store = LLVMAppendBasicBlockInContext(e->ctx, fn, "store");
+  LLVMBasicBlockRef prefetch = LLVMAppendBasicBlockInContext(e->ctx, fn, "prefetch_c");
+  LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(e->ctx, fn, "start");
+  LLVMValueRef stream = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, i64c(e, LLVM_GEMM_STREAM), ""),
+                                      i64c(e, 0), "stream");
+  LLVMBuildCondBr(e->b, stream, start, prefetch);
+  LLVMPositionBuilderAtEnd(e->b, prefetch);
   emit_prefetch_c(e, c, ldc);
+  LLVMBuildBr(e->b, start);
+  LLVMPositionBuilderAtEnd(e->b, start);
   LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, kc, i64c(e, 0), ""), loop, after);
 
   LLVMPositionBuilderAtEnd(e->b, loop);
@@ -335,7 +361,7 @@ static void emit_body(gemm_emit *e, LLVMValueRef fn, LLVMBasicBlockRef entry) {
   emit_k_step(e, a, bp, k);
   LLVMValueRef k1 = LLVMBuildAdd(e->b, k, i64c(e, 1), "");
   LLVMValueRef in_vals[2] = {i64c(e, 0), k1};
-  LLVMBasicBlockRef in_blocks[2] = {entry, LLVMGetInsertBlock(e->b)};
+  LLVMBasicBlockRef in_blocks[2] = {start, LLVMGetInsertBlock(e->b)};
   LLVMAddIncoming(k, in_vals, in_blocks, 2);
   LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, k1, kc, ""), loop, after);
 
@@ -362,9 +388,14 @@ static void emit_body(gemm_emit *e, LLVMValueRef fn, LLVMBasicBlockRef entry) {
     LLVMBuildBr(e->b, write);
     LLVMPositionBuilderAtEnd(e->b, write);
   }
-  for (int i = 0; i < s->mr; i++)
-    for (int j = 0; j < s->nv; j++)
-      store_vec(e, LLVMBuildLoad2(e->b, e->vt, e->acc[i * s->nv + j], ""), c_vec(e, c, ldc, i, j), (unsigned)e->esz);
+  LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(e->ctx, fn, "plain_store");
+  LLVMBasicBlockRef streamed = LLVMAppendBasicBlockInContext(e->ctx, fn, "stream_store");
+  LLVMBuildCondBr(e->b, stream, streamed, plain);
+  LLVMPositionBuilderAtEnd(e->b, plain);
+  store_tile(e, c, ldc, false);
+  LLVMBuildRetVoid(e->b);
+  LLVMPositionBuilderAtEnd(e->b, streamed);
+  store_tile(e, c, ldc, true);
   LLVMBuildRetVoid(e->b);
 }
 
@@ -403,7 +434,7 @@ static bool fill_gemm(LLVMModuleRef mod, const char *sym, void *ctx_spec, char *
     acc[i] = LLVMBuildAlloca(e.b, e.vt, "acc");
     LLVMBuildStore(e.b, LLVMConstNull(e.vt), acc[i]);
   }
-  emit_body(&e, fn, entry);
+  emit_body(&e, fn);
   LLVMDisposeBuilder(e.b);
   return true;
 }
@@ -463,7 +494,7 @@ int llvm_gemm_compile(const llvm_gemm_spec *s, const char *sym, llvm_gemm_fn *ou
 }
 
 size_t llvm_gemm_key(const llvm_gemm_spec *s, unsigned char key[LLVM_GEMM_KEY_MAX]) {
-  static const char tag[16] = "kiln gemm ukr 1"; /* no kernel IR's uop bytes start so */
+  static const char tag[16] = "kiln gemm ukr 2"; /* no kernel IR's uop bytes start so */
   size_t n = sizeof tag;
   memcpy(key, tag, n);
   const int fields[] = {(int)s->dtype, s->vl, s->mr, s->nv, s->nr, s->fma, s->n_epi};

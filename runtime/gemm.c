@@ -292,6 +292,7 @@ typedef struct gemm_job {
   int64_t m_step, n_step; /* rows and columns of a part */
   int64_t pk, k_step;  /* parts along K (plan_k_parts) and their length */
   bool prefetch_b;     /* the macro-kernel prefetches the next B block (plan_prefetch) */
+  bool stream;         /* C's whole tiles are stored with streaming stores (plan_stream) */
   char *partial;       /* [pk - 1, batches, M, N]: the sums of K parts 1.. */
   atomic_bool oom;     /* a chunk could not allocate its packing scratch */
 } gemm_job;
@@ -361,6 +362,15 @@ static inline void prefetch_step(b_prefetch *pf) {
   }
 }
 
+/* LLVM_GEMM_STREAM for a whole tile at ct when the job streams C
+ * (plan_stream), this call stores C's final values (its one KC block) and
+ * ct is vector-aligned; else 0. */
+static int64_t stream_flag(const gemm_job *j, int64_t flags, const char *ct) {
+  uintptr_t vec = (uintptr_t)(j->spec.vl * j->d.esz);
+  bool once = (flags & LLVM_GEMM_LAST) && !(flags & LLVM_GEMM_ACCUMULATE);
+  return j->stream && once && ((uintptr_t)ct & (vec - 1)) == 0 ? LLVM_GEMM_STREAM : 0;
+}
+
 /* The macro-kernel: every MR×NR tile of the packed mc × kc A block and
  * kc × nc B block, into C at c (row stride N), which is C's (ic, jc);
  * epi: the batch's epilogue, or NULL; block: a general epilogue's
@@ -383,7 +393,8 @@ static void macro_kernel(const gemm_job *j, const char *apack, const char *bpack
       llvm_gemm_epi_args ea;
       if (pf->src) prefetch_step(pf);
       if (rows == mr && cols == nr)
-        j->ukr(kc, ap, bp, ct, ldc, flags, epi_args(j, epi, flags, ic + ir, jc + jr, rows, cols, NULL, &ea));
+        j->ukr(kc, ap, bp, ct, ldc, flags | stream_flag(j, flags, ct),
+               epi_args(j, epi, flags, ic + ir, jc + jr, rows, cols, NULL, &ea));
       else edge_tile(j, kc, ap, bp, ct, rows, cols, flags, epi, ic + ir, jc + jr);
     }
   }
@@ -465,6 +476,7 @@ static void gemm_chunk(void *const *bufs, int64_t start, int64_t end) {
     q.c = (ik == 0 ? j->c : j->partial + (ik - 1) * c_elems * esz) + i * d->m * d->nn * esz;
     if (q.m0 < d->m && q.n0 < d->nn) run_part(j, &q, apack, bpack, block);
   }
+  if (j->stream) atomic_thread_fence(memory_order_seq_cst); /* orders the streaming stores before the pool's join */
   graph_buffer_release(scratch);
 }
 
@@ -544,6 +556,28 @@ static void plan_prefetch(gemm_job *j) {
   if (nc < j->blk.nc) j->blk.nc = nc;
 }
 
+/* A product whose C is stored once (one K part, K within one KC block)
+ * and is larger than KILN_GEMM_STREAM_BYTES (default 16 MiB, far past
+ * the L2s) stores its whole tiles with streaming stores, when C's rows
+ * are vector-aligned: a plain store reads each line before writing it,
+ * so a product with a short K (few multiply-adds per element of C) is
+ * bound by twice C's bytes of memory traffic. A convolution's input
+ * gradient columns are one: 288×25088×64 in fashion_cnn writes 29 MB of
+ * columns, which the col2im kernel reads after. */
+static int64_t read_stream_bytes(void) {
+  const char *e = getenv("KILN_GEMM_STREAM_BYTES");
+  int64_t bytes = e ? atoll(e) : INT64_C(16) << 20;
+  return bytes <= 0 ? INT64_MAX : bytes;
+}
+
+static void plan_stream(gemm_job *j, bool scratch_c) {
+  static atomic_int_fast64_t limit = GRAPH_ENV_UNREAD;
+  const mm_dims *d = &j->d;
+  int64_t vec = j->spec.vl * d->esz, bytes = d->batches * d->m * d->nn * d->esz;
+  j->stream = !scratch_c && j->pk == 1 && d->k <= j->blk.kc && (d->nn * d->esz) % vec == 0 &&
+              (uintptr_t)j->c % (uintptr_t)vec == 0 && bytes >= graph_env_once(&limit, read_stream_bytes);
+}
+
 /* C += each part's partial sums, part after part (the same order for
  * every element, whatever ran where). */
 static void sum_partials(const gemm_job *j) {
@@ -562,11 +596,14 @@ static void sum_partials(const gemm_job *j) {
 }
 
 static _Thread_local int last_threads = 1, last_k_parts = 1;
+static _Thread_local bool last_streamed;
 static _Thread_local int64_t last_compile_ns, last_load_ns;
 
 int rt_gemm_last_threads(void) { return last_threads; }
 
 int rt_gemm_last_k_parts(void) { return last_k_parts; }
+
+bool rt_gemm_last_streamed(void) { return last_streamed; }
 
 int64_t rt_gemm_last_compile_ns(void) { return last_compile_ns; }
 
@@ -658,6 +695,7 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
                        char *err, size_t errlen) {
   gemm_job j = {.d = mm_dims_of(n), .c = out->data, .epi = epi && (epi->n > 0 || epi->after) ? epi : NULL};
   last_threads = last_k_parts = 1;
+  last_streamed = false;
   last_compile_ns = last_load_ns = 0;
   if (j.epi && (j.d.k == 0 || epi->n > LLVM_GEMM_EPI_MAX || epi->nb != j.d.nb || (epi->after && j.d.nb > 0))) {
     snprintf(err, errlen, "rt_gemm_matmul_epi: an epilogue needs K > 0 and the product's batch dims (an after hook: none)");
@@ -707,6 +745,8 @@ int rt_gemm_matmul_epi(const graph_node *n, const void *const *in, const rt_gemm
   }
   plan_parts(&j, rt_pool_threads());
   plan_prefetch(&j);
+  plan_stream(&j, ct != NULL);
+  last_streamed = j.stream;
   int64_t items = j.d.batches * j.pm * j.pn * j.pk;
   /* cost: multiply-adds / 16 per item, as blas.c gives it */
   double macs = (double)j.d.m * (double)j.d.nn * (double)j.d.k * (double)j.d.batches / (double)items / 16.0;

@@ -216,6 +216,9 @@ int rt_gemm_last_threads(void);
 /** Parts along K of the calling thread's last rt_gemm_matmul (1: K was
  *  not cut; gemm.c, plan_k_parts). */
 int rt_gemm_last_k_parts(void);
+/** Whether the calling thread's last rt_gemm_matmul stored C with
+ *  streaming stores (gemm.c, plan_stream). */
+bool rt_gemm_last_streamed(void);
 /** Nanoseconds the calling thread's last rt_gemm_matmul spent compiling
  *  its micro-kernel (0: it was compiled already); while profiling, that
  *  compile is also an event (`gemm_ukr_f32_14x32`). */

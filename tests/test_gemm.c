@@ -416,6 +416,38 @@ static void k_split_for_few_tiles(void **state) {
   expect_no_error();
 }
 
+/* A product whose C is stored once and is past KILN_GEMM_STREAM_BYTES
+ * (16 MiB) stores its whole tiles streaming (runtime/gemm.c,
+ * plan_stream): a convolution's input-gradient columns, 288×25088×64 F32
+ * (A read transposed, as Wᵀ), and F64 at 96 rows; the values within the
+ * bound either way. A row of C that is no multiple of the vector
+ * (N = 25087) and a K past one KC block (KC set to 128) are stored
+ * plainly. */
+static void streams_large_results(void **state) {
+  const struct {
+    kiln_dtype dt;
+    int64_t m, n, k;
+    bool streamed;
+  } cases[] = {{KILN_F32, 288, 25088, 64, true},
+               {KILN_F64, 96, 25088, 40, true},
+               {KILN_F32, 288, 25087, 64, false},
+               {KILN_F64, 84, 25088, 400, false}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    rt_gemm_set_blocking(0, i == 3 ? 128 : 0, 0); /* the last: K past one KC block whatever the caches */
+    kiln_scope_begin();
+    kiln_tensor *a = operand(cases[i].dt, cases[i].m, cases[i].k, TRANS);
+    kiln_tensor *b = operand(cases[i].dt, cases[i].k, cases[i].n, CONTIG);
+    double *c = jit_product(a, b, NULL);
+    if (rt_gemm_last_streamed() != cases[i].streamed) fail_msg("case %zu: streamed %d", i, (int)rt_gemm_last_streamed());
+    double *va = values_of(a), *vb = values_of(b);
+    expect_product(va, vb, c, 1, cases[i].m, cases[i].n, cases[i].k, cases[i].dt, "streamed C");
+    test_free(va), test_free(vb), test_free(c);
+    kiln_scope_end();
+  }
+  rt_gemm_set_blocking(0, 0, 0);
+  expect_no_error();
+}
+
 /* A one-batch product of many tiles with a K of at least 32 KC blocks
  * whose partial sums are small beside its packing (conv2's weight
  * gradient, 64×288×25088) is cut along K too: 1, 2 and 3 threads give
@@ -532,6 +564,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(same_for_any_thread_count, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(k_split_for_few_tiles, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(k_split_for_long_k, setup_jit, teardown_jit),
+      cmocka_unit_test_setup_teardown(streams_large_results, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(oom_while_packing, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(selection, setup_jit, teardown_jit),
   };
