@@ -19,9 +19,9 @@
  * halved). The outer loops are reordered by decreasing weight — a stable
  * sort, so a kernel whose accesses all follow the root's layout keeps its
  * order — and the innermost loop stays innermost (it is the vectorised
- * one, and the options chose its unrolling and streaming). The first loop stays the
- * parallel one; an order whose first loop would be much shorter than
- * today's (fewer chunks for the pool) is not taken.
+ * one, and the options chose its unrolling and streaming). The first
+ * loop stays the parallel one; an order whose first loop would be much
+ * shorter than today's (fewer chunks for the pool) is not taken.
  *
  * Only a plain nest is reordered: its RANGEs consecutive uops, closed by
  * the kernel's last uops in reverse order, no accumulators, locals,

@@ -362,13 +362,14 @@ static inline void prefetch_step(b_prefetch *pf) {
   }
 }
 
-/* LLVM_GEMM_STREAM for a whole tile at ct when the job streams C
- * (plan_stream), this call stores C's final values (its one KC block) and
- * ct is vector-aligned; else 0. */
-static int64_t stream_flag(const gemm_job *j, int64_t flags, const char *ct) {
-  uintptr_t vec = (uintptr_t)(j->spec.vl * j->d.esz);
+/* LLVM_GEMM_STREAM for a whole tile when the job streams C (plan_stream)
+ * and this call stores C's final values (its one KC block); else 0. The
+ * tile is vector-aligned then: plan_stream checked C and its row
+ * length, and a whole tile starts at a multiple of NR columns (n_step
+ * and NC are multiples of NR, and NR is whole vectors). */
+static int64_t stream_flag(const gemm_job *j, int64_t flags) {
   bool once = (flags & LLVM_GEMM_LAST) && !(flags & LLVM_GEMM_ACCUMULATE);
-  return j->stream && once && ((uintptr_t)ct & (vec - 1)) == 0 ? LLVM_GEMM_STREAM : 0;
+  return j->stream && once ? LLVM_GEMM_STREAM : 0;
 }
 
 /* The macro-kernel: every MR×NR tile of the packed mc × kc A block and
@@ -393,7 +394,7 @@ static void macro_kernel(const gemm_job *j, const char *apack, const char *bpack
       llvm_gemm_epi_args ea;
       if (pf->src) prefetch_step(pf);
       if (rows == mr && cols == nr)
-        j->ukr(kc, ap, bp, ct, ldc, flags | stream_flag(j, flags, ct),
+        j->ukr(kc, ap, bp, ct, ldc, flags | stream_flag(j, flags),
                epi_args(j, epi, flags, ic + ir, jc + jr, rows, cols, NULL, &ea));
       else edge_tile(j, kc, ap, bp, ct, rows, cols, flags, epi, ic + ir, jc + jr);
     }
@@ -564,7 +565,7 @@ static void plan_prefetch(gemm_job *j) {
  * bound by twice C's bytes of memory traffic. A convolution's input
  * gradient columns are one: 288×25088×64 in fashion_cnn writes 29 MB of
  * columns, which the col2im kernel reads after. */
-static int64_t read_stream_bytes(void) {
+static int64_t read_gemm_stream_bytes(void) {
   const char *e = getenv("KILN_GEMM_STREAM_BYTES");
   int64_t bytes = e ? atoll(e) : INT64_C(16) << 20;
   return bytes <= 0 ? INT64_MAX : bytes;
@@ -575,7 +576,7 @@ static void plan_stream(gemm_job *j, bool scratch_c) {
   const mm_dims *d = &j->d;
   int64_t vec = j->spec.vl * d->esz, bytes = d->batches * d->m * d->nn * d->esz;
   j->stream = !scratch_c && j->pk == 1 && d->k <= j->blk.kc && (d->nn * d->esz) % vec == 0 &&
-              (uintptr_t)j->c % (uintptr_t)vec == 0 && bytes >= graph_env_once(&limit, read_stream_bytes);
+              (uintptr_t)j->c % (uintptr_t)vec == 0 && bytes >= graph_env_once(&limit, read_gemm_stream_bytes);
 }
 
 /* C += each part's partial sums, part after part (the same order for

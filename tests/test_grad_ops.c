@@ -691,7 +691,8 @@ int main(void) {
       cmocka_unit_test(reductions),      cmocka_unit_test(stats),            cmocka_unit_test(norms),
       cmocka_unit_test(prod_with_zeros), cmocka_unit_test(extremum_ties),    cmocka_unit_test(scans),
       cmocka_unit_test(cumprod_exact_products), cmocka_unit_test(softmaxes), cmocka_unit_test(layer_norms),
-      cmocka_unit_test(products),        cmocka_unit_test(column_major_operand_gradients), cmocka_unit_test(addmms),           cmocka_unit_test(composition),
+      cmocka_unit_test(products),        cmocka_unit_test(column_major_operand_gradients),
+      cmocka_unit_test(addmms),          cmocka_unit_test(composition),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
