@@ -534,25 +534,38 @@ static void plan_k_parts(gemm_job *j) {
   j->pk = (d->k + j->k_step - 1) / j->k_step;
 }
 
-/* A part with one A block (its rows fit MC, K fits KC) whose B is a
- * plain view with contiguous rows, bigger than L2, and no narrower than
- * C's part (M ≤ K) reads each B element from memory for only M
- * multiply-adds: its packing would stall on memory between the blocks'
- * products (64×25088×288 packs 29 MB). Its B blocks are then kept to a
- * quarter of L2 (NC cut) and the macro-kernel prefetches the next
- * block's lines into L2, spread over its calls (prefetch_step), so the
- * pack reads them from there. On a Zen 4 host (gemm_tune --threads 2,
- * three alternated runs against the build before) 64×25088×288 went
- * from 140–165 to 178–201 GFLOP/s (OpenBLAS 154–187); a block past L2
- * (NC 1,024), T0 prefetches, bursts before each block, and a product
- * bound by its stores (32×100352×9, M > K) lost. */
+/* A part with one A block (its rows fit MC, K fits KC) whose B is
+ * bigger than L2 and no narrower than C's part (M ≤ K) reads each B
+ * element from memory for only M multiply-adds: its packing would stall
+ * on memory between the blocks' products (64×25088×288 packs 29 MB).
+ * Its B blocks are then kept to a quarter of L2 (NC cut), so a packed
+ * panel is still in L2 when the micro-kernel reads it.
+ *
+ * When B is a plain view with contiguous rows, the macro-kernel also
+ * prefetches the next block's lines into L2, spread over its calls
+ * (prefetch_step), so the pack reads them from there. On a Zen 4 host
+ * (gemm_tune --threads 2, three alternated runs against the build
+ * before) 64×25088×288 went from 140–165 to 178–201 GFLOP/s (OpenBLAS
+ * 154–187); a block past L2 (NC 1,024), T0 prefetches, bursts before
+ * each block, and a product bound by its stores (32×100352×9, M > K)
+ * lost.
+ *
+ * A B read through a reshape copy (gemm_pack.c: conv2's forward window
+ * view) gets the cut alone. Uncut, its packed 4,096-column blocks
+ * (4.7 MB) went to L3 and back: on a Zen 5 host the cut took conv2's
+ * forward (conv + bias, a harness of 100 runs, three alternated pairs)
+ * from 5.05–5.27 to 4.30–4.45 ms best, and fashion_cnn's
+ * gemm_64x25088x288 from 5.6–6.1 to 5.0–5.3 ms a step. Under
+ * KILN_CPU=x86-64-v3 it changed nothing: the AVX2 product hides the
+ * pack. */
 static void plan_prefetch(gemm_job *j) {
   const mm_dims *d = &j->d;
   int64_t kc = min64(j->blk.kc, d->k), esz = d->esz, l2 = atomic_load(&caches.l2);
-  j->prefetch_b = !j->b.split && j->b.cs == 1 && d->k <= j->blk.kc && j->pk == 1 && j->m_step <= j->blk.mc &&
-                  kc * j->n_step * esz > l2 /* (a part's B that L2 holds is not streamed) */
-                  && j->m_step <= kc;      /* (more of C than of B: the stores bound it, K = 9 lost) */
-  if (!j->prefetch_b || caches.nc) return; /* (rt_gemm_set_blocking's NC stays) */
+  bool streams = d->k <= j->blk.kc && j->pk == 1 && j->m_step <= j->blk.mc &&
+                 kc * j->n_step * esz > l2 /* (a part's B that L2 holds is not streamed) */
+                 && j->m_step <= kc;       /* (more of C than of B: the stores bound it, K = 9 lost) */
+  j->prefetch_b = streams && !j->b.split && j->b.cs == 1;
+  if (!(j->prefetch_b || (streams && j->b.split)) || caches.nc) return; /* (rt_gemm_set_blocking's NC stays) */
   int64_t nc = round_down(l2 / 4 / (kc * esz), j->spec.nr);
   if (nc < j->blk.nc) j->blk.nc = nc;
 }

@@ -114,7 +114,8 @@ static void values_against_host_loop(void **state) {
 /* The implicit GEMM's edges (runtime/gemm_pack.c: the generated GEMM
  * packs the columns from the padded input): K = C/G·ΠK and N·ΠOut that
  * are multiples of no block size and span several KC and NC blocks
- * (333 and 6,345), padding wider than the kernel, batch 1, 1-D with
+ * (333 and 6,345; M = 5 ≤ K, so plan_prefetch cuts NC to a quarter of
+ * L2 for the window view's B), padding wider than the kernel, batch 1, 1-D with
  * stride and dilation, 3-D with groups; in F64 and F32 (the run copies'
  * 64-byte moves and masked tails: output rows of 45, 6 and 5). */
 static void implicit_gemm_edges(void **state) {
