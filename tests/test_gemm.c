@@ -301,6 +301,21 @@ static void micro_kernel_variants(void **state) {
   llvm_gemm_override(0, 0, 0, 0);
 }
 
+/* The measured table (llvm_gemm.c `measured`): on a Zen 4 or Zen 5 JIT
+ * target (the host's, or KILN_CPU's) with 512-bit vectors, F32 and F64
+ * take 8 rows instead of the register rule's 14; elsewhere the rule. */
+static void measured_mr(void **state) {
+  (void)state;
+  const char *cpu = llvm_target_cpu();
+  bool zen = cpu && (!strcmp(cpu, "znver4") || !strcmp(cpu, "znver5"));
+  for (int d = 0; d < 2; d++) {
+    llvm_gemm_spec s;
+    char err[256];
+    assert_int_equal(llvm_gemm_choose(d ? KILN_F64 : KILN_F32, &s, err, sizeof err), KILN_OK);
+    if (llvm_target_vector_bits() == 512) assert_int_equal(s.mr, zen ? 8 : 14);
+  }
+}
+
 /* MR for a product's M (llvm_gemm_choose_rows): the register rule's
  * unless a shorter tile with at least 16 accumulators pads the last row
  * tile by more than 2 % fewer rows; products of those M (and a skinny
@@ -560,6 +575,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(entry_points, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(micro_kernel_variants, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(rows_choose_mr, setup_jit, teardown_jit),
+      cmocka_unit_test_setup_teardown(measured_mr, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(first_use_compiles, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(same_for_any_thread_count, setup_jit, teardown_jit),
       cmocka_unit_test_setup_teardown(k_split_for_few_tiles, setup_jit, teardown_jit),
