@@ -175,6 +175,28 @@ static inline __attribute__((always_inline)) void copy_lines(char *d, const char
   for (; l < n; l++) df[l] = sf[p->loff[l]];
 }
 
+/* Prefetches the first 64 bytes of each run of a panel whose lines
+ * start at `at`: the next segment along k of a transposed panel
+ * (pack_panel), a k row K_AHEAD rows ahead of a run-major one (the
+ * runs copiers). On a Zen 5 host the packs' loads stalled on L2 and
+ * memory: a convolution's window view walks its channel planes (1 KB
+ * apart in conv2) one after another, which the hardware prefetchers do
+ * not follow. Measured there (harnesses of 100 calls in one process,
+ * alternated): conv2's weight gradient (transposed) 4.59–4.68 →
+ * 4.21–4.39 ms a call; its forward (run-major, conv + bias) 4.57–4.73
+ * → 3.95–3.98 ms, as close to the same product over contiguous
+ * columns (3.0–3.2 ms) as the pad and bias kernels (about 0.9 ms)
+ * leave; 9, 12 and 36 rows ahead gave less. Under KILN_CPU=x86-64-v3
+ * (the AVX2 copies) no change: the AVX2 product hides the pack. */
+enum { K_AHEAD = 16 };
+
+static void prefetch_runs(const char *at, const panel *p, int esz) {
+  for (int64_t r = 0; r < p->nruns; r++) {
+    const char *x = at + p->loff[p->run_at[r]] * esz;
+    __builtin_prefetch(x), __builtin_prefetch(x + 63);
+  }
+}
+
 /* ------------------------------------------- run-major row packing */
 
 /* A panel whose lines form runs longer than one element (a stride-1
@@ -211,7 +233,8 @@ static void runs_baseline(char *dst, int64_t ld, const char *base, const panel *
 #if defined(PACK_X86)
 __attribute__((target("avx2"))) static void runs_avx2(char *dst, int64_t ld, const char *base, const panel *p,
                                                       const int64_t *koff, int64_t n, int esz) {
-  for (int64_t k = 0; k < n; k++)
+  for (int64_t k = 0; k < n; k++) {
+    if (k + K_AHEAD < n) prefetch_runs(base + koff[k + K_AHEAD] * esz, p, esz);
     for (int64_t r = 0; r < p->nruns; r++) {
       RUN_OF(p, r, a, len, lo);
       char *d = dst + (k * ld + a) * esz;
@@ -226,6 +249,7 @@ __attribute__((target("avx2"))) static void runs_avx2(char *dst, int64_t ld, con
       if (i < bytes)
         _mm256_storeu_si256((__m256i *)(d + bytes - 32), _mm256_loadu_si256((const __m256i *)(src + bytes - 32)));
     }
+  }
 }
 
 /* Each 64-byte vector of a k row is assembled from its runs' parts by
@@ -259,6 +283,7 @@ __attribute__((target("avx512f"))) static void runs_avx512(char *dst, int64_t ld
   for (int64_t k = 0; k < n; k++) {
     char *d = dst + k * ld * esz;
     const char *row = base + koff[k] * esz;
+    if (k + K_AHEAD < n) prefetch_runs(base + koff[k + K_AHEAD] * esz, p, esz);
     int64_t q = 0;
     for (int v = 0; v < nvec; v++) {
       __m512i x = _mm512_setzero_si512();
@@ -297,20 +322,6 @@ static runs_fn runs_copier(void) {
  * K): lines are then read along k. */
 static bool along_k(const graph_split_view *s, int first, int last) {
   return last - 1 >= first && s->strides[last - 1] == 1 && s->sizes[last - 1] >= 8;
-}
-
-/* Prefetches the first 64 bytes of each run of a panel whose lines
- * start at `at` (the next segment along k of a transposed panel): on a
- * Zen 5 host the transposes' loads stalled on L2 and memory (the
- * weight gradient's window view walks 32 channel planes at once, which
- * the hardware prefetchers do not follow); one segment ahead took
- * conv2's weight gradient (a harness of 100 in one process, A/B
- * alternated per run, three runs) from 4.59–4.68 to 4.21–4.39 ms a call. */
-static void prefetch_runs(const char *at, const panel *p, int esz) {
-  for (int64_t r = 0; r < p->nruns; r++) {
-    const char *x = at + p->loff[p->run_at[r]] * esz;
-    __builtin_prefetch(x), __builtin_prefetch(x + 63);
-  }
 }
 
 /* Packs one panel's kc rows, k from w, when the panel is not copied run
