@@ -98,9 +98,28 @@ typedef struct panel {
   int64_t run_at[PANEL_MAX]; /* first line */
 } panel;
 
+#if defined(PACK_X86)
+/* The widest vectors the x86 packs use, in bits: 512 (AVX-512F), 256
+ * (AVX2) or 128 (SSE2), as the host has them and the JIT's target
+ * (KILN_CPU) runs them; read once. */
+static int pack_bits(void) {
+  static _Atomic int bits;
+  int b = atomic_load_explicit(&bits, memory_order_relaxed);
+  if (b) return b;
+  int target = llvm_target_vector_bits();
+  __builtin_cpu_init();
+  b = target >= 512 && __builtin_cpu_supports("avx512f") ? 512
+      : target >= 256 && __builtin_cpu_supports("avx2") ? 256
+                                                         : 128;
+  atomic_store_explicit(&bits, b, memory_order_relaxed);
+  return b;
+}
+#endif
+
 /* k steps along a run of contiguous input elements: dst[k·ld + l] =
- * src_l[k] for the panel's lines l and k < seg — a transpose. F32 goes
- * through SSE2 in 4 × 4 blocks (F64 2 × 2), as gemm.c's packing. */
+ * src_l[k] for the panel's lines l from l0 and k < seg — a transpose.
+ * F32 goes through SSE2 in 4 × 4 blocks (F64 2 × 2), as gemm.c's
+ * packing. */
 static void pack_transposed_lines(char *dst, int64_t ld, const char *base, const panel *p, int64_t seg, int esz,
                                   int64_t l0) {
 #if defined(__SSE2__)
@@ -185,19 +204,11 @@ __attribute__((target("avx512f"))) static void transpose16_lines(char *dst, int6
 }
 #endif
 
-/* The transposer of an F32 panel: 16 lines at a time where the host has
- * AVX-512F and the JIT's target runs it (read once), else the SSE2
- * blocks; F64 takes the SSE2 blocks. */
+/* The transposer of a panel: F32 16 lines at a time where the packs
+ * run AVX-512 (pack_bits), else (and F64) the SSE2 blocks. */
 static void transpose_lines(char *dst, int64_t ld, const char *base, const panel *p, int64_t seg, int esz) {
 #if defined(PACK_X86)
-  static _Atomic int wide = -1;
-  int w = atomic_load_explicit(&wide, memory_order_relaxed);
-  if (w < 0) {
-    __builtin_cpu_init();
-    w = llvm_target_vector_bits() >= 512 && __builtin_cpu_supports("avx512f");
-    atomic_store_explicit(&wide, w, memory_order_relaxed);
-  }
-  if (w && esz == 4 && p->lines >= 16) {
+  if (esz == 4 && p->lines >= 16 && pack_bits() >= 512) {
     transpose16_lines(dst, ld, base, p, seg);
     return;
   }
@@ -371,18 +382,12 @@ __attribute__((target("avx512f"))) static void runs_avx512(char *dst, int64_t ld
 /* The widest run copier the host has and the JIT's target runs (read
  * once). */
 static runs_fn runs_copier(void) {
-  static _Atomic(runs_fn) fn;
-  runs_fn f = atomic_load_explicit(&fn, memory_order_acquire);
-  if (f) return f;
-  f = runs_baseline;
 #if defined(PACK_X86)
-  int bits = llvm_target_vector_bits();
-  __builtin_cpu_init();
-  if (bits >= 512 && __builtin_cpu_supports("avx512f")) f = runs_avx512;
-  else if (bits >= 256 && __builtin_cpu_supports("avx2")) f = runs_avx2;
+  int bits = pack_bits();
+  if (bits >= 512) return runs_avx512;
+  if (bits >= 256) return runs_avx2;
 #endif
-  atomic_store_explicit(&fn, f, memory_order_release);
-  return f;
+  return runs_baseline;
 }
 
 /* Whether k's sub-dims [first, last) end in one of stride 1 spanning at
