@@ -89,10 +89,11 @@ static void choose_shape(int regs, int vl, int *mr, int *nv) {
  * 512-bit FMAs on two 256-bit pipes: 8 × NR beat 14 × NR there by 3–5 %
  * (bench/gemm_tune --mr 8|14 --nv 2, alternated runs: 2048³ F32 209–211
  * → 221–222 GFLOP/s on 2 threads, 106–107 → 112 on one; F64 104–106 →
- * 108–109). Zen 5 (two full 512-bit FMA pipes) too, by 2–13 % on
- * 2048³ F32 (three alternated pairs: 342–374 → 357–387 GFLOP/s on 2
- * threads, 176–197 → 193–207 on one; 1000³ on one and F64 2048³ on
- * two within the noise, 191–202 and 165–192 either way). */
+ * 108–109). Zen 5 (two full 512-bit FMA pipes) too: 2048³ F32 in
+ * three alternated pairs 342 → 387, 374 → 357 and 350 → 375 GFLOP/s on
+ * 2 threads, 176 → 193, 197 → 204 and 196 → 207 on one; 1000³ on one
+ * and F64 2048³ on two within the noise, 191–202 and 165–192 either
+ * way. */
 static const struct {
   const char *cpu;
   int bits, regs, mr;

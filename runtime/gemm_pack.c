@@ -162,9 +162,10 @@ static void pack_transposed_lines(char *dst, int64_t ld, const char *base, const
  * elements along k by one masked load (masked-off lanes never fault),
  * the 16 × 16 block transposed in registers (unpack pairs of lines, then
  * pairs of pairs, then 128-bit lanes across the groups of four and
- * eight), and each k row's 16 lines written by one 64-byte store: about
- * 0.4 instructions an element against 1.1 for the 4 × 4 SSE2 blocks
- * with their scalar columns (a 14-long segment leaves 2). Lines left
+ * eight), and each k row's 16 lines written by one 64-byte store: by
+ * count of the code, about 0.4 instructions an element against 1.1 for
+ * the 4 × 4 SSE2 blocks with their scalar columns (a 14-long segment
+ * leaves 2). Lines left
  * over (fewer than 16) go to the SSE2 blocks. */
 __attribute__((target("avx512f"))) static void transpose16_lines(char *dst, int64_t ld, const char *base,
                                                                  const panel *p, int64_t seg) {

@@ -37,8 +37,11 @@ static int64_t spatial(const int64_t *v, int nd) {
   return r;
 }
 
-/* Direct convolution in double: y [N, O, *Out] (row-major). */
-static void host_conv(const conv_case *p, const double *x, const double *w, const double *b, double *y) {
+/* Every (output element, weight tap) product of case p in double, over
+ * host loops: forward (dw NULL), y [N, O, *Out] (row-major) = bias +
+ * sum of x times w; else the weight gradient, dw [O, C/G, *K] += g
+ * (y's place, read) times the input element the tap read. */
+static void host_walk(const conv_case *p, const double *x, const double *w, const double *b, double *y, double *dw) {
   int nd = p->nd;
   int64_t out[3] = {1, 1, 1}, s[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0}, dl[3] = {1, 1, 1};
   for (int i = 0; i < nd; i++) out[i] = out_size(p, i), s[i] = p->s[i], k[i] = p->k[i], st[i] = p->stride[i], pd[i] = p->pad[i], dl[i] = p->dil[i];
@@ -47,17 +50,23 @@ static void host_conv(const conv_case *p, const double *x, const double *w, cons
     for (int64_t o = 0; o < p->o; o++)
       for (int64_t q = 0; q < so; q++) {
         int64_t oz = q % out[2], oy = q / out[2] % out[1], ox = q / out[2] / out[1];
-        double acc = b ? b[o] : 0;
+        double *yq = &y[(n * p->o + o) * so + q], acc = b ? b[o] : 0;
         for (int64_t c = 0; c < cg; c++)
           for (int64_t r = 0; r < sk; r++) {
             int64_t kz = r % k[2], ky = r / k[2] % k[1], kx = r / k[2] / k[1];
             int64_t ix = ox * st[0] - pd[0] + kx * dl[0], iy = oy * st[1] - pd[1] + ky * dl[1], iz = oz * st[2] - pd[2] + kz * dl[2];
             if (ix < 0 || ix >= s[0] || iy < 0 || iy >= s[1] || iz < 0 || iz >= s[2]) continue;
-            int64_t ci = o / og * cg + c;
-            acc += x[(n * p->c + ci) * ss + (ix * s[1] + iy) * s[2] + iz] * w[(o * cg + c) * sk + r];
+            double xv = x[(n * p->c + o / og * cg + c) * ss + (ix * s[1] + iy) * s[2] + iz];
+            if (dw) dw[(o * cg + c) * sk + r] += *yq * xv;
+            else acc += xv * w[(o * cg + c) * sk + r];
           }
-        y[(n * p->o + o) * so + q] = acc;
+        if (!dw) *yq = acc;
       }
+}
+
+/* Direct convolution in double: y [N, O, *Out] (row-major). */
+static void host_conv(const conv_case *p, const double *x, const double *w, const double *b, double *y) {
+  host_walk(p, x, w, b, y, NULL);
 }
 
 static double *randoms(int64_t n) {
@@ -140,33 +149,9 @@ static void implicit_gemm_edges(void **state) {
   rt_gemm_set_blocking(0, 0, 0);
 }
 
-/* The weight gradient of case p in double: dw [O, C/G, *K] = sum over
- * the batch and output positions of g [N, O, *Out] times the input
- * element each weight tap read (host_conv's indexing). */
-static void host_conv_dw(const conv_case *p, const double *x, const double *g, double *dw) {
-  int nd = p->nd;
-  int64_t out[3] = {1, 1, 1}, s[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0}, dl[3] = {1, 1, 1};
-  for (int i = 0; i < nd; i++) out[i] = out_size(p, i), s[i] = p->s[i], k[i] = p->k[i], st[i] = p->stride[i], pd[i] = p->pad[i], dl[i] = p->dil[i];
-  int64_t cg = p->c / p->groups, og = p->o / p->groups, so = spatial(out, 3), ss = spatial(s, 3), sk = spatial(k, 3);
-  for (int64_t i = 0; i < p->o * cg * sk; i++) dw[i] = 0;
-  for (int64_t n = 0; n < p->n; n++)
-    for (int64_t o = 0; o < p->o; o++)
-      for (int64_t q = 0; q < so; q++) {
-        int64_t oz = q % out[2], oy = q / out[2] % out[1], ox = q / out[2] / out[1];
-        double gv = g[(n * p->o + o) * so + q];
-        for (int64_t c = 0; c < cg; c++)
-          for (int64_t r = 0; r < sk; r++) {
-            int64_t kz = r % k[2], ky = r / k[2] % k[1], kx = r / k[2] / k[1];
-            int64_t ix = ox * st[0] - pd[0] + kx * dl[0], iy = oy * st[1] - pd[1] + ky * dl[1], iz = oz * st[2] - pd[2] + kz * dl[2];
-            if (ix < 0 || ix >= s[0] || iy < 0 || iy >= s[1] || iz < 0 || iz >= s[2]) continue;
-            dw[(o * cg + c) * sk + r] += gv * x[(n * p->c + o / og * cg + c) * ss + (ix * s[1] + iy) * s[2] + iz];
-          }
-      }
-}
-
 /* The weight gradient (kiln_grad of conv) through the implicit GEMM's
  * transposed panels (gemm_pack.c: B is the window view read along the
- * output positions, its lines the weight taps), against host_conv_dw:
+ * output positions, its lines the weight taps), against host_walk:
  * 45 and 36 taps (F32 panels of 32 lines: the AVX-512 transposes' 16
  * lines at a time, the rest in SSE2 blocks), output rows of 14 (a
  * partial 16-element block) and 40 (16 + 16 + 8), groups, a 1-D row of
@@ -195,7 +180,8 @@ static void weight_gradient_panels(void **state) {
         for (int64_t i = 0; i < nx; i++) x[i] = (float)x[i];
       if (!d)
         for (int64_t i = 0; i < ny; i++) g[i] = (float)g[i];
-      host_conv_dw(p, x, g, want);
+      for (int64_t i = 0; i < nw; i++) want[i] = 0;
+      host_walk(p, x, NULL, NULL, g, want);
       kiln_scope_begin();
       kiln_tensor *tx = kiln_to_dtype(from(nd + 2, xs, x), dt), *tw = kiln_to_dtype(from(nd + 2, ws, w), dt);
       kiln_tensor *tg = kiln_to_dtype(from(nd + 2, ys, g), dt);
