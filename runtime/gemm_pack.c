@@ -165,10 +165,9 @@ static void pack_transposed_lines(char *dst, int64_t ld, const char *base, const
  * eight), and each k row's 16 lines written by one 64-byte store: by
  * count of the code, about 0.4 instructions an element against 1.1 for
  * the 4 × 4 SSE2 blocks with their scalar columns (a 14-long segment
- * leaves 2). Lines left
- * over (fewer than 16) go to the SSE2 blocks. */
-__attribute__((target("avx512f"))) static void transpose16_lines(char *dst, int64_t ld, const char *base,
-                                                                 const panel *p, int64_t seg) {
+ * leaves 2). Returns the first line not done (fewer than 16 are left). */
+__attribute__((target("avx512f"))) static int64_t transpose16_lines(char *dst, int64_t ld, const char *base,
+                                                                    const panel *p, int64_t seg) {
   float *d = (float *)dst;
   const float *b = (const float *)base;
   int64_t l0 = 0;
@@ -201,20 +200,53 @@ __attribute__((target("avx512f"))) static void transpose16_lines(char *dst, int6
           if (q + 4 * j < n) _mm512_storeu_ps(d + (k0 + q + 4 * j) * ld + l0, o[j]);
       }
     }
-  if (l0 < p->lines) pack_transposed_lines(dst, ld, base, p, seg, 4, l0);
+  return l0;
+}
+
+/* The same 8 lines at a time in AVX2 (an AVX2 target's panels, and the
+ * 8 lines an AVX-512 target's 8-row A panel or a 16-line transposer
+ * leaves): up to 8 elements along k per line by one masked load
+ * (vmaskmovps: masked-off lanes never fault), the 8 × 8 block
+ * transposed (unpack pairs of lines, shuffle pairs of pairs, swap
+ * 128-bit lanes), one 32-byte store per k row. Returns the first line
+ * not done. */
+__attribute__((target("avx2"))) static int64_t transpose8_lines(char *dst, int64_t ld, const char *base,
+                                                                const panel *p, int64_t seg, int64_t l0) {
+  float *d = (float *)dst;
+  const float *b = (const float *)base;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (; l0 + 8 <= p->lines; l0 += 8)
+    for (int64_t k0 = 0; k0 < seg; k0 += 8) {
+      int n = seg - k0 < 8 ? (int)(seg - k0) : 8;
+      __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; i++) r[i] = _mm256_maskload_ps(b + p->loff[l0 + i] + k0, m);
+      for (int i = 0; i < 8; i += 2) /* per 128-bit lane: lines i, i+1 interleaved (k 0,1 | 2,3 of the lane) */
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      for (int g = 0; g < 8; g += 4) { /* lines g..g+3: k j | j + 4 in the two lanes, j = 0..3 */
+        r[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44), r[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+        r[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44), r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+      }
+      for (int j = 0; j < 4; j++) { /* k j from the low lanes, k j + 4 from the high ones */
+        if (j < n) _mm256_storeu_ps(d + (k0 + j) * ld + l0, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+        if (j + 4 < n) _mm256_storeu_ps(d + (k0 + j + 4) * ld + l0, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+      }
+    }
+  return l0;
 }
 #endif
 
 /* The transposer of a panel: F32 16 lines at a time where the packs
- * run AVX-512 (pack_bits), else (and F64) the SSE2 blocks. */
+ * run AVX-512 (pack_bits), then 8 at a time where they run AVX2 or
+ * wider, the rest (and F64) in the SSE2 blocks. */
 static void transpose_lines(char *dst, int64_t ld, const char *base, const panel *p, int64_t seg, int esz) {
+  int64_t l0 = 0;
 #if defined(PACK_X86)
-  if (esz == 4 && p->lines >= 16 && pack_bits() >= 512) {
-    transpose16_lines(dst, ld, base, p, seg);
-    return;
-  }
+  int bits = esz == 4 ? pack_bits() : 0;
+  if (bits >= 512) l0 = transpose16_lines(dst, ld, base, p, seg);
+  if (bits >= 256 && p->lines - l0 >= 8) l0 = transpose8_lines(dst, ld, base, p, seg, l0);
 #endif
-  pack_transposed_lines(dst, ld, base, p, seg, esz, 0);
+  if (l0 < p->lines) pack_transposed_lines(dst, ld, base, p, seg, esz, l0);
 }
 
 /* Copies len elements (16-byte vectors, the last one ending at len and
