@@ -19,10 +19,15 @@
  *   (KILN_GEMM=blas, the cuda backends) the copy is realized as before:
  *   im2col, a generated gather kernel. The weight [O, C/G, *K] is read
  *   as [G, O/G, C/G·ΠK]; one GEMM per group gives
- *   [G, O/G, N·ΠOut], which is [N, O, *Out] through a permuted view. The
- *   bias (and whatever elementwise op reads the result: an activation)
- *   is the epilogue kernel that reads the GEMM's output through that view
- *   and writes [N, O, *Out] contiguous.
+ *   [G, O/G, N·ΠOut], plus the bias viewed [G, O/G, 1], which is
+ *   [N, O, *Out] through a permuted view; whatever elementwise op reads
+ *   the result (an activation, pooling) reads the GEMM's output through
+ *   that view. The bias is added before the view so that its gradient
+ *   is a row sum of the output gradient in the GEMM's layout: the
+ *   output gradient (relu' and the pooling's, NCHW) is then read only by
+ *   the reshape copy to [G, O/G, N·ΠOut], which the fuser writes with
+ *   it fused in (fuse.c, packs_through), so both GEMMs of the backward
+ *   and the bias's sum read contiguous rows.
  *
  *   conv_transpose: the GEMM W^T·x gives columns [G, Co/G·ΠK, N·ΠIn];
  *   they are added into the output through the same window view of its
@@ -32,7 +37,8 @@
  *
  * The weight's gradient comes from the GEMM (columns^T: the same pending
  * copy, read through transposed; the output gradient as [G, O/G,
- * N·ΠOut] is another reshape copy, read through as A), the input's from
+ * N·ΠOut] is another reshape copy, read through as A when the gradient
+ * is a buffer, written when it is an elementwise chain), the input's from
  * the transposed GEMM and the adjoint of the window view — a
  * conv_transpose, as it should be (it keeps that adjoint: the col2im
  * add is no copy of the columns but their sum).
@@ -208,7 +214,8 @@ static kiln_tensor *conv_impl(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *
   kiln_tensor *cols = kiln_reshape(win, 3, cols_shape);
   kiln_tensor *y = kiln_matmul(kiln_reshape(weight, 3, w_shape), cols);
   kiln_release(p);
-  return add_bias(gemm_to_nchw(y, n, o, a, out), bias, nd);
+  if (bias) y = kiln_add(y, kiln_view(bias, 3, (int64_t[]){g, o / g, 1}));
+  return gemm_to_nchw(y, n, o, a, out);
 }
 
 /* x [N, Ci, *In] -> [N, Co, *Out]; weight [Ci, Co/G, *K]. */

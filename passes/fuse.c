@@ -38,7 +38,10 @@
  *     reshape copy the generated GEMM can pack from the copy's input
  *     (implicit GEMM, runtime/gemm_pack.c: a convolution's im2col
  *     columns): its input is materialized and the copy is not written
- *     (the runtime realizes it after all if OpenBLAS runs the product). So is a gather's source (it is read at
+ *     (the runtime realizes it after all if OpenBLAS runs the product);
+ *     unless that input is elementwise, of the copy's size and read by
+ *     the copy alone: then the copy is written, its input fused into it
+ *     (packs_through). So is a gather's source (it is read at
  *     data-dependent positions, maybe several times); a gather itself is
  *     elementwise over its result: its index fuses into it, and it fuses
  *     into its readers. Its elementwise readers fuse as usual, so
@@ -524,7 +527,12 @@ static bool root_misfits(const graph_node *x, graph_kind k, const graph_node *r)
 
 /* One pass over the plan, producers first; true when it materialized a
  * node (which may be a root now, after its position: fit_rows passes
- * again). */
+ * again). A misfit root's fused input that holds row values only (no
+ * more elements than its row reduction's result: an optimizer's step
+ * over a bias gradient, a row sum read as [O]) has the reduction
+ * materialized instead of itself, so the chain over it stays one
+ * kernel rather than one kernel per node (each node in turn a root that
+ * misfits the rows). */
 static bool fit_rows_once(pass_plan *p, const graph_node **rows) {
   bool changed = false;
   for (int i = 0; i < p->n; i++) {
@@ -542,8 +550,14 @@ static bool fit_rows_once(pass_plan *p, const graph_node **rows) {
       const graph_node *r = inputs_rows(p, rows, x);
       if (r && root_misfits(x, k, r))
         for (int j = 0; j < x->n_inputs; j++) {
-          int at = pass_pos(p, x->inputs[j].node);
-          if (at >= 0 && p->e[at].fused && rows[at]) unfuse(p, x->inputs[j].node), changed = true;
+          const graph_node *in = x->inputs[j].node;
+          int at = pass_pos(p, in);
+          if (at < 0 || !p->e[at].fused || !rows[at]) continue;
+          /* an input of no more elements than its row reduction's result
+           * holds row values only (a bias gradient's optimizer step): the
+           * reduction is materialized, not the chain over it */
+          bool values = rows[at] != &MIXED_ROWS && in->numel <= rows[at]->numel;
+          unfuse(p, values ? rows[at] : in), changed = true;
         }
     }
     rows[i] = !p->e[i].fused ? NULL : row_reduction(x) ? x : inputs_rows(p, rows, x);
@@ -615,13 +629,22 @@ static void refresh_row_deps(pass_plan *p) {
  * columns; runtime/gemm_pack.c): a CAST of the same dtype on the CPU whose
  * reader's view splits over its input view (graph_view_split), whose
  * input is a buffer (not an inlined source) and is materialized anyway
- * or no bigger than the copy. */
+ * or no bigger than the copy. Not an elementwise input of the copy's
+ * size that only the copy reads (a convolution's output gradient,
+ * relu' times the pooling's, read as [O, N·ΠOut] by both of its GEMMs
+ * and the bias gradient's row sum): materializing it would write the
+ * same bytes as the copy, in the layout the GEMMs read through (NCHW
+ * planes, one pack run per plane), so the copy is written instead, its
+ * input fused into it: contiguous rows for the packs and the sum. */
 static bool packs_through(const pass_plan *p, const graph_node *x, int j) {
   const graph_node *c = x->inputs[j].node, *src = c->inputs[0].node;
   if (x->op != GRAPH_OP_MATMUL || x->device != KILN_CPU || (x->dtype != KILN_F32 && x->dtype != KILN_F64)) return false;
   if (c->buffer || c->op != GRAPH_OP_CAST || c->device != KILN_CPU) return false;
   if (src->dtype != c->dtype || src->device != KILN_CPU || pass_is_inlined(src)) return false;
   if (pass_fused(p, src) && src->numel > c->numel) return false;
+  if (pass_fused(p, src) && graph_op_is_pointwise(src->op) && src->numel == c->numel &&
+      p->e[pass_pos(p, src)].n_consumers == 1)
+    return false; /* computed for the copy alone: written once, in the GEMM's layout */
   graph_split_view s;
   return graph_view_split(&x->inputs[j].view, &c->inputs[0].view, &s);
 }

@@ -263,6 +263,55 @@ static void implicit_gemm_writes_no_columns(void **state) {
   kiln_scope_end();
 }
 
+/* The output gradient of relu(conv(x, w, b)) — an elementwise chain,
+ * NCHW — is written once, as the reshape copy [O, N·ΠOut] both GEMMs
+ * of the backward read (fuse.c, packs_through; conv.c adds the bias
+ * before the NCHW view, so the bias gradient is that copy's row sum):
+ * one C_ kernel of its size and no E_ kernel of it, and the weight and
+ * bias gradients against the host loop in double (F64: no mask sign
+ * can differ from the reference's). */
+static void output_gradient_in_gemm_layout(void **state) {
+  (void)state;
+  const char *mode = getenv("KILN_GEMM"), *fuse = getenv("KILN_FUSE");
+  bool structure = !(mode && strcmp(mode, "blas") == 0) && !(fuse && strcmp(fuse, "0") == 0);
+  conv_case p = {2, 3, 4, 6, {10, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  int64_t xs[4] = {3, 4, 10, 9}, ws[4] = {6, 4, 3, 3}, ys[4] = {3, 6, 10, 9}, o = 6;
+  int64_t nx = 3 * 4 * 90, nw = 6 * 4 * 9, ny = 3 * 6 * 90;
+  double *x = randoms(nx), *w = randoms(nw), *b = randoms(o), *g = randoms(ny), *pre = malloc(sizeof *pre * (size_t)ny);
+  double *gm = malloc(sizeof *gm * (size_t)ny), want_dw[6 * 4 * 9] = {0}, want_db[6] = {0}, got_dw[6 * 4 * 9], got_db[6];
+  host_conv(&p, x, w, b, pre);
+  for (int64_t i = 0; i < ny; i++) {
+    gm[i] = pre[i] > 0 ? g[i] : 0;
+    want_db[i / 90 % 6] += gm[i];
+  }
+  host_walk(&p, x, NULL, NULL, gm, want_dw);
+  kiln_scope_begin();
+  kiln_tensor *tx = from(4, xs, x), *tw = from(4, ws, w), *tb = from(1, &o, b), *tg = from(4, ys, g);
+  kiln_tensor *y = kiln_relu(kiln_conv(tx, tw, tb, 2, p.stride, p.pad, p.dil, 1));
+  kiln_tensor *wrt[3] = {tx, tw, tb}, *grads[3] = {NULL, NULL, NULL};
+  assert_int_equal(kiln_grad(&y, &tg, 1, wrt, 3, grads), KILN_OK);
+  kiln_profile_begin();
+  assert_int_equal(kiln_realize_many(grads, 3), KILN_OK);
+  kiln_profile_end();
+  int copies = 0, elementwise = 0;
+  for (int i = 0; i < kiln_profile_count(); i++) {
+    kiln_kernel_record r;
+    assert_int_equal(kiln_profile_get(i, &r), KILN_OK);
+    copies += r.numel == ny && strncmp(r.name, "C_", 2) == 0;
+    elementwise += r.numel == ny && strncmp(r.name, "E_", 2) == 0;
+  }
+  if (structure) {
+    assert_int_equal(copies, 1);
+    assert_int_equal(elementwise, 0);
+  }
+  assert_int_equal(kiln_read(grads[1], got_dw, sizeof got_dw), KILN_OK);
+  assert_int_equal(kiln_read(grads[2], got_db, sizeof got_db), KILN_OK);
+  for (int64_t i = 0; i < nw; i++) assert_float_equal(got_dw[i], want_dw[i], 1e-10);
+  for (int64_t i = 0; i < o; i++) assert_float_equal(got_db[i], want_db[i], 1e-10);
+  kiln_scope_end();
+  free(x), free(w), free(b), free(g), free(pre), free(gm);
+}
+
 /* A transposed (non-contiguous) input and weight, and an unbatched input
  * [C, *S] giving [O, *Out]. */
 static void strided_and_unbatched(void **state) {
@@ -482,6 +531,7 @@ int main(void) {
       cmocka_unit_test(implicit_gemm_edges),      cmocka_unit_test(strided_windows_f32),
       cmocka_unit_test(weight_gradient_panels),
       cmocka_unit_test(implicit_gemm_writes_no_columns),
+      cmocka_unit_test(output_gradient_in_gemm_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -351,6 +351,44 @@ static void fallback_after_kernels_ran(void **state) {
   }
 }
 
+/* A row sum read as [O] by an in-place write's chain (a bias gradient,
+ * [1, O, L] summed over L, and an optimizer-like step on the bias and
+ * its moment): the write cannot walk the sum's rows, so the sum is
+ * materialized and the chain stays one write kernel per buffer (fuse.c,
+ * fit_rows_once), not one kernel per node of the chain. Values against
+ * the host. */
+static void row_values_keep_their_chain(void **state) {
+  (void)state;
+  rt_set_fusion(1);
+  kiln_scope_begin();
+  double xv[4 * 50], gv[4 * 50], bv[4] = {0.5, -1, 2, 0}, mv[4] = {0.1, 0.2, -0.3, 0.4};
+  for (int i = 0; i < 200; i++) xv[i] = 0.01 * i - 1, gv[i] = 0.5 - 0.005 * i;
+  kiln_tensor *x = kiln_from_data(KILN_F64, 3, (int64_t[]){1, 4, 50}, xv);
+  kiln_tensor *g = kiln_from_data(KILN_F64, 3, (int64_t[]){1, 4, 50}, gv);
+  kiln_tensor *b = kiln_from_data(KILN_F64, 1, (int64_t[]){4}, bv), *m = kiln_from_data(KILN_F64, 1, (int64_t[]){4}, mv);
+  kiln_tensor *y = kiln_add(x, kiln_view(b, 3, (int64_t[]){1, 4, 1})), *gb = NULL;
+  assert_int_equal(kiln_grad(&y, &g, 1, &b, 1, &gb), KILN_OK);
+  kiln_tensor *m2 = kiln_add(kiln_mul_scalar(m, 0.9), kiln_mul_scalar(gb, 0.1));
+  kiln_tensor *nb = kiln_sub(b, kiln_div(m2, kiln_add_scalar(kiln_sqrt(kiln_mul(gb, gb)), 1e-8)));
+  assert_int_equal(kiln_copy_(b, nb), KILN_OK);
+  int64_t fallbacks = rt_lowering_fallbacks();
+  kiln_profile_begin();
+  assert_int_equal(kiln_realize(b), KILN_OK);
+  kiln_profile_end();
+  assert_int_equal(kiln_profile_count(), 2); /* the row sum, the write */
+  assert_int_equal(rt_lowering_fallbacks(), fallbacks);
+  double want[4];
+  for (int o = 0; o < 4; o++) {
+    double s = 0;
+    for (int l = 0; l < 50; l++) s += gv[o * 50 + l];
+    want[o] = bv[o] - (0.9 * mv[o] + 0.1 * s) / (sqrt(s * s) + 1e-8);
+  }
+  expect_values_tol(b, want, 4, 1e-12);
+  kiln_scope_end();
+  expect_no_error();
+  rt_set_fusion(-1);
+}
+
 /* Row reductions that do not fit their reader's kernel are materialized
  * by the fusion pass, so no lowering falls back and the schedule is
  * cached (fuse.c, fit_rows): the main job's loss (the mean of
@@ -464,6 +502,7 @@ int main(void) {
       cmocka_unit_test(fallback_keeps_the_plan_alive),
       cmocka_unit_test(fallback_after_freed_nodes),
       cmocka_unit_test(rows_fit_their_kernels),
+      cmocka_unit_test(row_values_keep_their_chain),
       cmocka_unit_test(every_kind_has_a_lowering),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
