@@ -152,8 +152,8 @@ static void implicit_gemm_edges(void **state) {
 /* The weight gradient (kiln_grad of conv) through the implicit GEMM's
  * transposed panels (gemm_pack.c: B is the window view read along the
  * output positions, its lines the weight taps), against host_walk:
- * 45 and 36 taps (F32 panels of 32 lines: the AVX-512 transposes' 16
- * lines at a time, the rest in SSE2 blocks), output rows of 14 (a
+ * 45 and 36 taps (F32 panels of 32 lines on AVX-512, 16 on AVX2: the
+ * transposes 16 lines at a time, then 8, the rest in SSE2 blocks), output rows of 14 (a
  * partial 16-element block) and 40 (16 + 16 + 8), groups, a 1-D row of
  * 100; F32 within 2e-3 of the double sums (up to 1,200 products), F64
  * within 1e-10. */
